@@ -1,0 +1,42 @@
+# Sourced by tests/run.sh and benchmarks/run.sh: makes a Python with torch available and
+# builds this package in place (editable). Safe to run again: it reuses what it built.
+#
+# - If `python3` already has torch (a GPU machine with its own torch), that torch is used.
+#   Otherwise a virtual environment .venv is made with torch 2.14.1 (the CUDA 13.0 build).
+# - The CUDA kernels are compiled whenever torch is a CUDA build and nvcc is found, also
+#   without a GPU; then TORCH_CUDA_ARCH_LIST defaults to the local GPU, or to 9.0.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+if [ -z "${VIRTUAL_ENV:-}" ] && ! python3 -c "import torch" 2>/dev/null; then
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+  fi
+  # shellcheck disable=SC1091
+  source .venv/bin/activate
+fi
+PY=python
+command -v "$PY" >/dev/null || PY=python3
+if ! "$PY" -c "import torch, pytest, numpy, ninja" 2>/dev/null; then
+  "$PY" -m pip install -q "setuptools>=64" wheel ninja pytest numpy expecttest \
+    "$("$PY" -c 'import torch' 2>/dev/null && echo setuptools || echo torch==2.14.1)"
+fi
+
+export MAX_JOBS="${MAX_JOBS:-2}"
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDA_HOME=/usr/local/cuda  # /usr/local/bin/nvcc is a wrapper that misleads torch
+fi
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ -d "$SITE/nvidia/cu13/include" ] && [ ! -f "${CUDA_HOME:-/nonexistent}/include/cusparse.h" ]; then
+  export CUDA_INC_PATH="$SITE/nvidia/cu13/include"  # cuBLAS/cuSPARSE headers ATen includes
+fi
+if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  export TORCH_CUDA_ARCH_LIST="9.0"
+fi
+
+echo "setup: $("$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'), CUDA_HOME=${CUDA_HOME:-none}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-auto}"
+start=$(date +%s)
+"$PY" setup.py -q build_ext --inplace 2>&1 | grep -vE "^(copying|running|creating)|Warning: .*deprecated|SetuptoolsDeprecationWarning" || true
+[ -f lltm/_C.abi3.so ] || { echo "setup: build failed" >&2; exit 1; }
+echo "setup: build took $(( $(date +%s) - start )) s"

@@ -1,0 +1,188 @@
+// LLTM cell: schema, input checks, the device-independent driver and the CPU kernels.
+#include "lltm/lltm.h"
+
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+#include "common/module.h"
+
+FUSED_OPS_PYTHON_MODULE()
+
+namespace lltm {
+namespace {
+
+using fused_ops::check_floating;
+using fused_ops::check_rank;
+using fused_ops::check_same_device_and_dtype;
+using fused_ops::check_size;
+
+// Rows per parallel_for task: about 16k elements of work each.
+int64_t grain_rows(int64_t state_size) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, state_size));
+}
+
+void forward_pointwise_cpu(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h,
+                           at::Tensor& new_cell) {
+  const int64_t B = old_cell.size(0), S = old_cell.size(1);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_forward_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* g = gates.const_data_ptr<scalar_t>();
+    const scalar_t* c = old_cell.const_data_ptr<scalar_t>();
+    scalar_t* h_out = new_h.mutable_data_ptr<scalar_t>();
+    scalar_t* c_out = new_cell.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const scalar_t* z = g + b * 3 * S;
+        for (int64_t j = 0; j < S; ++j) {
+          acc_t h, cell;
+          cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[b * S + j], h, cell);
+          h_out[b * S + j] = h;
+          c_out[b * S + j] = cell;
+        }
+      }
+    });
+  });
+}
+
+void backward_pointwise_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                            const at::Tensor& new_cell, const at::Tensor& gates,
+                            at::Tensor& d_gates, at::Tensor& d_old_cell) {
+  const int64_t B = new_cell.size(0), S = new_cell.size(1);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* gh = grad_h.const_data_ptr<scalar_t>();
+    const scalar_t* gc = grad_cell.const_data_ptr<scalar_t>();
+    const scalar_t* nc = new_cell.const_data_ptr<scalar_t>();
+    const scalar_t* g = gates.const_data_ptr<scalar_t>();
+    scalar_t* dg = d_gates.mutable_data_ptr<scalar_t>();
+    scalar_t* dc = d_old_cell.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const scalar_t* z = g + b * 3 * S;
+        scalar_t* dz = dg + b * 3 * S;
+        for (int64_t j = 0; j < S; ++j) {
+          const int64_t k = b * S + j;
+          acc_t d_i, d_o, d_c, d_cell;
+          cell_backward<acc_t>(gh[k], gc[k], nc[k], z[j], z[S + j], z[2 * S + j], d_i, d_o, d_c,
+                               d_cell);
+          dz[j] = d_i;
+          dz[S + j] = d_o;
+          dz[2 * S + j] = d_c;
+          dc[k] = d_cell;
+        }
+      }
+    });
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell) {
+  return forward(input, weights, bias, old_h, old_cell, forward_pointwise_cpu);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cpu(
+    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
+    std::array<bool, 4> output_mask) {
+  return backward(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
+                  backward_pointwise_cpu);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell, ForwardPointwise pointwise) {
+  check_rank(input, "input", 2);
+  check_rank(weights, "weights", 2);
+  check_rank(bias, "bias", 1);
+  check_rank(old_h, "old_h", 2);
+  check_rank(old_cell, "old_cell", 2);
+  check_floating(input, "input");
+  check_same_device_and_dtype(
+      input, "input",
+      {{&weights, "weights"}, {&bias, "bias"}, {&old_h, "old_h"}, {&old_cell, "old_cell"}});
+  const int64_t B = input.size(0), F = input.size(1), S = old_h.size(1);
+  check_size(old_h, "old_h", 0, B, "batch size, from input");
+  check_size(old_cell, "old_cell", 0, B, "batch size, from input");
+  check_size(old_cell, "old_cell", 1, S, "state_size, from old_h");
+  check_size(weights, "weights", 0, 3 * S, "3 * state_size");
+  check_size(weights, "weights", 1, S + F, "state_size + input_features");
+  check_size(bias, "bias", 0, 3 * S, "3 * state_size");
+
+  // One concatenation (B*(S+F) elements) is cheaper than a second GEMM pass over the
+  // (B, 3S) gates, and the backward needs X for the weight gradient anyway.
+  at::Tensor X = at::cat({old_h, input}, 1);
+  at::Tensor gate_weights = at::addmm(bias, X, weights.t());
+  at::Tensor new_h = at::empty({B, S}, input.options());
+  at::Tensor new_cell = at::empty({B, S}, input.options());
+  if (new_h.numel() > 0) {
+    pointwise(gate_weights, old_cell.contiguous(), new_h, new_cell);
+  }
+  return {new_h, new_cell, X, gate_weights};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
+    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
+    std::array<bool, 4> output_mask, BackwardPointwise pointwise) {
+  check_rank(new_cell, "new_cell", 2);
+  check_rank(grad_h, "grad_h", 2);
+  check_rank(grad_cell, "grad_cell", 2);
+  check_rank(gate_weights, "gate_weights", 2);
+  check_rank(X, "X", 2);
+  check_rank(weights, "weights", 2);
+  check_floating(new_cell, "new_cell");
+  check_same_device_and_dtype(new_cell, "new_cell",
+                              {{&grad_h, "grad_h"},
+                               {&grad_cell, "grad_cell"},
+                               {&gate_weights, "gate_weights"},
+                               {&X, "X"},
+                               {&weights, "weights"}});
+  const int64_t B = new_cell.size(0), S = new_cell.size(1);
+  for (const auto& [t, name] : {std::pair{&grad_h, "grad_h"}, {&grad_cell, "grad_cell"}}) {
+    check_size(*t, name, 0, B, "batch size, from new_cell");
+    check_size(*t, name, 1, S, "state_size, from new_cell");
+  }
+  check_size(gate_weights, "gate_weights", 0, B, "batch size, from new_cell");
+  check_size(gate_weights, "gate_weights", 1, 3 * S, "3 * state_size");
+  check_size(X, "X", 0, B, "batch size, from new_cell");
+  TORCH_CHECK_VALUE(X.size(1) >= S, "X.shape[1] must be state_size + input_features >= ", S,
+                    ", got shape ", X.sizes());
+  const int64_t F = X.size(1) - S;
+  check_size(weights, "weights", 0, 3 * S, "3 * state_size");
+  check_size(weights, "weights", 1, S + F, "X.shape[1]");
+
+  at::Tensor d_gates = at::empty({B, 3 * S}, new_cell.options());
+  at::Tensor d_old_cell = at::empty({B, S}, new_cell.options());
+  if (d_old_cell.numel() > 0) {
+    pointwise(grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
+              gate_weights.contiguous(), d_gates, d_old_cell);
+  }
+  auto skipped = [&] { return at::empty({0}, new_cell.options()); };
+  at::Tensor d_old_h = output_mask[0] ? at::mm(d_gates, weights.narrow(1, 0, S)) : skipped();
+  at::Tensor d_input = output_mask[1] ? at::mm(d_gates, weights.narrow(1, S, F)) : skipped();
+  at::Tensor d_weights = output_mask[2] ? at::mm(d_gates.t(), X) : skipped();
+  at::Tensor d_bias = output_mask[3] ? d_gates.sum(0) : skipped();
+  return {d_old_h, d_input, d_weights, d_bias, d_old_cell};
+}
+
+TORCH_LIBRARY(lltm, m) {
+  m.def(
+      "lltm_forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, Tensor old_cell) "
+      "-> (Tensor new_h, Tensor new_cell, Tensor X, Tensor gate_weights)");
+  m.def(
+      "lltm_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor gate_weights, "
+      "Tensor X, Tensor weights, bool[4] output_mask) "
+      "-> (Tensor d_old_h, Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_cell)");
+}
+
+TORCH_LIBRARY_IMPL(lltm, CPU, m) {
+  m.impl("lltm_forward", &forward_cpu);
+  m.impl("lltm_backward", &backward_cpu);
+}
+
+}  // namespace lltm

@@ -1,0 +1,149 @@
+// LLTM cell: CUDA pointwise kernels (forward and backward) and the CUDA registration.
+// The GEMMs run through ATen (cuBLAS); each kernel here makes one pass over its tensors,
+// 16 bytes per access where the row length and pointers allow it.
+#include <ATen/OpMathType.h>
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include "common/cuda_utils.cuh"
+#include "lltm/lltm.h"
+
+namespace lltm {
+namespace {
+
+using fused_ops::Pack;
+
+template <typename scalar_t, int V>
+__global__ void forward_kernel(const scalar_t* __restrict__ gates,
+                               const scalar_t* __restrict__ old_cell,
+                               scalar_t* __restrict__ new_h, scalar_t* __restrict__ new_cell,
+                               int64_t rows, int64_t S) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using P = Pack<scalar_t, V>;
+  const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (j >= S) return;
+  for (int64_t b = blockIdx.y; b < rows; b += gridDim.y) {
+    const scalar_t* z = gates + b * 3 * S + j;
+    const P zi = *reinterpret_cast<const P*>(z);
+    const P zo = *reinterpret_cast<const P*>(z + S);
+    const P zc = *reinterpret_cast<const P*>(z + 2 * S);
+    const P c = *reinterpret_cast<const P*>(old_cell + b * S + j);
+    P h_out, c_out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc_t h, cell;
+      cell_forward<acc_t>(zi.v[k], zo.v[k], zc.v[k], c.v[k], h, cell);
+      h_out.v[k] = h;
+      c_out.v[k] = cell;
+    }
+    *reinterpret_cast<P*>(new_h + b * S + j) = h_out;
+    *reinterpret_cast<P*>(new_cell + b * S + j) = c_out;
+  }
+}
+
+template <typename scalar_t, int V>
+__global__ void backward_kernel(const scalar_t* __restrict__ grad_h,
+                                const scalar_t* __restrict__ grad_cell,
+                                const scalar_t* __restrict__ new_cell,
+                                const scalar_t* __restrict__ gates, scalar_t* __restrict__ d_gates,
+                                scalar_t* __restrict__ d_old_cell, int64_t rows, int64_t S) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using P = Pack<scalar_t, V>;
+  const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (j >= S) return;
+  for (int64_t b = blockIdx.y; b < rows; b += gridDim.y) {
+    const int64_t k0 = b * S + j;
+    const scalar_t* z = gates + b * 3 * S + j;
+    const P gh = *reinterpret_cast<const P*>(grad_h + k0);
+    const P gc = *reinterpret_cast<const P*>(grad_cell + k0);
+    const P nc = *reinterpret_cast<const P*>(new_cell + k0);
+    const P zi = *reinterpret_cast<const P*>(z);
+    const P zo = *reinterpret_cast<const P*>(z + S);
+    const P zc = *reinterpret_cast<const P*>(z + 2 * S);
+    P di, d_o, dc, dcell;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc_t a, o, c, cell;
+      cell_backward<acc_t>(gh.v[k], gc.v[k], nc.v[k], zi.v[k], zo.v[k], zc.v[k], a, o, c, cell);
+      di.v[k] = a;
+      d_o.v[k] = o;
+      dc.v[k] = c;
+      dcell.v[k] = cell;
+    }
+    scalar_t* dz = d_gates + b * 3 * S + j;
+    *reinterpret_cast<P*>(dz) = di;
+    *reinterpret_cast<P*>(dz + S) = d_o;
+    *reinterpret_cast<P*>(dz + 2 * S) = dc;
+    *reinterpret_cast<P*>(d_old_cell + k0) = dcell;
+  }
+}
+
+// 16-byte packs when every row start is 16-byte aligned, else one element per access.
+template <typename scalar_t>
+bool can_pack(int64_t S, std::initializer_list<const at::Tensor*> tensors) {
+  if (S % fused_ops::pack16<scalar_t> != 0) return false;
+  for (const at::Tensor* t : tensors) {
+    if (!fused_ops::aligned16(t->const_data_ptr())) return false;
+  }
+  return true;
+}
+
+void forward_pointwise_cuda(const at::Tensor& gates, const at::Tensor& old_cell,
+                            at::Tensor& new_h, at::Tensor& new_cell) {
+  const c10::cuda::CUDAGuard guard(gates.device());
+  const int64_t B = old_cell.size(0), S = old_cell.size(1);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_forward_cuda", [&] {
+    constexpr int V = fused_ops::pack16<scalar_t>;
+    const bool packed = can_pack<scalar_t>(S, {&gates, &old_cell, &new_h, &new_cell});
+    const fused_ops::RowLaunch launch(B, packed ? S / V : S);
+    auto kernel = packed ? forward_kernel<scalar_t, V> : forward_kernel<scalar_t, 1>;
+    kernel<<<launch.grid, launch.block, 0, stream>>>(
+        gates.const_data_ptr<scalar_t>(), old_cell.const_data_ptr<scalar_t>(),
+        new_h.mutable_data_ptr<scalar_t>(), new_cell.mutable_data_ptr<scalar_t>(), B, S);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+void backward_pointwise_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                             const at::Tensor& new_cell, const at::Tensor& gates,
+                             at::Tensor& d_gates, at::Tensor& d_old_cell) {
+  const c10::cuda::CUDAGuard guard(gates.device());
+  const int64_t B = new_cell.size(0), S = new_cell.size(1);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cuda", [&] {
+    constexpr int V = fused_ops::pack16<scalar_t>;
+    const bool packed = can_pack<scalar_t>(
+        S, {&grad_h, &grad_cell, &new_cell, &gates, &d_gates, &d_old_cell});
+    const fused_ops::RowLaunch launch(B, packed ? S / V : S);
+    auto kernel = packed ? backward_kernel<scalar_t, V> : backward_kernel<scalar_t, 1>;
+    kernel<<<launch.grid, launch.block, 0, stream>>>(
+        grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(),
+        new_cell.const_data_ptr<scalar_t>(), gates.const_data_ptr<scalar_t>(),
+        d_gates.mutable_data_ptr<scalar_t>(), d_old_cell.mutable_data_ptr<scalar_t>(), B, S);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell) {
+  return forward(input, weights, bias, old_h, old_cell, forward_pointwise_cuda);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
+    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
+    std::array<bool, 4> output_mask) {
+  return backward(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
+                  backward_pointwise_cuda);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
+  m.impl("lltm_forward", &forward_cuda);
+  m.impl("lltm_backward", &backward_cuda);
+}
+
+}  // namespace lltm

@@ -1,0 +1,1 @@
+"""Placeholder: this family's operator is not built yet."""

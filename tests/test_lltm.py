@@ -1,0 +1,245 @@
+import math
+
+import pytest
+import torch
+from conftest import DEVICES, rel_err
+
+import lltm
+import lltm_cpp
+import lltm_cuda
+from lltm.reference import lltm_cell_reference
+
+# (batch, input_features, state_size): batch 1, odd sizes, state_size not a multiple of
+# 32 (and not of the 16-byte pack width), the tutorial's size, a large batch.
+SHAPES = [(1, 1, 1), (1, 5, 3), (3, 7, 13), (2, 9, 33), (16, 32, 128), (300, 20, 36), (1024, 8, 4)]
+
+
+def make_inputs(batch, features, state, device, dtype=torch.float64, requires_grad=True):
+    scale = 1.0 / math.sqrt(state)
+    ts = [
+        torch.randn(batch, features, device=device, dtype=dtype),
+        torch.empty(3 * state, features + state, device=device, dtype=dtype).uniform_(-scale, scale),
+        torch.empty(3 * state, device=device, dtype=dtype).uniform_(-scale, scale),
+        torch.randn(batch, state, device=device, dtype=dtype),
+        torch.randn(batch, state, device=device, dtype=dtype),
+    ]
+    return [t.requires_grad_(requires_grad) for t in ts]
+
+
+def outputs_and_grads(fn, inputs, grad_h, grad_cell):
+    new_h, new_cell = fn(*inputs)
+    grads = torch.autograd.grad((new_h, new_cell), inputs, (grad_h, grad_cell))
+    return [new_h, new_cell, *grads]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_backward_match_reference(device, shape):
+    inputs = make_inputs(*shape, device)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    got = outputs_and_grads(lltm.lltm_cell, inputs, grad_h, grad_cell)
+    want = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
+    names = ["new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell"]
+    for name, g, w in zip(names, got, want):
+        assert g.shape == w.shape, name
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_float32_matches_float64_reference(device):
+    inputs = make_inputs(64, 48, 80, device)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    want = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
+    inputs32 = [t.detach().float().requires_grad_() for t in inputs]
+    got = outputs_and_grads(lltm.lltm_cell, inputs32, grad_h.float(), grad_cell.float())
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float32
+        assert rel_err(g, w) < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 4, 5), (2, 3, 8)])
+def test_gradcheck(device, shape):
+    inputs = make_inputs(*shape, device)
+    assert torch.autograd.gradcheck(lltm.lltm_cell, inputs)
+
+
+def test_only_some_gradients(device):
+    inputs = make_inputs(4, 6, 5, device, requires_grad=False)
+    inputs[0].requires_grad_()  # input only, and only new_h used
+    (d_input,) = torch.autograd.grad(lltm.lltm_cell(*inputs)[0].sum(), [inputs[0]])
+    ref_in = inputs[0].detach().requires_grad_()
+    (want,) = torch.autograd.grad(lltm_cell_reference(ref_in, *inputs[1:])[0].sum(), [ref_in])
+    torch.testing.assert_close(d_input, want)
+
+
+def test_no_grad_inputs(device):
+    inputs = make_inputs(4, 6, 5, device, requires_grad=False)
+    for g, w in zip(lltm.lltm_cell(*inputs), lltm_cell_reference(*inputs)):
+        assert not g.requires_grad
+        torch.testing.assert_close(g, w)
+
+
+def test_non_contiguous_inputs(device):
+    batch, features, state = 6, 5, 7
+    inputs = make_inputs(batch, features, state, device, requires_grad=False)
+    # Same values, other layouts: transposed storage and strided slices.
+    strided = [
+        inputs[0].t().contiguous().t(),
+        inputs[1].t().contiguous().t(),
+        torch.stack([inputs[2], inputs[2]], 1)[:, 0],
+        inputs[3].t().contiguous().t(),
+        torch.cat([inputs[4], inputs[4]], 1)[:, :state],
+    ]
+    assert not any(t.is_contiguous() for t in strided)
+    strided = [t.requires_grad_() for t in strided]
+    grad_h = torch.randn(batch, state, device=device, dtype=torch.float64).t().contiguous().t()
+    grad_cell = torch.randn(batch, state, device=device, dtype=torch.float64)[:, :]
+    got = outputs_and_grads(lltm.lltm_cell, strided, grad_h, grad_cell)
+    want = outputs_and_grads(lltm_cell_reference, strided, grad_h, grad_cell)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_empty_batch(device):
+    inputs = make_inputs(0, 4, 3, device)
+    new_h, new_cell = lltm.lltm_cell(*inputs)
+    assert new_h.shape == new_cell.shape == (0, 3)
+    grads = torch.autograd.grad((new_h.sum() + new_cell.sum()), inputs)
+    assert grads[1].shape == (9, 7) and grads[1].abs().sum() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_against_float64(device, dtype):
+    # Tolerance rule: the kernel's error against a float64 reference is at most 2x the
+    # error of the tutorial's plain-PyTorch LLTM run at the same precision (plus 1e-3 of
+    # slack for outputs whose own rounding dominates at these sizes).
+    inputs = make_inputs(32, 24, 40, device)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    exact = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
+    low = [t.detach().to(dtype).requires_grad_() for t in inputs]
+    gh, gc = grad_h.to(dtype), grad_cell.to(dtype)
+    got = outputs_and_grads(lltm.lltm_cell, low, gh, gc)
+    eager = outputs_and_grads(lltm_cell_reference, low, gh, gc)
+    for g, e, x in zip(got, eager, exact):
+        assert g.dtype == dtype
+        assert rel_err(g, x) <= 2 * rel_err(e, x) + 1e-3
+
+
+def test_module_matches_reference(device):
+    torch.manual_seed(0)
+    cell = lltm.LLTM(10, 20).to(device, torch.float64)
+    assert cell.weights.shape == (60, 30) and cell.bias.shape == (60,)
+    bound = 1 / math.sqrt(20)
+    assert all(p.abs().max() <= bound for p in cell.parameters())
+    x = torch.randn(4, 10, device=device, dtype=torch.float64)
+    h, c = torch.randn(2, 4, 20, device=device, dtype=torch.float64)
+    got = cell(x, (h, c))
+    want = lltm_cell_reference(x, cell.weights, cell.bias, h, c)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_compile_fullgraph(device):
+    torch.manual_seed(0)
+    cell = lltm.LLTM(12, 16).to(device)
+    x = torch.randn(8, 12, device=device)
+    h, c = torch.randn(2, 8, 16, device=device)
+
+    def step(x, h, c):
+        new_h, new_cell = cell(x, (h, c))
+        return new_h * 2 + new_cell
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    x.requires_grad_()
+    want = step(x, h, c)
+    got = compiled(x, h, c)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    want_grads = torch.autograd.grad(want, [x, cell.weights, cell.bias], grad)
+    got_grads = torch.autograd.grad(got, [x, cell.weights, cell.bias], grad)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+
+
+def test_opcheck(device):
+    inputs = make_inputs(5, 4, 6, device)
+    torch.library.opcheck(torch.ops.lltm.lltm_forward.default, inputs)
+    new_h, new_cell, X, gates = torch.ops.lltm.lltm_forward(*[t.detach() for t in inputs])
+    grads = [torch.randn_like(new_h), torch.randn_like(new_cell)]
+    for mask in ([True] * 4, [False, True, False, True]):
+        torch.library.opcheck(
+            torch.ops.lltm.lltm_backward.default, (*grads, new_cell, gates, X, inputs[1].detach(), mask)
+        )
+
+
+def test_tutorial_compat_functions(device):
+    assert lltm_cpp.forward is lltm_cuda.forward and lltm_cpp.backward is lltm_cuda.backward
+    x, W, b, h, c = make_inputs(7, 5, 9, device, requires_grad=False)
+    outs = lltm_cuda.forward(x, W, b, h, c)
+    assert len(outs) == 7
+    new_h, new_cell, input_gate, output_gate, candidate, X, gate_weights = outs
+    want_h, want_c = lltm_cell_reference(x, W, b, h, c)
+    torch.testing.assert_close(new_h, want_h)
+    torch.testing.assert_close(new_cell, want_c)
+    torch.testing.assert_close(X, torch.cat([h, x], 1))
+    z = torch.nn.functional.linear(X, W, b)
+    torch.testing.assert_close(gate_weights, z)
+    z_i, z_o, z_c = z.chunk(3, 1)
+    torch.testing.assert_close(input_gate, torch.sigmoid(z_i))
+    torch.testing.assert_close(output_gate, torch.sigmoid(z_o))
+    torch.testing.assert_close(candidate, torch.nn.functional.elu(z_c))
+
+    grad_h, grad_cell = torch.randn_like(h), torch.randn_like(c)
+    grads = lltm_cuda.backward(grad_h, grad_cell, new_cell, input_gate, output_gate, candidate,
+                               X, gate_weights.view(7, 3, 9), W)
+    leaves = [t.clone().requires_grad_() for t in (h, x, W, b, c)]
+    ref = lltm_cell_reference(leaves[1], leaves[2], leaves[3], leaves[0], leaves[4])
+    want = torch.autograd.grad(ref, leaves, (grad_h, grad_cell))
+    for g, w in zip(grads, want):  # d_old_h, d_input, d_weights, d_bias, d_old_cell
+        torch.testing.assert_close(g, w)
+
+
+def bad(device, **overrides):
+    x, W, b, h, c = make_inputs(4, 3, 5, device, requires_grad=False)
+    args = dict(input=x, weights=W, bias=b, old_h=h, old_cell=c)
+    args.update(overrides)
+    return args
+
+
+@pytest.mark.parametrize(
+    "make, exc, pattern",
+    [
+        (lambda d: bad(d, input=torch.randn(4, 3, 1, device=d, dtype=torch.float64)), ValueError, "input must be a 2-D tensor"),
+        (lambda d: bad(d, bias=torch.randn(1, 15, device=d, dtype=torch.float64)), ValueError, "bias must be a 1-D tensor"),
+        (lambda d: bad(d, old_h=torch.randn(3, 5, device=d, dtype=torch.float64)), ValueError, r"old_h.shape\[0\] must be 4"),
+        (lambda d: bad(d, old_cell=torch.randn(4, 6, device=d, dtype=torch.float64)), ValueError, r"old_cell.shape\[1\] must be 5"),
+        (lambda d: bad(d, weights=torch.randn(15, 9, device=d, dtype=torch.float64)), ValueError, r"weights.shape\[1\] must be 8"),
+        (lambda d: bad(d, weights=torch.randn(12, 8, device=d, dtype=torch.float64)), ValueError, r"weights.shape\[0\] must be 15"),
+        (lambda d: bad(d, bias=torch.randn(14, device=d, dtype=torch.float64)), ValueError, r"bias.shape\[0\] must be 15"),
+        (lambda d: bad(d, bias=torch.randn(15, device=d, dtype=torch.float32)), TypeError, "bias has dtype Float but input has dtype Double"),
+        (lambda d: {k: v.long() for k, v in bad(d).items()}, TypeError, "input must be a floating-point tensor"),
+    ],
+)
+def test_bad_inputs(device, make, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        lltm.lltm_cell(**make(device))
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
+def test_mixed_devices_raise():
+    args = bad("cuda", old_cell=torch.randn(4, 5, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="old_cell is on cpu but input is on cuda"):
+        lltm.lltm_cell(**args)
+    args = bad("cpu", weights=torch.randn(15, 8, device="cuda", dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="weights is on cuda:0 but input is on cpu"):
+        lltm.lltm_cell(**args)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_second_gpu():
+    inputs = make_inputs(5, 4, 6, "cuda:1")
+    grads = torch.randn(2, 5, 6, device="cuda:1", dtype=torch.float64)
+    got = outputs_and_grads(lltm.lltm_cell, inputs, grads[0], grads[1])
+    want = outputs_and_grads(lltm_cell_reference, inputs, grads[0], grads[1])
+    for g, w in zip(got, want):
+        assert g.device == torch.device("cuda:1")
+        torch.testing.assert_close(g, w)

@@ -1,4 +1,4 @@
-"""torch.ops.lltm: fake-tensor and autograd registration, the functional cell and the module."""
+"""torch.ops.lltm: fake-tensor registration, the functional cell and the module."""
 
 import math
 
@@ -13,7 +13,6 @@ except ImportError as e:  # pragma: no cover - only without a build
     ) from e
 
 _forward = torch.ops.lltm.lltm_forward.default
-_backward = torch.ops.lltm.lltm_backward.default
 
 
 @torch.library.register_fake("lltm::lltm_forward")
@@ -29,43 +28,13 @@ def _forward_fake(input, weights, bias, old_h, old_cell):
 
 @torch.library.register_fake("lltm::lltm_backward")
 def _backward_fake(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask):
-    batch, state = new_cell.shape
-    shapes = [(batch, state), (batch, X.shape[1] - state), tuple(weights.shape), (3 * state,)]
+    shapes = [tuple(X.shape), tuple(weights.shape), (weights.shape[0],)]
     grads = [new_cell.new_empty(s if need else (0,)) for s, need in zip(shapes, output_mask)]
-    return (*grads, new_cell.new_empty(batch, state))
+    return (*grads, new_cell.new_empty(new_cell.shape))
 
 
-def _setup_context(ctx, inputs, output):
-    weights = inputs[1]
-    _, new_cell, X, gate_weights = output
-    ctx.save_for_backward(new_cell, gate_weights, X, weights)
-    # X and gate_weights are saved for the backward, not results to differentiate; with
-    # materialisation off, an unused output's gradient arrives as None, not a zero tensor.
-    ctx.mark_non_differentiable(X, gate_weights)
-    ctx.set_materialize_grads(False)
-
-
-def _backward_fn(ctx, grad_h, grad_cell, _grad_X, _grad_gates):
-    new_cell, gate_weights, X, weights = ctx.saved_tensors
-    if grad_h is None:
-        grad_h = torch.zeros_like(new_cell)
-    if grad_cell is None:
-        grad_cell = torch.zeros_like(new_cell)
-    need_input, need_weights, need_bias, need_old_h, need_old_cell = ctx.needs_input_grad
-    d_old_h, d_input, d_weights, d_bias, d_old_cell = _backward(
-        grad_h, grad_cell, new_cell, gate_weights, X, weights,
-        [need_old_h, need_input, need_weights, need_bias],
-    )
-    return (
-        d_input if need_input else None,
-        d_weights if need_weights else None,
-        d_bias if need_bias else None,
-        d_old_h if need_old_h else None,
-        d_old_cell if need_old_cell else None,
-    )
-
-
-torch.library.register_autograd("lltm::lltm_forward", _backward_fn, setup_context=_setup_context)
+# The autograd formula is registered in C++ (csrc/lltm/lltm.cpp, CellFunction) so that the
+# backward of a training step runs without Python.
 
 
 def lltm_cell(input, weights, bias, old_h, old_cell):

@@ -6,18 +6,29 @@
 #include <ATen/ATen.h>
 
 #include <initializer_list>
+#include <string>
 
 namespace fused_ops {
 
+// "[4, 3, 1]": shapes are formatted here rather than by streaming IntArrayRef into the
+// message, which crashed while throwing on torch 2.11 built with another compiler.
+inline std::string shape_str(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    s += (d ? ", " : "") + std::to_string(t.size(d));
+  }
+  return s + "]";
+}
+
 inline void check_rank(const at::Tensor& t, const char* name, int64_t rank) {
   TORCH_CHECK_VALUE(t.dim() == rank, name, " must be a ", rank, "-D tensor, got a ", t.dim(),
-                    "-D tensor of shape ", t.sizes());
+                    "-D tensor of shape ", shape_str(t));
 }
 
 inline void check_size(const at::Tensor& t, const char* name, int64_t dim, int64_t expected,
                        const char* what) {
   TORCH_CHECK_VALUE(t.size(dim) == expected, name, ".shape[", dim, "] must be ", expected, " (",
-                    what, "), got shape ", t.sizes());
+                    what, "), got shape ", shape_str(t));
 }
 
 inline void check_floating(const at::Tensor& t, const char* name) {

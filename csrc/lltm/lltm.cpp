@@ -3,9 +3,11 @@
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "lltm/lltm_cpu_avx2.h"
 #include "common/module.h"
 
 FUSED_OPS_PYTHON_MODULE()
@@ -23,6 +25,31 @@ int64_t grain_rows(int64_t state_size) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, state_size));
 }
 
+// Rows [b0, b1) through the AVX2 kernels when they apply (float32 on an AVX2 CPU); false
+// means the caller runs its scalar loop.
+template <typename T>
+bool vectorized_forward_rows(const T*, const T*, T*, T*, int64_t, int64_t, int64_t) {
+  return false;
+}
+bool vectorized_forward_rows(const float* gates, const float* old_cell, float* new_h,
+                             float* new_cell, int64_t b0, int64_t b1, int64_t S) {
+  if (!avx2_supported()) return false;
+  forward_rows_avx2(gates, old_cell, new_h, new_cell, b0, b1, S);
+  return true;
+}
+template <typename T>
+bool vectorized_backward_rows(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t,
+                              int64_t) {
+  return false;
+}
+bool vectorized_backward_rows(const float* grad_h, const float* grad_cell, const float* new_cell,
+                              const float* gates, float* d_gates, float* d_old_cell, int64_t b0,
+                              int64_t b1, int64_t S) {
+  if (!avx2_supported()) return false;
+  backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0, b1, S);
+  return true;
+}
+
 void forward_pointwise_cpu(const at::Tensor& gates, const at::Tensor& old_cell, at::Tensor& new_h,
                            at::Tensor& new_cell) {
   const int64_t B = old_cell.size(0), S = old_cell.size(1);
@@ -33,6 +60,7 @@ void forward_pointwise_cpu(const at::Tensor& gates, const at::Tensor& old_cell, 
     scalar_t* h_out = new_h.mutable_data_ptr<scalar_t>();
     scalar_t* c_out = new_cell.mutable_data_ptr<scalar_t>();
     at::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
+      if (vectorized_forward_rows(g, c, h_out, c_out, b0, b1, S)) return;
       for (int64_t b = b0; b < b1; ++b) {
         const scalar_t* z = g + b * 3 * S;
         for (int64_t j = 0; j < S; ++j) {
@@ -59,6 +87,7 @@ void backward_pointwise_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cel
     scalar_t* dg = d_gates.mutable_data_ptr<scalar_t>();
     scalar_t* dc = d_old_cell.mutable_data_ptr<scalar_t>();
     at::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
+      if (vectorized_backward_rows(gh, gc, nc, g, dg, dc, b0, b1, S)) return;
       for (int64_t b = b0; b < b1; ++b) {
         const scalar_t* z = g + b * 3 * S;
         scalar_t* dz = dg + b * 3 * S;
@@ -83,10 +112,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(
   return forward(input, weights, bias, old_h, old_cell, forward_pointwise_cpu);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cpu(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 4> output_mask) {
+    std::array<bool, 3> output_mask) {
   return backward(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
                   backward_pointwise_cpu);
 }
@@ -125,10 +154,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
   return {new_h, new_cell, X, gate_weights};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 4> output_mask, BackwardPointwise pointwise) {
+    std::array<bool, 3> output_mask, BackwardPointwise pointwise) {
   check_rank(new_cell, "new_cell", 2);
   check_rank(grad_h, "grad_h", 2);
   check_rank(grad_cell, "grad_cell", 2);
@@ -151,7 +180,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   check_size(gate_weights, "gate_weights", 1, 3 * S, "3 * state_size");
   check_size(X, "X", 0, B, "batch size, from new_cell");
   TORCH_CHECK_VALUE(X.size(1) >= S, "X.shape[1] must be state_size + input_features >= ", S,
-                    ", got shape ", X.sizes());
+                    ", got shape ", fused_ops::shape_str(X));
   const int64_t F = X.size(1) - S;
   check_size(weights, "weights", 0, 3 * S, "3 * state_size");
   check_size(weights, "weights", 1, S + F, "X.shape[1]");
@@ -163,12 +192,66 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
               gate_weights.contiguous(), d_gates, d_old_cell);
   }
   auto skipped = [&] { return at::empty({0}, new_cell.options()); };
-  at::Tensor d_old_h = output_mask[0] ? at::mm(d_gates, weights.narrow(1, 0, S)) : skipped();
-  at::Tensor d_input = output_mask[1] ? at::mm(d_gates, weights.narrow(1, S, F)) : skipped();
-  at::Tensor d_weights = output_mask[2] ? at::mm(d_gates.t(), X) : skipped();
-  at::Tensor d_bias = output_mask[3] ? d_gates.sum(0) : skipped();
-  return {d_old_h, d_input, d_weights, d_bias, d_old_cell};
+  at::Tensor d_X = output_mask[0] ? at::mm(d_gates, weights) : skipped();
+  at::Tensor d_weights = output_mask[1] ? at::mm(d_gates.t(), X) : skipped();
+  at::Tensor d_bias = output_mask[2] ? d_gates.sum(0) : skipped();
+  return {d_X, d_weights, d_bias, d_old_cell};
 }
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Autograd for lltm_forward, in C++ so that a training step runs no Python in the
+// backward (on a GPU at small sizes the step is bound by host overhead). Both halves go
+// through the dispatcher, so torch.compile traces them as the two ops.
+class CellFunction : public torch::autograd::Function<CellFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
+                               const at::Tensor& weights, const at::Tensor& bias,
+                               const at::Tensor& old_h, const at::Tensor& old_cell) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("lltm::lltm_forward", "")
+                               .typed<decltype(forward_cpu)>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [new_h, new_cell, X, gates] = op.call(input, weights, bias, old_h, old_cell);
+    ctx->save_for_backward({new_cell, gates, X, weights});
+    // X and gate_weights are outputs only so that they can be saved; their gradients
+    // are never needed, and with materialisation off an unused one arrives undefined.
+    ctx->mark_non_differentiable({X, gates});
+    ctx->set_materialize_grads(false);
+    return {new_h, new_cell, X, gates};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("lltm::lltm_backward", "")
+                               .typed<decltype(backward_cpu)>();
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &new_cell = saved[0], &gates = saved[1], &X = saved[2], &weights = saved[3];
+    const at::Tensor grad_h = grads[0].defined() ? grads[0] : at::zeros_like(new_cell);
+    const at::Tensor grad_cell = grads[1].defined() ? grads[1] : at::zeros_like(new_cell);
+    // Inputs: 0 input, 1 weights, 2 bias, 3 old_h, 4 old_cell.
+    const bool need_X = ctx->needs_input_grad(0) || ctx->needs_input_grad(3);
+    auto [d_X, d_weights, d_bias, d_old_cell] =
+        op.call(grad_h, grad_cell, new_cell, gates, X, weights,
+                {need_X, ctx->needs_input_grad(1), ctx->needs_input_grad(2)});
+    const int64_t S = new_cell.size(1);
+    auto if_needed = [&](int i, at::Tensor t) { return ctx->needs_input_grad(i) ? t : at::Tensor(); };
+    return {if_needed(0, d_X.narrow(1, S, X.size(1) - S)), if_needed(1, d_weights),
+            if_needed(2, d_bias), if_needed(3, d_X.narrow(1, 0, S)), if_needed(4, d_old_cell)};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_autograd(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell) {
+  auto outs = CellFunction::apply(input, weights, bias, old_h, old_cell);
+  return {outs[0], outs[1], outs[2], outs[3]};
+}
+
+}  // namespace
 
 TORCH_LIBRARY(lltm, m) {
   m.def(
@@ -176,9 +259,11 @@ TORCH_LIBRARY(lltm, m) {
       "-> (Tensor new_h, Tensor new_cell, Tensor X, Tensor gate_weights)");
   m.def(
       "lltm_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor gate_weights, "
-      "Tensor X, Tensor weights, bool[4] output_mask) "
-      "-> (Tensor d_old_h, Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_cell)");
+      "Tensor X, Tensor weights, bool[3] output_mask) "
+      "-> (Tensor d_X, Tensor d_weights, Tensor d_bias, Tensor d_old_cell)");
 }
+
+TORCH_LIBRARY_IMPL(lltm, Autograd, m) { m.impl("lltm_forward", &forward_autograd); }
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {
   m.impl("lltm_forward", &forward_cpu);

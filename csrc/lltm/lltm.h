@@ -68,11 +68,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell, ForwardPointwise pointwise);
 
-// lltm::lltm_backward -> (d_old_h, d_input, d_weights, d_bias, d_old_cell); an entry whose
-// output_mask flag (old_h, input, weights, bias) is false comes back as an empty tensor.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
+// lltm::lltm_backward -> (d_X, d_weights, d_bias, d_old_cell), d_X = [d_old_h, d_input];
+// an entry whose output_mask flag (X, weights, bias) is false comes back empty.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 4> output_mask, BackwardPointwise pointwise);
+    std::array<bool, 3> output_mask, BackwardPointwise pointwise);
 
 }  // namespace lltm

@@ -131,10 +131,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
   return forward(input, weights, bias, old_h, old_cell, forward_pointwise_cuda);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 4> output_mask) {
+    std::array<bool, 3> output_mask) {
   return backward(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
                   backward_pointwise_cuda);
 }

@@ -37,6 +37,10 @@ fi
 
 echo "setup: $("$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'), CUDA_HOME=${CUDA_HOME:-none}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-auto}"
 start=$(date +%s)
-"$PY" setup.py -q build_ext --inplace 2>&1 | grep -vE "^(copying|running|creating)|Warning: .*deprecated|SetuptoolsDeprecationWarning" || true
-[ -f lltm/_C.abi3.so ] || { echo "setup: build failed" >&2; exit 1; }
-echo "setup: build took $(( $(date +%s) - start )) s"
+mkdir -p build
+if ! "$PY" setup.py -q build_ext --inplace >build/build.log 2>&1; then
+  tail -n 60 build/build.log >&2
+  echo "setup: build failed (full log: build/build.log)" >&2
+  exit 1
+fi
+echo "setup: build took $(( $(date +%s) - start )) s (log: build/build.log)"

@@ -1,6 +1,13 @@
 // Input checks shared by every operator family. Each failure is a Python exception
 // (ValueError for ranks and shapes, TypeError for dtypes, RuntimeError for devices)
 // whose message names the argument and says what was expected and what was given.
+//
+// Rule for every message in this package: pass numbers through num() (or shape_str),
+// never as int64_t/double arguments to TORCH_CHECK. Streaming a number into the
+// message's std::ostringstream segfaulted on the GPU machine (torch 2.11 built with
+// gcc-toolset-13, extension built with its gcc 13.3: the locale's number formatter
+// crashed), while strings, dtypes and devices stream fine; std::to_string does not go
+// through the locale.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,25 +17,26 @@
 
 namespace fused_ops {
 
-// "[4, 3, 1]": shapes are formatted here rather than by streaming IntArrayRef into the
-// message, which crashed while throwing on torch 2.11 built with another compiler.
+inline std::string num(int64_t v) { return std::to_string(v); }
+
+// "[4, 3, 1]"
 inline std::string shape_str(const at::Tensor& t) {
   std::string s = "[";
   for (int64_t d = 0; d < t.dim(); ++d) {
-    s += (d ? ", " : "") + std::to_string(t.size(d));
+    s += (d ? ", " : "") + num(t.size(d));
   }
   return s + "]";
 }
 
 inline void check_rank(const at::Tensor& t, const char* name, int64_t rank) {
-  TORCH_CHECK_VALUE(t.dim() == rank, name, " must be a ", rank, "-D tensor, got a ", t.dim(),
-                    "-D tensor of shape ", shape_str(t));
+  TORCH_CHECK_VALUE(t.dim() == rank, name, " must be a ", num(rank), "-D tensor, got a ",
+                    num(t.dim()), "-D tensor of shape ", shape_str(t));
 }
 
 inline void check_size(const at::Tensor& t, const char* name, int64_t dim, int64_t expected,
                        const char* what) {
-  TORCH_CHECK_VALUE(t.size(dim) == expected, name, ".shape[", dim, "] must be ", expected, " (",
-                    what, "), got shape ", shape_str(t));
+  TORCH_CHECK_VALUE(t.size(dim) == expected, name, ".shape[", num(dim), "] must be ",
+                    num(expected), " (", what, "), got shape ", shape_str(t));
 }
 
 inline void check_floating(const at::Tensor& t, const char* name) {

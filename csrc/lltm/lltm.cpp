@@ -179,7 +179,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   check_size(gate_weights, "gate_weights", 0, B, "batch size, from new_cell");
   check_size(gate_weights, "gate_weights", 1, 3 * S, "3 * state_size");
   check_size(X, "X", 0, B, "batch size, from new_cell");
-  TORCH_CHECK_VALUE(X.size(1) >= S, "X.shape[1] must be state_size + input_features >= ", S,
+  TORCH_CHECK_VALUE(X.size(1) >= S, "X.shape[1] must be state_size + input_features >= ",
+                    fused_ops::num(S),
                     ", got shape ", fused_ops::shape_str(X));
   const int64_t F = X.size(1) - S;
   check_size(weights, "weights", 0, 3 * S, "3 * state_size");

@@ -37,7 +37,7 @@ def main():
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+        commit = os.environ.get("FUSED_OPS_COMMIT", "unknown")  # a copy without .git
     stamp = datetime.date.today().isoformat()
     for family in args.family or sorted(FAMILIES):
         for device in devices:

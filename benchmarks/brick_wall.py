@@ -73,8 +73,9 @@ def main():
     rgb = wall[:, :: args.step, :: args.step].permute(1, 2, 0).contiguous().cpu()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     how = write_png(args.out, rgb)
+    size_mb = Path(args.out).stat().st_size / 1e6
     print(f"wrote {args.out}: {rgb.shape[1]} x {rgb.shape[0]} RGB (tile 48x32, pad {PAD}, "
-          f"shift {SHIFT}, step {args.step}), {Path(args.out).stat().st_size / 1e6:.2f} MB, via {how}")
+          f"shift {SHIFT}, step {args.step}), {size_mb:.2f} MB, via {how}")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ def _tile_pad_backward_grad(ctx, grad):  # the backward is linear: its own adjoi
     return _tile_pad(grad, ctx.pad, ctx.shift), None, None
 
 
-torch.library.register_autograd("padding_ops::tile_pad", _tile_pad_grad, setup_context=_setup_context)
+torch.library.register_autograd(
+    "padding_ops::tile_pad", _tile_pad_grad, setup_context=_setup_context
+)
 torch.library.register_autograd(
     "padding_ops::tile_pad_backward", _tile_pad_backward_grad, setup_context=_setup_context
 )
@@ -66,9 +68,13 @@ def _as_pad(pad):
     try:
         pad = tuple(pad)
     except TypeError:
-        raise TypeError(f"pad must be a sequence of 4 ints (left, right, top, bottom), got {pad!r}")
+        raise TypeError(
+            f"pad must be a sequence of 4 ints (left, right, top, bottom), got {pad!r}"
+        ) from None
     if len(pad) != 4:
-        raise ValueError(f"pad must have 4 entries (left, right, top, bottom), got {len(pad)}: {pad}")
+        raise ValueError(
+            f"pad must have 4 entries (left, right, top, bottom), got {len(pad)}: {pad}"
+        )
     try:
         return [operator.index(p) for p in pad]
     except TypeError:

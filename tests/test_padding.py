@@ -120,7 +120,8 @@ def test_backward_matches_reference(device, shape, pad, shift):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("shape,pad,shift", [((3, 4), (2, 5, 7, 1), 3), ((2, 1, 3, 2), (4, 0, 1, 6), -1)])
+@pytest.mark.parametrize("shape,pad,shift",
+                         [((3, 4), (2, 5, 7, 1), 3), ((2, 1, 3, 2), (4, 0, 1, 6), -1)])
 def test_gradcheck(device, shape, pad, shift):
     x = make(shape, torch.float64, device).requires_grad_()
     fn = lambda t: padding_ops.tile_pad(t, pad, shift)  # noqa: E731
@@ -242,7 +243,8 @@ def test_non_contiguous_input_and_grad(device):
 def test_storage_offset_input(device):
     flat = make((1000,), torch.uint8, device)
     x = flat[1:1 + 5 * 13].view(5, 13)  # data pointer not 16-byte aligned
-    assert torch.equal(padding_ops.tile_pad(x, (6, 5, 4, 3), 2), tile_pad_reference(x, (6, 5, 4, 3), 2))
+    assert torch.equal(padding_ops.tile_pad(x, (6, 5, 4, 3), 2),
+                       tile_pad_reference(x, (6, 5, 4, 3), 2))
     xf = make((200,), torch.float32, device)[3:3 + 7 * 9].view(7, 9)
     assert torch.equal(padding_ops.tile_pad(xf, (6, 5, 4, 3), -2),
                        tile_pad_reference(xf, (6, 5, 4, 3), -2))

@@ -60,6 +60,15 @@ __device__ __forceinline__ I imax(I a, I b) {
   return a > b ? a : b;
 }
 
+// One 16-byte store. Written in PTX because the compiler splits a plain store of a pack
+// whose elements come from separate loads into one store per element when the index
+// type is 32-bit.
+__device__ __forceinline__ void store16(void* dst, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // Block (tx, ty): ty output rows at a time, tx threads along each row. T is an unsigned
 // type (or Bytes16) of the element's size; V elements make one 16-byte pack.
 // pack_step = (tx * V) % W: how far a thread's source column moves between its packs.
@@ -67,7 +76,7 @@ template <typename T, typename I>
 __global__ void forward_kernel(const T* __restrict__ x, T* __restrict__ y, Dims<I> d,
                                int64_t rows, I pack_step) {
   constexpr int V = fused_ops::pack16<T>;
-  using P = fused_ops::Pack<T, V>;
+  static_assert(V * sizeof(T) == sizeof(uint4), "a pack is 16 bytes");
   const I tx = threadIdx.x, bx = blockDim.x;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -88,14 +97,16 @@ __global__ void forward_kernel(const T* __restrict__ x, T* __restrict__ y, Dims<
     if (tx < packs) {
       I j0 = (head + tx * V + base) % d.W;  // source column of the thread's next pack
       for (I p = tx; p < packs; p += bx) {
-        P pack;
+        T elems[V];
         I j = j0;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          pack.v[k] = xr[j];
+          elems[k] = xr[j];
           j = j + 1 == d.W ? 0 : j + 1;
         }
-        *reinterpret_cast<P*>(yr + head + p * V) = pack;
+        uint4 pack;
+        memcpy(&pack, elems, sizeof(pack));  // registers only, no aliasing
+        store16(yr + head + p * V, pack);
         j0 += pack_step;
         j0 = j0 >= d.W ? j0 - d.W : j0;
       }

@@ -96,11 +96,14 @@ def variants(shape, pad, shift, device):
 
 
 def run(device, quick=False):
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     # The backward is timed by re-running it on a kept graph (retain_graph=True), which
     # compiled backwards allow only without donated buffers.
-    torch._functorch.config.donated_buffer = False
-    cases = QUICK_CASES if quick else CASES[device]
+    with torch._dynamo.config.patch(cache_size_limit=64), \
+            torch._functorch.config.patch(donated_buffer=False):
+        return run_cases(QUICK_CASES if quick else CASES[device], device, quick)
+
+
+def run_cases(cases, device, quick):
     reps = 10 if quick else 50
     rows, notes = [], []
     cuda = device == "cuda"

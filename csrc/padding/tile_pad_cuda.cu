@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "common/cuda_utils.cuh"
 #include "padding/tile_pad.h"

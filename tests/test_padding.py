@@ -39,9 +39,10 @@ CASES = [
 def make(shape, dtype, device):
     if dtype == torch.bool:
         return torch.rand(shape, device=device) > 0.5
-    if dtype.is_complex or dtype.is_floating_point:
-        return torch.randn(shape, device=device).to(dtype) if not dtype.is_complex else \
-            torch.randn(shape, device=device, dtype=dtype)
+    if dtype.is_complex:
+        return torch.randn(shape, device=device, dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, device=device).to(dtype)
     low = 0 if dtype == torch.uint8 else -100
     return torch.randint(low, 100, shape, device=device, dtype=dtype)
 

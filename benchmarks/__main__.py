@@ -10,10 +10,10 @@ import subprocess
 
 import torch
 
-from benchmarks import bench_lltm
+from benchmarks import bench_lltm, bench_padding
 from benchmarks.timing import environment
 
-FAMILIES = {"lltm": bench_lltm}
+FAMILIES = {"lltm": bench_lltm, "padding": bench_padding}
 
 
 def markdown(header, rows):

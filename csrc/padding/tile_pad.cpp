@@ -46,7 +46,7 @@ std::string pad_str(at::IntArrayRef pad) {
 
 void check_pad(at::IntArrayRef pad) {
   TORCH_CHECK_VALUE(pad.size() == 4, "pad must have 4 entries (left, right, top, bottom), got ",
-                    pad.size(), ": ", pad_str(pad));
+                    fused_ops::num(static_cast<int64_t>(pad.size())), ": ", pad_str(pad));
   for (int64_t p : pad) {
     TORCH_CHECK_VALUE(p >= 0, "pad entries must be >= 0, got ", pad_str(pad));
   }
@@ -176,8 +176,8 @@ at::Tensor backward_cpu(const at::Tensor& grad_output, at::IntArrayRef pad, int6
 }  // namespace
 
 at::Tensor forward(const at::Tensor& x, at::IntArrayRef pad, int64_t shift, ForwardKernel kernel) {
-  TORCH_CHECK_VALUE(x.dim() >= 2, "x must have at least 2 dims (..., H, W), got a ", x.dim(),
-                    "-D tensor of shape ", shape_str(x));
+  TORCH_CHECK_VALUE(x.dim() >= 2, "x must have at least 2 dims (..., H, W), got a ",
+                    fused_ops::num(x.dim()), "-D tensor of shape ", shape_str(x));
   TORCH_CHECK(x.layout() == at::kStrided, "x must be a dense (strided) tensor, got layout ",
               x.layout());
   check_pad(pad);
@@ -202,7 +202,7 @@ at::Tensor backward(const at::Tensor& grad_output, at::IntArrayRef pad, int64_t 
                     BackwardKernel kernel) {
   const at::Tensor& gy = grad_output;
   TORCH_CHECK_VALUE(gy.dim() >= 2, "grad_output must have at least 2 dims (..., Ho, Wo), got a ",
-                    gy.dim(), "-D tensor of shape ", shape_str(gy));
+                    fused_ops::num(gy.dim()), "-D tensor of shape ", shape_str(gy));
   TORCH_CHECK(gy.layout() == at::kStrided,
               "grad_output must be a dense (strided) tensor, got layout ", gy.layout());
   fused_ops::check_floating(gy, "grad_output");

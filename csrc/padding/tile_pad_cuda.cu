@@ -227,7 +227,7 @@ void forward_cuda_kernel(const at::Tensor& x, at::Tensor& y, const Geometry& g) 
     case 16: return forward_sized<Bytes16>(x, y, g);
     default:
       TORCH_CHECK_TYPE(false, "tile_pad on CUDA supports elements of 1, 2, 4, 8 or 16 bytes, got ",
-                       x.scalar_type(), " (", x.element_size(), " bytes)");
+                       x.scalar_type());
   }
 }
 

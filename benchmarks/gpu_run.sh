@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build against its torch, run the whole test suite, then the
-# benchmark of the chosen families (default: all), writing the tables to
-# benchmarks/results/ and logs to $LOGS (default build/gpu_logs). Used on the lent H100:
+# benchmark of the chosen families (default: all), writing the tables to $RESULTS
+# (default benchmarks/results) and logs to $LOGS (default build/gpu_logs). On the lent H100:
 #   FUSED_OPS_COMMIT=<sha> benchmarks/gpu_run.sh [--family NAME ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +12,4 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit -
   | tee "$LOGS/gpu.txt"
 tests/run.sh -rs 2>&1 | tee "$LOGS/pytest.log" | tail -n 25
 cp build/build.log "$LOGS/" 2>/dev/null
-python3 -m benchmarks --device cuda --out benchmarks/results "$@" 2>&1 | tee "$LOGS/bench.log"
+python3 -m benchmarks --device cuda --out "${RESULTS:-benchmarks/results}" "$@" 2>&1 | tee "$LOGS/bench.log"

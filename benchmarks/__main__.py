@@ -10,10 +10,10 @@ import subprocess
 
 import torch
 
-from benchmarks import bench_lltm
+from benchmarks import bench_lltm, bench_rwkv
 from benchmarks.timing import environment
 
-FAMILIES = {"lltm": bench_lltm}
+FAMILIES = {"lltm": bench_lltm, "rwkv": bench_rwkv}
 
 
 def markdown(header, rows):

@@ -1,6 +1,11 @@
+import os
+import shutil
+import subprocess
+
 import pytest
 import torch
 from conftest import DEVICES, rel_err
+from torch.utils.cpp_extension import include_paths
 
 import rwkv_ops
 from rwkv_ops.reference import timex_conv1d, timex_formula
@@ -294,3 +299,196 @@ def test_second_gpu():
     for g, x in zip(got, want):
         assert g.device == torch.device("cuda:1")
         torch.testing.assert_close(g, x)
+
+
+# ---- The CUDA kernels' index arithmetic, checked without a GPU --------------------------
+
+CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
+
+EMULATOR = r"""
+// Runs the CUDA kernels of csrc/rwkv/timex_kernels.cuh on the CPU: one std::thread per CUDA
+// thread, std::barrier for __syncthreads, shared memory filled with garbage, copies
+// synchronous. Checks outputs, both gradients and untouched guard elements against a
+// float64 reference for the configurations that timex_cuda.cu picks by batch size.
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+thread_local Dim3 threadIdx, blockIdx;
+Dim3 blockDim, gridDim;
+thread_local unsigned char* emu_smem;
+std::barrier<>* emu_barrier;
+
+#define TIMEX_EMULATE
+#define TIMEX_DEVICE inline
+#define TIMEX_KERNEL(threads, min_blocks) void
+#define TIMEX_SHARED_BYTES(name) unsigned char* name = emu_smem
+#define TIMEX_SYNC() emu_barrier->arrive_and_wait()
+#include "rwkv/timex_kernels.cuh"
+
+using namespace rwkv::kernels;
+
+void launch(int grid, int threads, int smem_bytes, const std::function<void()>& body) {
+  std::vector<double> store(smem_bytes / 8 + 2);
+  auto* base = reinterpret_cast<unsigned char*>(store.data());
+  blockDim.x = threads;
+  gridDim.x = grid;
+  for (int b = 0; b < grid; ++b) {
+    std::memset(base, 0x7f, smem_bytes);  // huge values: a read of unstaged memory shows
+    std::barrier<> bar(threads);
+    emu_barrier = &bar;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t, b] {
+        threadIdx.x = t;
+        blockIdx.x = b;
+        emu_smem = base;
+        body();
+      });
+    }
+    for (auto& t : pool) t.join();
+  }
+}
+
+template <typename S>
+double as_double(S v) {
+  if constexpr (std::is_same_v<S, double>) return v;
+  else return static_cast<double>(static_cast<float>(v));
+}
+
+double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+std::mt19937 rng(1234);
+int failures = 0;
+
+// B, C, T; eps; offset = elements by which k, g, out, grad_k are shifted (misalignment).
+template <typename S>
+void check(int B, int C, int T, double eps, int offset, double tol) {
+  using acc_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
+  std::normal_distribution<double> normal;
+  const size_t n = size_t(B) * C * T;
+  std::vector<S> w(size_t(C) * T), k(n + offset + 4), g(n + offset + 4);
+  for (auto& x : w) x = static_cast<S>(normal(rng) / std::sqrt(double(T)));
+  for (auto& x : k) x = static_cast<S>(normal(rng));
+  for (auto& x : g) x = static_cast<S>(normal(rng));
+  const S* kp = k.data() + offset;
+  const S* gp = g.data() + offset;
+  std::vector<double> out_ref(n), gk_ref(n), gw_ref(size_t(C) * T, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int c = 0; c < C; ++c) {
+      const size_t r = (size_t(b) * C + c) * T;
+      auto W = [&](int d) { return as_double(w[size_t(c) * T + T - 1 - d]); };
+      for (int t = 0; t < T; ++t) {
+        double s = eps, s2 = 0;
+        for (int u = 0; u <= t; ++u) s += W(t - u) * as_double(kp[r + u]);
+        for (int v = t; v < T; ++v) s2 += W(v - t) * as_double(gp[r + v]);
+        out_ref[r + t] = s;
+        gk_ref[r + t] = s2;
+      }
+      for (int s = 0; s < T; ++s) {
+        double acc = 0;
+        for (int t = s; t < T; ++t) acc += as_double(gp[r + t]) * as_double(kp[r + t - s]);
+        gw_ref[size_t(c) * T + T - 1 - s] += acc;
+      }
+    }
+  }
+  const S guard = static_cast<S>(777.0);
+  std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard);
+  const int Tp = (T + 3) / 4 * 4;
+  std::vector<acc_t> wf(size_t(C) * Tp);
+  launch(3, 64, 0, [&] { flip_pad_kernel<S, acc_t>(w.data(), wf.data(), C, T, Tp); });
+  const bool vec = std::is_same_v<S, acc_t> && T % 4 == 0 && offset % 4 == 0;
+  Tiles<acc_t>::toeplitz(B, [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    const int blocks = cdiv(C, Cfg::NC) * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
+    launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+      toeplitz_kernel<S, Cfg, true>(wf.data(), kp, out.data() + offset, B, C, T, Tp, acc_t(eps),
+                                    vec, vec);
+    });
+    launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+      toeplitz_kernel<S, Cfg, false>(wf.data(), gp, gk.data() + offset, B, C, T, Tp, acc_t(0),
+                                     vec, vec);
+    });
+  });
+  Tiles<acc_t>::wgrad(B, [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    launch(cdiv(C, Cfg::NCH) * cdiv(T, Cfg::ST), Cfg::THREADS, Cfg::SMEM_BYTES,
+           [&] { wgrad_kernel<S, Cfg>(gp, kp, gw.data(), B, C, T, vec); });
+  });
+  std::vector<double> o(n), dk(n), dw(gw.size());
+  bool guards = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool inside = i >= size_t(offset) && i < offset + n;
+    if (inside) {
+      o[i - offset] = as_double(out[i]);
+      dk[i - offset] = as_double(gk[i]);
+    } else {
+      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
+                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
+    }
+  }
+  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
+  const double e1 = rel_err(o, out_ref), e2 = rel_err(dk, gk_ref), e3 = rel_err(dw, gw_ref);
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards;
+  failures += !ok;
+  std::printf("%s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: out %.1e grad_k %.1e grad_w %.1e%s\n",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, offset, int(vec), e1, e2, e3,
+              guards ? "" : " (wrote outside the output)");
+}
+
+int main() {
+  // Every float configuration (B <= 4, 8, 16, more; grad_w rows 1, 2, 4, 8, 16), partial
+  // tiles in B, C and T, T % 4 == 0 or not, aligned or not.
+  check<float>(1, 3, 1, 0.5, 0, 2e-6);
+  check<float>(2, 9, 37, 0.5, 0, 2e-6);
+  check<float>(3, 17, 260, 0.0, 0, 2e-6);
+  check<float>(4, 9, 132, 0.0, 1, 2e-6);
+  check<float>(7, 10, 300, 0.25, 0, 2e-6);
+  check<float>(8, 3, 129, 0.25, 2, 2e-6);
+  check<float>(13, 5, 260, -1.0, 0, 2e-6);
+  check<float>(33, 3, 257, 0.1, 0, 2e-6);
+  check<float>(40, 2, 384, 0.1, 0, 2e-6);
+  check<double>(5, 9, 70, 0.3, 0, 1e-12);
+  check<double>(6, 3, 132, 0.3, 0, 1e-12);
+  check<c10::Half>(6, 9, 100, 0.3, 0, 2e-3);
+  check<c10::BFloat16>(20, 3, 68, 0.3, 0, 1e-2);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
+def test_cuda_kernels_emulated_on_cpu(tmp_path):
+    """Compiles csrc/rwkv/timex_kernels.cuh as host C++ (a thread per CUDA thread, a barrier
+    per __syncthreads, synchronous copies) and runs the configurations timex_cuda.cu picks,
+    so that tiling, staging and register-window index errors fail here, GPU or not."""
+    source = tmp_path / "emulate.cpp"
+    source.write_text(EMULATOR)
+    binary = tmp_path / "emulate"
+    flags = [f"-I{p}" for p in include_paths()] + [f"-I{CSRC}"]
+    build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", *flags, str(source), "-o",
+                            str(binary)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout

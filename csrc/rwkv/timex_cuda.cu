@@ -1,5 +1,5 @@
-// RWKV TimeX: CUDA launchers (tile configuration per batch size and dtype) and the CUDA
-// registration. The kernels and their tiling are described in timex_kernels.cuh.
+// RWKV TimeX: CUDA launchers and the CUDA registration. The kernels, their tiling and the
+// configurations chosen per batch size and dtype (Tiles) are in timex_kernels.cuh.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
@@ -14,25 +14,6 @@ namespace rwkv {
 namespace {
 
 using kernels::cdiv;
-using kernels::ToeplitzConfig;
-using kernels::WgradConfig;
-
-// Toeplitz tiles (forward and grad_k): 8 outputs x 8 rows per thread, 4 warps, chunks of 32
-// inputs, unrolled 8 inputs at a time; NB * NC = 8, so that a warp spans 32 outputs. The
-// batch size picks how a warp's 8 (row group, channel) lanes are split: for few rows, more
-// channels per block. Up to 4 rows: 16 outputs x 4 rows per thread (a warp spans 64).
-template <typename acc_t, int RB, int NB, int NC>
-using FloatTiles = ToeplitzConfig<acc_t, 8, RB, NB, NC, 4, 32, 2, 4>;
-template <typename acc_t>
-using FloatTilesB4 = ToeplitzConfig<acc_t, 16, 4, 1, 8, 4, 32, 2, 4>;
-// float64: 4 outputs x 4 rows per thread (a double register tile is twice as large).
-using DoubleTiles = ToeplitzConfig<double, 4, 4, 1, 8, 4, 32, 2, 2>;
-
-// grad_w tiles: 32 lags per thread, 2 x 2 warps (128 lags x 128 times per stage), unrolled 16
-// times at a time; NR rows x 16 / NR channels on the 16 partition lanes.
-template <int NR>
-using FloatWgrad = WgradConfig<float, 32, NR, 2, 2, 64, 4, 4>;
-using DoubleWgrad = WgradConfig<double, 16, 4, 2, 2, 32, 4, 2>;
 
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, int bytes) {
@@ -91,19 +72,10 @@ void toeplitz(const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, doubl
 template <typename scalar_t, bool CAUSAL>
 void toeplitz_for_batch(const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps,
                         cudaStream_t stream) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t B = in.size(0);
-  if constexpr (std::is_same_v<acc_t, double>) {
-    toeplitz<scalar_t, DoubleTiles, CAUSAL>(wf, in, out, eps, stream);
-  } else if (B <= 4) {
-    toeplitz<scalar_t, FloatTilesB4<acc_t>, CAUSAL>(wf, in, out, eps, stream);
-  } else if (B <= 8) {
-    toeplitz<scalar_t, FloatTiles<acc_t, 8, 1, 8>, CAUSAL>(wf, in, out, eps, stream);
-  } else if (B <= 16) {
-    toeplitz<scalar_t, FloatTiles<acc_t, 8, 2, 4>, CAUSAL>(wf, in, out, eps, stream);
-  } else {
-    toeplitz<scalar_t, FloatTiles<acc_t, 8, 4, 2>, CAUSAL>(wf, in, out, eps, stream);
-  }
+  using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
+  Tiles::toeplitz(static_cast<int>(in.size(0)), [&](auto cfg) {
+    toeplitz<scalar_t, decltype(cfg), CAUSAL>(wf, in, out, eps, stream);
+  });
 }
 
 template <typename scalar_t, typename Cfg>
@@ -122,21 +94,9 @@ void wgrad(const at::Tensor& g, const at::Tensor& k, at::Tensor& grad_w, cudaStr
 template <typename scalar_t>
 void wgrad_for_batch(const at::Tensor& g, const at::Tensor& k, at::Tensor& grad_w,
                      cudaStream_t stream) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t B = k.size(0);
-  if constexpr (std::is_same_v<acc_t, double>) {
-    wgrad<scalar_t, DoubleWgrad>(g, k, grad_w, stream);
-  } else if (B <= 1) {
-    wgrad<scalar_t, FloatWgrad<1>>(g, k, grad_w, stream);
-  } else if (B <= 2) {
-    wgrad<scalar_t, FloatWgrad<2>>(g, k, grad_w, stream);
-  } else if (B <= 4) {
-    wgrad<scalar_t, FloatWgrad<4>>(g, k, grad_w, stream);
-  } else if (B <= 8) {
-    wgrad<scalar_t, FloatWgrad<8>>(g, k, grad_w, stream);
-  } else {
-    wgrad<scalar_t, FloatWgrad<16>>(g, k, grad_w, stream);
-  }
+  using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
+  Tiles::wgrad(static_cast<int>(k.size(0)),
+               [&](auto cfg) { wgrad<scalar_t, decltype(cfg)>(g, k, grad_w, stream); });
 }
 
 at::Tensor forward_cuda(const at::Tensor& w, const at::Tensor& k, double eps) {

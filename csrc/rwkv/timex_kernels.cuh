@@ -491,13 +491,64 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// The configurations that timex_cuda.cu launches, by accumulation type and batch size B:
+// toeplitz(B, f) / wgrad(B, f) call f with a value of the chosen configuration type.
+//
+// Toeplitz (forward and grad_k): 8 outputs x 8 rows per thread, 4 warps, chunks of 32
+// inputs unrolled 8 at a time; NB * NC = 8, so that a warp spans 32 outputs, and the batch
+// size picks how the 8 (row group, channel) lanes of a quarter warp are split: the fewer
+// the rows, the more channels per block. Up to 4 rows: 16 outputs x 4 rows per thread.
+// grad_w: 32 lags per thread, 2 x 2 warps (128 lags x 128 times per stage), unrolled 16
+// times at a time; NR rows x 16 / NR channels on the 16 partition lanes, NR >= B if B < 16.
+template <typename acc_t>
+struct Tiles {
+  template <typename F>
+  static void toeplitz(int B, F&& f) {
+    if (B <= 4) {
+      f(ToeplitzConfig<acc_t, 16, 4, 1, 8, 4, 32, 2, 4>{});
+    } else if (B <= 8) {
+      f(ToeplitzConfig<acc_t, 8, 8, 1, 8, 4, 32, 2, 4>{});
+    } else if (B <= 16) {
+      f(ToeplitzConfig<acc_t, 8, 8, 2, 4, 4, 32, 2, 4>{});
+    } else {
+      f(ToeplitzConfig<acc_t, 8, 8, 4, 2, 4, 32, 2, 4>{});
+    }
+  }
+  template <typename F>
+  static void wgrad(int B, F&& f) {
+    if (B <= 1) {
+      f(WgradConfig<acc_t, 32, 1, 2, 2, 64, 4, 4>{});
+    } else if (B <= 2) {
+      f(WgradConfig<acc_t, 32, 2, 2, 2, 64, 4, 4>{});
+    } else if (B <= 4) {
+      f(WgradConfig<acc_t, 32, 4, 2, 2, 64, 4, 4>{});
+    } else if (B <= 8) {
+      f(WgradConfig<acc_t, 32, 8, 2, 2, 64, 4, 4>{});
+    } else {
+      f(WgradConfig<acc_t, 32, 16, 2, 2, 64, 4, 4>{});
+    }
+  }
+};
+
+// float64: one configuration each, with half the register tile (a double takes two registers).
+template <>
+struct Tiles<double> {
+  template <typename F>
+  static void toeplitz(int, F&& f) {
+    f(ToeplitzConfig<double, 4, 4, 1, 8, 4, 32, 2, 2>{});
+  }
+  template <typename F>
+  static void wgrad(int, F&& f) {
+    f(WgradConfig<double, 16, 4, 2, 2, 32, 4, 2>{});
+  }
+};
+
 // W[c, d] = w[c, T-1-d] for d < T, 0 for T <= d < Tp, as acc_t: the coefficients of both
 // Toeplitz products in the order the kernels read them.
 template <typename scalar_t, typename acc_t>
-#ifndef TIMEX_EMULATE
-__global__
-#endif
-void flip_pad_kernel(const scalar_t* __restrict__ w, acc_t* __restrict__ wf, int64_t C, int T,
+TIMEX_KERNEL(256, 1)
+flip_pad_kernel(const scalar_t* __restrict__ w, acc_t* __restrict__ wf, int64_t C, int T,
                      int Tp) {
   const int64_t n = C * Tp;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

@@ -281,6 +281,7 @@ def test_cuda_uses_current_stream():
     w, k = make(4, 8, 300, "cuda", dtype=torch.float32, requires_grad=False)
     want = rwkv_ops.timex(w, k)
     stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         k2 = k * 1.0  # produced on the side stream
         got = rwkv_ops.timex(w, k2)

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+// tests/test_rwkv.py defines TIMEX_EMULATE and these four macros itself to compile this
+// header as host C++ and run the kernels on a CPU (a thread per CUDA thread).
 #ifndef TIMEX_EMULATE
 #define TIMEX_DEVICE __device__ __forceinline__
 #define TIMEX_KERNEL(threads, min_blocks) __global__ void __launch_bounds__(threads, min_blocks)

@@ -10,10 +10,10 @@ import subprocess
 
 import torch
 
-from benchmarks import bench_lltm, bench_padding
+from benchmarks import bench_lltm, bench_padding, bench_rwkv
 from benchmarks.timing import environment
 
-FAMILIES = {"lltm": bench_lltm, "padding": bench_padding}
+FAMILIES = {"lltm": bench_lltm, "rwkv": bench_rwkv, "padding": bench_padding}
 
 
 def markdown(header, rows):

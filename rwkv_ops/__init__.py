@@ -1,1 +1,5 @@
-"""Placeholder: this family's operator is not built yet."""
+"""RWKV TimeX: RWKV's causal depthwise convolution over time, with fused CPU and CUDA kernels."""
+
+from rwkv_ops._ops import TimeX, timex
+
+__all__ = ["TimeX", "timex"]

@@ -1,0 +1,565 @@
+// RWKV TimeX: the CUDA kernels (included by timex_cuda.cu, which launches them).
+//
+// Per channel c the op is a lower-triangular Toeplitz matrix times the (T, B) matrix k[:, c, :]:
+//   out[b, t] = eps + sum_{n <= t} W[t - n] * k[b, n],   W[d] = w[c, T-1-d]  (W = w flipped)
+// grad_k is the transposed (anti-causal) product with the same W:
+//   grad_k[b, n] = sum_{t >= n} W[t - n] * g[b, t]
+// so one kernel, toeplitz_kernel<CAUSAL>, computes both. grad_w is a correlation reduced over
+// the batch and is the job of wgrad_kernel:
+//   grad_w[c, T-1-s] = sum_b sum_{t >= s} g[b, t] * k[b, t - s]
+//
+// Both kernels are float-FMA bound. Each thread keeps a register tile of accumulators and
+// walks the reduction index in steps of 4, reading operands as 16-byte vectors from shared
+// memory; along the Toeplitz diagonal it keeps a sliding window of coefficients in registers,
+// so that each step of 4 loads only 4 new coefficients. Tiles are staged in shared memory
+// with cp.async, double-buffered, zero-filled outside the tensors: no shape needs a special
+// case, and the all-zero triangle is skipped a warp's tile at a time. Every output element
+// is written by exactly one thread after a fixed-order sum: results are deterministic.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+// tests/test_rwkv.py defines TIMEX_EMULATE and these four macros itself to compile this
+// header as host C++ and run the kernels on a CPU (a thread per CUDA thread).
+#ifndef TIMEX_EMULATE
+#define TIMEX_DEVICE __device__ __forceinline__
+#define TIMEX_KERNEL(threads, min_blocks) __global__ void __launch_bounds__(threads, min_blocks)
+#define TIMEX_SHARED_BYTES(name) extern __shared__ __align__(16) unsigned char name[]
+#define TIMEX_SYNC() __syncthreads()
+#endif
+
+namespace rwkv {
+namespace kernels {
+
+constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+constexpr int imin(int a, int b) { return a < b ? a : b; }
+// Smallest p >= 0 with (x + p) % 32 == r % 32: pads a shared-memory stride so that it lands
+// on a chosen bank (in 4-byte words).
+constexpr int pad_to(int x, int r) { return (((r - x) % 32) + 32) % 32; }
+// x mod m in [0, m) for negative x too (register-ring slots; constant after unrolling).
+constexpr int wrap(int x, int m) { return ((x % m) + m) % m; }
+
+template <typename T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T v[4];
+};
+
+template <typename T>
+TIMEX_DEVICE Vec4<T> load4(const T* p) {
+  return *reinterpret_cast<const Vec4<T>*>(p);
+}
+
+// Copies BYTES bytes from global to shared memory, or writes zeros there when !valid (src
+// is then not read). Asynchronous on sm_80 and newer (cp.async; copy_wait completes it),
+// an ordinary load and store before.
+template <int BYTES>
+TIMEX_DEVICE void copy_async(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(src), "n"(BYTES),
+               "r"(valid ? BYTES : 0)
+               : "memory");
+#else
+  struct alignas(BYTES) Raw {
+    unsigned char b[BYTES];
+  };
+  *reinterpret_cast<Raw*>(dst) = valid ? *reinterpret_cast<const Raw*>(src) : Raw{};
+#endif
+}
+
+TIMEX_DEVICE void copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+TIMEX_DEVICE void copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Stages a tile of ROWS rows x 4 * GPR elements into shared memory: element x of tile row r
+// is src[n0 + x] as acc_t, with zeros outside [0, T) and in rows that row_of marks invalid.
+// row_of(r, src, dst) sets src to the row's first element (any valid pointer when it returns
+// false) and dst to its first element in shared memory (aligned to 4 elements). Each thread
+// copies GPT consecutive groups of 4 of one row, so one row address serves GPT copies. vec
+// promises 16-byte aligned rows, T % 4 == 0 and n0 % 4 == 0: the 4 elements of a group are
+// then all inside or all outside [0, T), and one vector copy does.
+template <int THREADS, int ROWS, int GPR, typename scalar_t, typename acc_t, typename RowFn>
+TIMEX_DEVICE void stage_tile(int tid, int n0, int T, bool vec, const RowFn& row_of) {
+  constexpr int GPT = ROWS * GPR / THREADS;
+  static_assert(ROWS * GPR % THREADS == 0 && GPT >= 1 && GPR % GPT == 0, "tile split");
+  const int r = tid / (GPR / GPT), x = (tid % (GPR / GPT)) * GPT * 4;
+  const scalar_t* src;
+  acc_t* dst;
+  const bool row_ok = row_of(r, src, dst);
+  dst += x;
+  const int n = n0 + x;
+  if constexpr (std::is_same_v<scalar_t, acc_t>) {
+    if (vec) {
+      const scalar_t* p = row_ok ? src + n : src;
+#pragma unroll
+      for (int g = 0; g < GPT; ++g) {
+        const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
+#pragma unroll
+        for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+          const int e = 4 * g + h * 16 / int(sizeof(acc_t));
+          copy_async<16>(dst + e, ok ? p + e : src, ok);
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4 * GPT; ++e) {
+    const bool ok = row_ok && n + e >= 0 && n + e < T;
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
+    } else {
+      dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Toeplitz products: forward (CAUSAL) and grad_k (anti-causal).
+//
+// A block computes NC channels x TT outputs (times) x BB batch rows; it walks the input
+// index n in chunks of UC, staging per chunk the input rows [NC][BB][UC] and the window of
+// W that the chunk needs, [NC][TT + UC]. A thread holds RT consecutive outputs x RB rows
+// (rows bl, bl + NB, ...). Lanes of a warp: bl (NB values) fastest, then the channel cl (NC),
+// then the time lane tl (NTW = 32 / (NB * NC)); so the 8 lanes of a quarter warp differ in
+// (bl, cl) and read distinct banks, and the time lanes read the same rows (broadcast).
+// A warp spans TW = NTW * RT outputs; it skips the inputs that its outputs do not reach, in
+// steps of 4 * UG inputs (one unrolled loop body, kept small for the instruction cache).
+template <typename acc_t_, int RT_, int RB_, int NB_, int NC_, int NWARP_, int UC_, int UG_,
+          int MINB_>
+struct ToeplitzConfig {
+  using acc_t = acc_t_;
+  static constexpr int RT = RT_, RB = RB_, NB = NB_, NC = NC_, NWARP = NWARP_, UC = UC_;
+  static constexpr int UG = UG_;      // steps of 4 inputs per unrolled loop body
+  static constexpr int MINB = MINB_;  // blocks per SM that __launch_bounds__ asks for
+  static constexpr int THREADS = 32 * NWARP;
+  static constexpr int NTW = 32 / (NB * NC);
+  static constexpr int TW = NTW * RT;
+  static constexpr int TT = NWARP * TW;
+  static constexpr int BB = NB * RB;
+  static constexpr int RING = RT + 4;
+  static constexpr int K_ROW = UC + 4;  // 4 mod 32 words: rows bl, bl+1.. on distinct banks
+  static constexpr int K_CH = BB * K_ROW + pad_to(BB * K_ROW, 4 * NB);
+  static constexpr int W_LEN = TT + UC;
+  static constexpr int W_CH = W_LEN + pad_to(W_LEN, 4 * NB);
+  static constexpr int K_BUF = NC * K_CH;
+  static constexpr int W_BUF = NC * W_CH;
+  static constexpr int SMEM_BYTES = 2 * (K_BUF + W_BUF) * int(sizeof(acc_t));
+  static_assert(32 % (NB * NC) == 0, "NB * NC must divide 32");
+  static_assert(RT % 4 == 0 && UC % (4 * UG) == 0 && TT % UC == 0, "tile sizes");
+};
+
+// wf: W with rows padded to Tp (a multiple of 4) with zeros, W[c, d] = w[c, T-1-d], as acc_t.
+// in, out: (B, C, T) contiguous. CAUSAL: out = eps + causal product of in (the forward);
+// otherwise out = anti-causal product of in (grad_k from grad_out; eps is then 0).
+// vec_in / vec_out: 16-byte vector access to in / out is allowed (aligned, T % 4 == 0).
+// Grid: one block per (channel group, batch group, time tile), the heaviest tiles first.
+template <typename scalar_t, typename Cfg, bool CAUSAL>
+TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
+toeplitz_kernel(const typename Cfg::acc_t* __restrict__ wf, const scalar_t* __restrict__ in,
+                scalar_t* __restrict__ out, int B, int C, int T, int Tp,
+                typename Cfg::acc_t eps, bool vec_in, bool vec_out) {
+  using acc_t = typename Cfg::acc_t;
+  constexpr int RT = Cfg::RT, RB = Cfg::RB, NB = Cfg::NB, NC = Cfg::NC, UC = Cfg::UC;
+  constexpr int TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB, RING = Cfg::RING;
+  constexpr int K_ROW = Cfg::K_ROW, K_CH = Cfg::K_CH, W_LEN = Cfg::W_LEN, W_CH = Cfg::W_CH;
+  constexpr int THREADS = Cfg::THREADS;
+
+  TIMEX_SHARED_BYTES(smem_raw);
+  acc_t* const k_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NC][BB][K_ROW]
+  acc_t* const w_smem = k_smem + 2 * Cfg::K_BUF;              // [2][NC][W_CH]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int bl = lane % NB, cl = (lane / NB) % NC, tl = lane / (NB * NC);
+
+  const int n_cg = cdiv(C, NC), n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
+  int bid = static_cast<int>(blockIdx.x);
+  const int cg = bid % n_cg;
+  bid /= n_cg;
+  const int bg = bid % n_bg;
+  bid /= n_bg;
+  // Causal: late tiles do the most work; anti-causal: early ones. Heaviest first.
+  const int tile = CAUSAL ? n_tiles - 1 - bid : bid;
+  const int c0 = cg * NC, b0 = bg * BB, ot0 = tile * TT;
+  const int a = warp * TW + tl * RT;  // this thread's first output, relative to ot0
+  const int ow0 = ot0 + warp * TW;    // this warp's first output
+
+  // Chunks of n that reach this tile: n <= t (causal) or n >= t (anti-causal).
+  const int first = CAUSAL ? 0 : ot0 / UC;
+  const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
+
+  auto stage = [&](int chunk, int buf) {
+    const int nc0 = chunk * UC;
+    acc_t* ks = k_smem + buf * Cfg::K_BUF;
+    acc_t* ws = w_smem + buf * Cfg::W_BUF;
+    // Tile row rc = (channel ch, batch row): input row (b0 + row, c0 + ch), from nc0.
+    stage_tile<THREADS, NC * BB, UC / 4, scalar_t, acc_t>(
+        tid, nc0, T, vec_in, [&](int rc, const scalar_t*& src, acc_t*& dst) {
+          const int ch = rc / BB, row = rc % BB;
+          const int c = c0 + ch, b = b0 + row;
+          dst = ks + ch * K_CH + row * K_ROW;
+          const bool ok = c < C && b < B;
+          src = ok ? in + (static_cast<int64_t>(b) * C + c) * T : in;
+          return ok;
+        });
+    // W[e] for e = wbase + x, x in [0, W_LEN): the coefficients of outputs ot0.. and
+    // inputs nc0.. (d = t - n causal, n - t anti-causal).
+    const int wbase = CAUSAL ? ot0 - nc0 - UC : nc0 - ot0 - TT;
+    constexpr int WG = NC * W_LEN / 4;
+#pragma unroll 1
+    for (int gi = tid; gi < WG; gi += THREADS) {
+      const int x4 = gi % (W_LEN / 4), ch = gi / (W_LEN / 4);
+      const int c = c0 + ch, e = wbase + 4 * x4;
+      const bool ok = c < C && e >= 0 && e < Tp;
+      const acc_t* src = ok ? wf + static_cast<int64_t>(c) * Tp + e : wf;
+#pragma unroll
+      for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+        copy_async<16>(ws + ch * W_CH + 4 * x4 + h * 16 / sizeof(acc_t),
+                       src + h * 16 / sizeof(acc_t), ok);
+      }
+    }
+  };
+
+  acc_t acc[RT][RB];
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+#pragma unroll
+    for (int j = 0; j < RB; ++j) acc[i][j] = acc_t(0);
+  }
+
+  stage(first, 0);
+  copy_commit();
+  for (int chunk = first; chunk < last; ++chunk) {
+    const int buf = (chunk - first) & 1;
+    if (chunk + 1 < last) stage(chunk + 1, buf ^ 1);
+    copy_commit();
+    copy_wait<1>();
+    TIMEX_SYNC();
+    // Steps of 4 * UG inputs of this chunk that reach this warp's outputs.
+    constexpr int SUB = 4 * Cfg::UG;
+    const int nc0 = chunk * UC;
+    int sub_begin = 0, sub_end = UC / SUB;
+    if (ow0 >= T) {
+      sub_end = 0;
+    } else if (CAUSAL) {
+      sub_end = imin(sub_end, cdiv(ow0 + TW - nc0, SUB));
+    } else if (ow0 > nc0) {
+      sub_begin = (ow0 - nc0) / SUB;
+    }
+#pragma unroll 1
+    for (int sub = sub_begin; sub < sub_end; ++sub) {
+      const int n0 = sub * SUB;  // first input of the step, relative to nc0
+      const acc_t* ks = k_smem + buf * Cfg::K_BUF + cl * K_CH + bl * K_ROW + n0;
+      // Window of RING coefficients at step g: ring slot of logical index q is
+      // wrap(q - 4g) (causal) or wrap(q + 4g) (anti-causal); coefficient of output i and
+      // input m of the step is q = i - m + 4 (causal) or q = m - i + RT (anti-causal).
+      const acc_t* ws = w_smem + buf * Cfg::W_BUF + cl * W_CH +
+                        (CAUSAL ? a + UC - 4 - n0 : TT - RT - a + n0);
+      acc_t ring[RING];
+#pragma unroll
+      for (int g = 0; g < Cfg::UG; ++g) {
+        if (g == 0) {
+#pragma unroll
+          for (int q4 = 0; q4 < RING / 4; ++q4) {
+            const Vec4<acc_t> v = load4(ws + 4 * q4);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
+          }
+        } else if (CAUSAL) {
+          const Vec4<acc_t> v = load4(ws - 4 * g);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ring[wrap(e - 4 * g, RING)] = v.v[e];
+        } else {
+          const Vec4<acc_t> v = load4(ws + 4 * g + RT);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ring[wrap(RT + e + 4 * g, RING)] = v.v[e];
+        }
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+          const Vec4<acc_t> kv = load4(ks + j * NB * K_ROW + 4 * g);
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+#pragma unroll
+            for (int i = 0; i < RT; ++i) {
+              const int q = CAUSAL ? i - m + 4 : m - i + RT;
+              acc[i][j] += ring[CAUSAL ? wrap(q - 4 * g, RING) : wrap(q + 4 * g, RING)] * kv.v[m];
+            }
+          }
+        }
+      }
+    }
+    TIMEX_SYNC();
+  }
+
+  const int c = c0 + cl;
+  if (ow0 >= T || c >= C) return;
+  const int o0 = ot0 + a;
+#pragma unroll
+  for (int j = 0; j < RB; ++j) {
+    const int b = b0 + bl + NB * j;
+    if (b >= B) continue;
+    scalar_t* orow = out + (static_cast<int64_t>(b) * C + c) * T;
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      if (vec_out) {
+#pragma unroll
+        for (int i4 = 0; i4 < RT / 4; ++i4) {
+          if (o0 + 4 * i4 < T) {
+            Vec4<acc_t> v;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v.v[e] = acc[4 * i4 + e][j] + eps;
+            *reinterpret_cast<Vec4<acc_t>*>(orow + o0 + 4 * i4) = v;
+          }
+        }
+        continue;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < RT; ++i) {
+      if (o0 + i < T) orow[o0 + i] = static_cast<scalar_t>(acc[i][j] + eps);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// grad_w: G[s] = sum_b sum_t g[b, t] * k[b, t - s], grad_w[c, T-1-s] = G[s].
+//
+// A block owns NCH channels x ST lags (s) and reduces over all rows b and times t. A thread
+// holds RS consecutive lags; lanes: p = lane % 16 picks (row r in [0, NR), channel ch), NR *
+// NCH = 16, and ls = lane / 16 picks the upper or lower RS lags of the warp's 2 * RS. Warps:
+// lw (NLW) picks the warp's lags, tw (NTWP) its TQ times within each chunk of TC = NTWP * TQ.
+// The block walks (row group of NR rows) x (chunks of t from its first lag S0 to T), staging
+// g[rows][TC] and the k window [rows][TC + ST] that those t and its lags need. Per step of 4
+// times a thread loads 4 g and 4 new k values (a sliding window of RS + 4 k in registers)
+// for 4 * RS multiply-adds. At the end the NR * NTWP partial sums of each lag are added in a
+// fixed order.
+template <typename acc_t_, int RS_, int NR_, int NLW_, int NTWP_, int TQ_, int UG_, int MINB_>
+struct WgradConfig {
+  using acc_t = acc_t_;
+  static constexpr int RS = RS_, NR = NR_, NLW = NLW_, NTWP = NTWP_, TQ = TQ_, MINB = MINB_;
+  static constexpr int UG = UG_;  // steps of 4 times per unrolled loop body
+  static constexpr int NCH = 16 / NR;
+  static constexpr int THREADS = 32 * NLW * NTWP;
+  static constexpr int LW = 2 * RS;  // lags per warp
+  static constexpr int ST = NLW * LW;
+  static constexpr int TC = NTWP * TQ;
+  static constexpr int RING = RS + 4;
+  static constexpr int G_ROW = TC + 4;  // 4 mod 32 words
+  static constexpr int G_CH = NR * G_ROW + pad_to(NR * G_ROW, 4 * NR);
+  static constexpr int K_LEN = TC + ST;
+  static constexpr int K_ROW = K_LEN + 4;
+  static constexpr int K_CH = NR * K_ROW + pad_to(NR * K_ROW, 4 * NR);
+  static constexpr int G_BUF = NCH * G_CH;
+  static constexpr int K_BUF = NCH * K_CH;
+  static constexpr int RED = NCH * ST * NR * NTWP;  // partial sums, reusing the stage buffers
+  static constexpr int SMEM_BYTES =
+      (2 * (G_BUF + K_BUF) > RED ? 2 * (G_BUF + K_BUF) : RED) * int(sizeof(acc_t));
+  static_assert(16 % NR == 0, "NR must divide 16");
+  static_assert(RS % 4 == 0 && TQ % (4 * UG) == 0, "tile sizes");
+};
+
+// g, k: (B, C, T) contiguous; grad_w: (C, T) contiguous. vec_in: 16-byte vector copies of g
+// and k are allowed. Grid: one block per (channel group, lag tile), the heaviest (small
+// lags) first.
+template <typename scalar_t, typename Cfg>
+TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
+wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
+             scalar_t* __restrict__ grad_w, int B, int C, int T, bool vec_in) {
+  using acc_t = typename Cfg::acc_t;
+  constexpr int RS = Cfg::RS, NR = Cfg::NR, NCH = Cfg::NCH, NLW = Cfg::NLW, NTWP = Cfg::NTWP;
+  constexpr int TQ = Cfg::TQ, LW = Cfg::LW, ST = Cfg::ST, TC = Cfg::TC, RING = Cfg::RING;
+  constexpr int G_ROW = Cfg::G_ROW, G_CH = Cfg::G_CH, K_LEN = Cfg::K_LEN, K_ROW = Cfg::K_ROW;
+  constexpr int K_CH = Cfg::K_CH, THREADS = Cfg::THREADS;
+
+  TIMEX_SHARED_BYTES(smem_raw);
+  acc_t* const g_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NCH][NR][G_ROW]
+  acc_t* const k_smem = g_smem + 2 * Cfg::G_BUF;              // [2][NCH][NR][K_ROW]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int p = lane & 15, ls = lane >> 4;
+  const int r = p % NR, ch = p / NR;
+  const int lw = warp % NLW, tw = warp / NLW;
+
+  const int n_cg = cdiv(C, NCH);
+  const int cg = static_cast<int>(blockIdx.x) % n_cg;
+  const int tile = static_cast<int>(blockIdx.x) / n_cg;
+  const int c0 = cg * NCH, S0 = tile * ST;
+  const int s_warp = S0 + lw * LW;  // this warp's first lag
+
+  const int n_chunks = cdiv(T - S0, TC);
+  const int n_stages = cdiv(B, NR) * n_chunks;
+
+  auto stage = [&](int st, int buf) {
+    const int b0 = (st / n_chunks) * NR;
+    const int tc0 = S0 + (st % n_chunks) * TC;
+    const int kb = tc0 - S0 - ST;  // k index of window element 0
+    acc_t* gs = g_smem + buf * Cfg::G_BUF;
+    acc_t* ks = k_smem + buf * Cfg::K_BUF;
+    // Tile row p = (channel chn, row): g and k rows (b0 + row, c0 + chn).
+    auto rows = [&](const scalar_t* base, acc_t* smem, int ch_stride, int row_stride) {
+      return [=](int p, const scalar_t*& src, acc_t*& dst) {
+        const int chn = p / NR, row = p % NR;
+        const int c = c0 + chn, b = b0 + row;
+        dst = smem + chn * ch_stride + row * row_stride;
+        const bool ok = c < C && b < B;
+        src = ok ? base + (static_cast<int64_t>(b) * C + c) * T : base;
+        return ok;
+      };
+    };
+    stage_tile<THREADS, NCH * NR, TC / 4, scalar_t, acc_t>(tid, tc0, T, vec_in,
+                                                          rows(g, gs, G_CH, G_ROW));
+    stage_tile<THREADS, NCH * NR, K_LEN / 4, scalar_t, acc_t>(tid, kb, T, vec_in,
+                                                             rows(k, ks, K_CH, K_ROW));
+  };
+
+  acc_t acc[RS];
+#pragma unroll
+  for (int i = 0; i < RS; ++i) acc[i] = acc_t(0);
+
+  stage(0, 0);
+  copy_commit();
+  for (int st = 0; st < n_stages; ++st) {
+    const int buf = st & 1;
+    if (st + 1 < n_stages) stage(st + 1, buf ^ 1);
+    copy_commit();
+    copy_wait<1>();
+    TIMEX_SYNC();
+    // Steps of 4 * UG times of this warp (from t0) that reach its lags and lie before T.
+    constexpr int SUB = 4 * Cfg::UG;
+    const int t0 = S0 + (st % n_chunks) * TC + tw * TQ;
+    const int sub_begin = s_warp > t0 ? (s_warp - t0) / SUB : 0;
+    const int sub_end = t0 < T ? imin(TQ / SUB, cdiv(T - t0, SUB)) : 0;
+#pragma unroll 1
+    for (int sub = sub_begin; sub < sub_end; ++sub) {
+      const int x0 = tw * TQ + sub * SUB;  // first time of the step, relative to tc0
+      const acc_t* gs = g_smem + buf * Cfg::G_BUF + ch * G_CH + r * G_ROW + x0;
+      // Window at step j (times tc0 + x0 + 4j ..): k[t - s] for this thread's lags s0 + i,
+      // s0 = s_warp + ls * RS; element q of the window is the coefficient of time m and lag
+      // i with q = m - i + RS; its ring slot is wrap(q + 4j).
+      const acc_t* ks = k_smem + buf * Cfg::K_BUF + ch * K_CH + r * K_ROW +
+                        (x0 - lw * LW - (ls + 1) * RS + ST);
+      acc_t ring[RING];
+#pragma unroll
+      for (int j = 0; j < Cfg::UG; ++j) {
+        if (j == 0) {
+#pragma unroll
+          for (int q4 = 0; q4 < RING / 4; ++q4) {
+            const Vec4<acc_t> v = load4(ks + 4 * q4);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
+          }
+        } else {
+          const Vec4<acc_t> v = load4(ks + 4 * j + RS);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ring[wrap(RS + e + 4 * j, RING)] = v.v[e];
+        }
+        const Vec4<acc_t> gv = load4(gs + 4 * j);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+#pragma unroll
+          for (int i = 0; i < RS; ++i) acc[i] += gv.v[m] * ring[wrap(m - i + RS + 4 * j, RING)];
+        }
+      }
+    }
+    TIMEX_SYNC();
+  }
+
+  // Partial sums of lag (ch, l) from (tw, r) at red[((ch * ST + l) * NTWP + tw) * NR + r].
+  acc_t* const red = g_smem;
+  const int l0 = lw * LW + ls * RS;
+#pragma unroll
+  for (int i = 0; i < RS; ++i) red[((ch * ST + l0 + i) * NTWP + tw) * NR + r] = acc[i];
+  TIMEX_SYNC();
+  for (int o = tid; o < NCH * ST; o += THREADS) {
+    const int chn = o / ST, l = o % ST;
+    const int c = c0 + chn, s = S0 + l;
+    if (c >= C || s >= T) continue;
+    const acc_t* part = red + o * NTWP * NR;
+    acc_t sum = part[0];
+    for (int q = 1; q < NTWP * NR; ++q) sum += part[q];
+    grad_w[static_cast<int64_t>(c) * T + (T - 1 - s)] = static_cast<scalar_t>(sum);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The configurations that timex_cuda.cu launches, by accumulation type and batch size B:
+// toeplitz(B, f) / wgrad(B, f) call f with a value of the chosen configuration type.
+//
+// Toeplitz (forward and grad_k): 8 outputs x 8 rows per thread, 4 warps, chunks of 32
+// inputs unrolled 8 at a time; NB * NC = 8, so that a warp spans 32 outputs, and the batch
+// size picks how the 8 (row group, channel) lanes of a quarter warp are split: the fewer
+// the rows, the more channels per block. Up to 4 rows: 16 outputs x 4 rows per thread.
+// grad_w: 32 lags per thread, 2 x 2 warps (128 lags x 128 times per stage), unrolled 16
+// times at a time; NR rows x 16 / NR channels on the 16 partition lanes, NR >= B if B < 16.
+template <typename acc_t>
+struct Tiles {
+  template <typename F>
+  static void toeplitz(int B, F&& f) {
+    if (B <= 4) {
+      f(ToeplitzConfig<acc_t, 16, 4, 1, 8, 4, 32, 2, 4>{});
+    } else if (B <= 8) {
+      f(ToeplitzConfig<acc_t, 8, 8, 1, 8, 4, 32, 2, 4>{});
+    } else if (B <= 16) {
+      f(ToeplitzConfig<acc_t, 8, 8, 2, 4, 4, 32, 2, 4>{});
+    } else {
+      f(ToeplitzConfig<acc_t, 8, 8, 4, 2, 4, 32, 2, 4>{});
+    }
+  }
+  template <typename F>
+  static void wgrad(int B, F&& f) {
+    if (B <= 1) {
+      f(WgradConfig<acc_t, 32, 1, 2, 2, 64, 4, 4>{});
+    } else if (B <= 2) {
+      f(WgradConfig<acc_t, 32, 2, 2, 2, 64, 4, 4>{});
+    } else if (B <= 4) {
+      f(WgradConfig<acc_t, 32, 4, 2, 2, 64, 4, 4>{});
+    } else if (B <= 8) {
+      f(WgradConfig<acc_t, 32, 8, 2, 2, 64, 4, 4>{});
+    } else {
+      f(WgradConfig<acc_t, 32, 16, 2, 2, 64, 4, 4>{});
+    }
+  }
+};
+
+// float64: one configuration each, with half the register tile (a double takes two registers).
+template <>
+struct Tiles<double> {
+  template <typename F>
+  static void toeplitz(int, F&& f) {
+    f(ToeplitzConfig<double, 4, 4, 1, 8, 4, 32, 2, 2>{});
+  }
+  template <typename F>
+  static void wgrad(int, F&& f) {
+    f(WgradConfig<double, 16, 4, 2, 2, 32, 4, 2>{});
+  }
+};
+
+// W[c, d] = w[c, T-1-d] for d < T, 0 for T <= d < Tp, as acc_t: the coefficients of both
+// Toeplitz products in the order the kernels read them.
+template <typename scalar_t, typename acc_t>
+TIMEX_KERNEL(256, 1)
+flip_pad_kernel(const scalar_t* __restrict__ w, acc_t* __restrict__ wf, int64_t C, int T,
+                     int Tp) {
+  const int64_t n = C * Tp;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i / Tp;
+    const int d = static_cast<int>(i % Tp);
+    wf[i] = d < T ? static_cast<acc_t>(w[c * T + (T - 1 - d)]) : acc_t(0);
+  }
+}
+
+}  // namespace kernels
+}  // namespace rwkv

@@ -1,0 +1,20 @@
+"""Plain-PyTorch TimeX references used by the tests and the benchmark."""
+
+import torch
+import torch.nn.functional as F
+
+
+def timex_conv1d(w, k, eps=0.0):
+    """The conv1d form: a causal depthwise convolution with the kernel w (C, T)."""
+    T = k.shape[-1]
+    return F.conv1d(F.pad(k, (T - 1, 0)), w.unsqueeze(1), groups=k.shape[1]) + eps
+
+
+def timex_formula(w, k, eps=0.0):
+    """The defining formula, with the lower-triangular Toeplitz matrix of each channel:
+    L[c, t, u] = w[c, T-1-(t-u)] for u <= t, else 0; out = eps + L @ k. O(C T^2) memory."""
+    C, T = w.shape
+    t = torch.arange(T, device=w.device)
+    lag = t[:, None] - t[None, :]  # t - u
+    L = w[:, (T - 1 - lag).clamp(0, T - 1)] * (lag >= 0)  # (C, T, T)
+    return torch.einsum("ctu,bcu->bct", L, k) + eps

@@ -498,37 +498,40 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 // toeplitz(B, f) / wgrad(B, f) call f with a value of the chosen configuration type.
 //
 // Toeplitz (forward and grad_k): 8 outputs x 8 rows per thread, 4 warps, chunks of 32
-// inputs unrolled 8 at a time; NB * NC = 8, so that a warp spans 32 outputs, and the batch
-// size picks how the 8 (row group, channel) lanes of a quarter warp are split: the fewer
-// the rows, the more channels per block. Up to 4 rows: 16 outputs x 4 rows per thread.
-// grad_w: 32 lags per thread, 2 x 2 warps (128 lags x 128 times per stage), unrolled 16
+// inputs unrolled 8 at a time (16 above 16 rows); NB * NC = 8, so that a warp spans 32
+// outputs, and the batch size picks how the 8 (row group, channel) lanes of a quarter warp
+// are split: the fewer the rows, the more channels per block. Up to 4 rows: 8 outputs x 4
+// rows per thread.
+// grad_w: 32 lags per thread, 2 x 2 warps (128 lags x 64 times per stage), unrolled 16
 // times at a time; NR rows x 16 / NR channels on the 16 partition lanes, NR >= B if B < 16.
+// These choices are the fastest of benchmarks/rwkv_variants.py on the H100 (2026-11-22,
+// benchmarks/results/rwkv_variants_h100.md).
 template <typename acc_t>
 struct Tiles {
   template <typename F>
   static void toeplitz(int B, F&& f) {
     if (B <= 4) {
-      f(ToeplitzConfig<acc_t, 16, 4, 1, 8, 4, 32, 2, 4>{});
+      f(ToeplitzConfig<acc_t, 8, 4, 1, 8, 4, 32, 2, 4>{});
     } else if (B <= 8) {
       f(ToeplitzConfig<acc_t, 8, 8, 1, 8, 4, 32, 2, 4>{});
     } else if (B <= 16) {
       f(ToeplitzConfig<acc_t, 8, 8, 2, 4, 4, 32, 2, 4>{});
     } else {
-      f(ToeplitzConfig<acc_t, 8, 8, 4, 2, 4, 32, 2, 4>{});
+      f(ToeplitzConfig<acc_t, 8, 8, 4, 2, 4, 32, 4, 4>{});
     }
   }
   template <typename F>
   static void wgrad(int B, F&& f) {
     if (B <= 1) {
-      f(WgradConfig<acc_t, 32, 1, 2, 2, 64, 4, 4>{});
+      f(WgradConfig<acc_t, 32, 1, 2, 2, 32, 4, 4>{});
     } else if (B <= 2) {
-      f(WgradConfig<acc_t, 32, 2, 2, 2, 64, 4, 4>{});
+      f(WgradConfig<acc_t, 32, 2, 2, 2, 32, 4, 4>{});
     } else if (B <= 4) {
-      f(WgradConfig<acc_t, 32, 4, 2, 2, 64, 4, 4>{});
+      f(WgradConfig<acc_t, 32, 4, 2, 2, 32, 4, 4>{});
     } else if (B <= 8) {
-      f(WgradConfig<acc_t, 32, 8, 2, 2, 64, 4, 4>{});
+      f(WgradConfig<acc_t, 32, 8, 2, 2, 32, 4, 4>{});
     } else {
-      f(WgradConfig<acc_t, 32, 16, 2, 2, 64, 4, 4>{});
+      f(WgradConfig<acc_t, 32, 16, 2, 2, 32, 4, 4>{});
     }
   }
 };

@@ -26,21 +26,8 @@ def _backward_fake(grad_out, w, k):
     return w.new_empty(w.shape), k.new_empty(k.shape)
 
 
-def _setup_context(ctx, inputs, output):
-    w, k, _ = inputs
-    ctx.save_for_backward(w, k)
-
-
-def _backward_formula(ctx, grad_out):
-    w, k = ctx.saved_tensors
-    grad_w, grad_k = _backward(grad_out, w, k)
-    need_w, need_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    return (grad_w if need_w else None), (grad_k if need_k else None), None
-
-
-torch.library.register_autograd(
-    "rwkv_ops::timex_forward", _backward_formula, setup_context=_setup_context
-)
+# The autograd formula is registered in C++ (csrc/rwkv/timex.cpp, TimexFunction): the
+# backward calls timex_backward, which gives both gradients in one pass.
 
 
 def timex(w, k, eps=0.0):

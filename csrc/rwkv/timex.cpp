@@ -8,6 +8,7 @@
 // Half types are computed in float, float64 in double.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include "common/module.h"
@@ -106,10 +107,51 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, cons
 
 }  // namespace
 
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Autograd for timex_forward, in C++ as for the LLTM cell: a Python autograd wrapper costs
+// tens of microseconds of host time a call, as much as the kernels at small sizes. Both
+// halves go through the dispatcher, so torch.compile traces them as the two ops.
+class TimexFunction : public torch::autograd::Function<TimexFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& k,
+                            double eps) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("rwkv_ops::timex_forward", "")
+                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({w, k});
+    return op.call(w, k, eps);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("rwkv_ops::timex_backward", "")
+            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                      const at::Tensor&)>();
+    const auto saved = ctx->get_saved_variables();
+    auto [grad_w, grad_k] = op.call(grads[0], saved[0], saved[1]);
+    return {ctx->needs_input_grad(0) ? grad_w : at::Tensor(),
+            ctx->needs_input_grad(1) ? grad_k : at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor forward_autograd(const at::Tensor& w, const at::Tensor& k, double eps) {
+  return TimexFunction::apply(w, k, eps);
+}
+
+}  // namespace
+
 TORCH_LIBRARY(rwkv_ops, m) {
   m.def("timex_forward(Tensor w, Tensor k, float eps=0.0) -> Tensor");
   m.def("timex_backward(Tensor grad_out, Tensor w, Tensor k) -> (Tensor grad_w, Tensor grad_k)");
 }
+
+TORCH_LIBRARY_IMPL(rwkv_ops, Autograd, m) { m.impl("timex_forward", &forward_autograd); }
 
 TORCH_LIBRARY_IMPL(rwkv_ops, CPU, m) {
   m.impl("timex_forward", &forward_cpu);

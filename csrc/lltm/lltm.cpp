@@ -117,7 +117,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cpu(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
     std::array<bool, 3> output_mask) {
-  const CellSizes sizes = check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
+  const CellSizes sizes =
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
   return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
                        backward_pointwise_cpu);
 }

@@ -128,8 +128,9 @@ void backward_pointwise_cuda(const at::Tensor& grad_h, const at::Tensor& grad_ce
   });
 }
 
-// Small and medium problems take the single-launch kernels of lltm_cuda_small.cu (the
-// rule is use_small_path); larger ones cuBLAS plus the pointwise kernels above.
+// Small and medium problems take the kernels of lltm_cuda_small.cu (one launch for the
+// forward, two for the backward; the rule is use_small_path); larger ones cuBLAS plus the
+// pointwise kernels above.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell) {
@@ -144,10 +145,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
     std::array<bool, 3> output_mask) {
-  const CellSizes sizes = check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
+  const CellSizes sizes =
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
   if (use_small_path(sizes)) {
-    return small_backward_cuda(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
-                               sizes);
+    // Two launches: the pointwise kernel below, then every GEMM and d_bias in one.
+    const int64_t B = sizes.batch, S = sizes.state;
+    at::Tensor d_gates = new_empty_cuda({B, 3 * S}, new_cell);
+    at::Tensor d_old_cell = new_empty_cuda({B, S}, new_cell);
+    backward_pointwise_cuda(grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
+                            gate_weights.contiguous(), d_gates, d_old_cell);
+    auto [d_X, d_weights, d_bias] =
+        small_backward_gemms_cuda(d_gates, X, weights, output_mask, sizes);
+    return {d_X, d_weights, d_bias, d_old_cell};
   }
   return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
                        backward_pointwise_cuda);

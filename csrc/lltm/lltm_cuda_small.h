@@ -1,6 +1,6 @@
 // LLTM cell on CUDA for small and medium problems: one kernel launch for the forward and
-// one for the whole backward (lltm_cuda_small.cu), and the rule that picks them over the
-// cuBLAS path (lltm_cuda.cu) by problem size.
+// two for the backward (lltm_cuda_small.cu, lltm_cuda_small.cuh), and the rule that picks
+// them over the cuBLAS path (lltm_cuda.cu) by problem size.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -23,10 +23,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes);
 
-// lltm::lltm_backward on CUDA in one launch; the arguments have passed check_backward_args.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_cuda(
-    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
+// The GEMM part of lltm::lltm_backward on CUDA in one launch: from d_gates (B, 3S, as the
+// pointwise kernel writes it) and the checked X and weights, (d_X, d_weights, d_bias), each
+// empty where output_mask leaves it out.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
+    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights,
     std::array<bool, 3> output_mask, const CellSizes& sizes);
+
+// A contiguous tensor of like's dtype and device straight from the CUDA caching allocator
+// (no dispatcher round trip: at these sizes each op's host time counts).
+at::Tensor new_empty_cuda(at::IntArrayRef size, const at::Tensor& like);
 
 }  // namespace lltm

@@ -392,7 +392,7 @@ def test_cuda_path_choice(monkeypatch):
     for kernel in ["small_forward_kernel", "::backward_kernel<", "small_backward_kernel"]:
         assert any(kernel in n for n in names), (kernel, names)
     # Past the size bounds: the cuBLAS path.
-    for shape in [(4097, 1, 2), (512, 512, 1024)]:
+    for shape in [(4097, 1, 2), (1024, 1024, 1024)]:
         assert not any("small_" in n for n in lltm_kernels(shape)), shape
     # Forced either way.
     monkeypatch.setenv("LLTM_CUDA_PATH", "cublas")

@@ -145,7 +145,7 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
 // Forward.
 //
 // Staging: of each kFwdChunk-column chunk of X (and of the weights rows), thread t loads
-// column kk = t % kFwdChunk of the tile rows rr + l * kFwdRowStep, rr = t / kFwdChunk, so
+// column kk = t % kFwdChunk of the tile rows rr + l * kRowStep, rr = t / kFwdChunk, so
 // consecutive threads read consecutive columns; the per-row offsets are worked out once.
 
 template <typename scalar_t>

@@ -48,11 +48,10 @@ PathOverride path_override() {
   return PathOverride::kAuto;
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------------------------------
 // Host side.
-
-
-}  // namespace
 
 at::Tensor new_empty_cuda(at::IntArrayRef size, const at::Tensor& like) {
   return at::Tensor(at::detail::empty_cuda(size, like.scalar_type(), like.device(), std::nullopt));
@@ -116,10 +115,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
   const c10::cuda::CUDAGuard guard(d_gates.device());
   const int64_t B = sizes.batch, N = 3 * sizes.state, K = sizes.state + sizes.features;
   // A gradient that output_mask leaves out comes back empty, as on the cuBLAS path.
-  const std::array<int64_t, 1> skipped{0};
-  at::Tensor d_X = new_empty_cuda(output_mask[0] ? at::IntArrayRef{B, K} : skipped, d_gates);
-  at::Tensor d_weights = new_empty_cuda(output_mask[1] ? at::IntArrayRef{N, K} : skipped, d_gates);
-  at::Tensor d_bias = new_empty_cuda(output_mask[2] ? at::IntArrayRef{N} : skipped, d_gates);
+  auto gradient = [&](bool wanted, at::IntArrayRef size) {
+    return wanted ? new_empty_cuda(size, d_gates) : new_empty_cuda({0}, d_gates);
+  };
+  at::Tensor d_X = gradient(output_mask[0], {B, K});
+  at::Tensor d_weights = gradient(output_mask[1], {N, K});
+  at::Tensor d_bias = gradient(output_mask[2], {N});
   // use_small_path admitted these sizes: every count below fits in an int.
   const int dx_col_tiles = static_cast<int>(ceil_div<int64_t>(K, kDxCols));
   const int dx_blocks =

@@ -106,8 +106,7 @@ def test_empty_batch(device):
     assert grads[1].shape == (9, 7) and grads[1].abs().sum() == 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_types_against_float64(device, dtype):
+def check_half_type_against_float64(device, dtype):
     # Tolerance rule: the kernel's error against a float64 reference is at most 2x the
     # error of the tutorial's plain-PyTorch LLTM run at the same precision (plus 1e-3 of
     # slack for outputs whose own rounding dominates at these sizes).
@@ -121,6 +120,24 @@ def test_half_types_against_float64(device, dtype):
     for g, e, x in zip(got, eager, exact):
         assert g.dtype == dtype
         assert rel_err(g, x) <= 2 * rel_err(e, x) + 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_against_float64(device, dtype):
+    check_half_type_against_float64(device, dtype)
+
+
+def test_parameter_gradients_only(device):
+    # The usual training step: only the parameters require grad (the op's backward is then
+    # asked for no d_X at all).
+    x, W, b, h, c = make_inputs(5, 4, 7, device, requires_grad=False)
+    W.requires_grad_()
+    b.requires_grad_()
+    grad_h, grad_cell = torch.randn_like(h), torch.randn_like(c)
+    got = torch.autograd.grad(lltm.lltm_cell(x, W, b, h, c), [W, b], (grad_h, grad_cell))
+    want = torch.autograd.grad(lltm_cell_reference(x, W, b, h, c), [W, b], (grad_h, grad_cell))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
 
 
 def test_module_matches_reference(device):
@@ -243,3 +260,149 @@ def test_second_gpu():
     for g, w in zip(got, want):
         assert g.device == torch.device("cuda:1")
         torch.testing.assert_close(g, w)
+
+
+# ---------------------------------------------------------------------------------------
+# CUDA: the two paths (csrc/lltm/lltm_cuda.cu picks one by problem size). Small and medium
+# problems run one kernel for the forward and two for the backward (lltm_cuda_small.cu);
+# larger ones cuBLAS plus pointwise kernels. LLTM_CUDA_PATH=small|cublas forces one.
+
+needs_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
+CUDA_PATHS = ["small", "cublas"]
+# Odd sizes on every side of the small path's tiles (64 batch rows, 32 or 64 columns).
+PATH_SHAPES = [(1, 1, 1), (3, 7, 13), (300, 1, 33), (1, 7, 129), (3, 1, 129), (300, 7, 1),
+               (300, 7, 129), (65, 0, 31), (129, 63, 64), (17, 40, 35)]
+
+
+def cuda_kernel_names(fn):
+    """Names of the CUDA kernels that one call of fn launches (after one warm-up call)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def training_step(batch, features, state, dtype=torch.float32):
+    inputs = make_inputs(batch, features, state, "cuda", dtype)
+    grads = torch.randn(2, batch, state, device="cuda", dtype=dtype)
+    return lambda: outputs_and_grads(lltm.lltm_cell, inputs, grads[0], grads[1])
+
+
+@needs_cuda
+@pytest.mark.parametrize("path", CUDA_PATHS)
+@pytest.mark.parametrize("shape", PATH_SHAPES)
+def test_cuda_paths_match_reference(monkeypatch, path, shape):
+    monkeypatch.setenv("LLTM_CUDA_PATH", path)
+    inputs = make_inputs(*shape, "cuda")
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    want = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
+    names = ["new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell"]
+    # float64 against the float64 reference, tightly.
+    got = outputs_and_grads(lltm.lltm_cell, inputs, grad_h, grad_cell)
+    for name, g, w in zip(names, got, want):
+        assert g.shape == w.shape, name
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
+    # float32 against the float64 reference.
+    inputs32 = [t.detach().float().requires_grad_() for t in inputs]
+    got32 = outputs_and_grads(lltm.lltm_cell, inputs32, grad_h.float(), grad_cell.float())
+    for name, g, w in zip(names, got32, want):
+        assert g.dtype == torch.float32, name
+        assert rel_err(g, w) < 1e-5, name
+    # X and gate_weights, the op's other two outputs.
+    _, _, X, gates = torch.ops.lltm.lltm_forward(*[t.detach() for t in inputs])
+    x, W, b, h, _ = [t.detach() for t in inputs]
+    torch.testing.assert_close(X, torch.cat([h, x], 1), rtol=0, atol=0)
+    torch.testing.assert_close(gates, torch.nn.functional.linear(X, W, b), rtol=1e-10, atol=1e-12)
+
+
+@needs_cuda
+@pytest.mark.parametrize("path", CUDA_PATHS)
+def test_cuda_paths_medium_size_float32(monkeypatch, path):
+    # The benchmark's medium size, (batch, in, state) = (256, 256, 1024), on both paths.
+    monkeypatch.setenv("LLTM_CUDA_PATH", path)
+    inputs = make_inputs(256, 256, 1024, "cuda")
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    want = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
+    inputs32 = [t.detach().float().requires_grad_() for t in inputs]
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    got = outputs_and_grads(lltm.lltm_cell, inputs32, grad_h.float(), grad_cell.float())
+    for g, w in zip(got, want):
+        assert rel_err(g, w) < 1e-5
+
+
+@needs_cuda
+@pytest.mark.parametrize("path", CUDA_PATHS)
+def test_cuda_backward_output_masks(monkeypatch, path):
+    monkeypatch.setenv("LLTM_CUDA_PATH", path)
+    inputs = make_inputs(70, 5, 35, "cuda")
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    d_input, d_W, d_b, d_old_h, d_old_cell = outputs_and_grads(
+        lltm_cell_reference, inputs, grad_h, grad_cell)[2:]
+    want = [torch.cat([d_old_h, d_input], 1), d_W, d_b]
+    new_h, new_cell, X, gates = torch.ops.lltm.lltm_forward(*[t.detach() for t in inputs])
+    for bits in range(8):
+        mask = [bool(bits & 1), bool(bits & 2), bool(bits & 4)]
+        *got, got_cell = torch.ops.lltm.lltm_backward(
+            grad_h, grad_cell, new_cell, gates, X, inputs[1].detach(), mask)
+        torch.testing.assert_close(got_cell, d_old_cell, msg=f"d_old_cell, mask {mask}")
+        for need, g, w in zip(mask, got, want):
+            if need:
+                torch.testing.assert_close(g, w, msg=f"mask {mask}")
+            else:
+                assert g.shape == (0,), f"mask {mask}"
+
+
+@needs_cuda
+@pytest.mark.parametrize("shape", [(3, 4, 5), (2, 7, 33)])
+def test_gradcheck_small_path(monkeypatch, shape):
+    monkeypatch.setenv("LLTM_CUDA_PATH", "small")
+    inputs = make_inputs(*shape, "cuda")
+    assert torch.autograd.gradcheck(lltm.lltm_cell, inputs)
+
+
+@needs_cuda
+@pytest.mark.parametrize("path", CUDA_PATHS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_paths_half_types(monkeypatch, path, dtype):
+    monkeypatch.setenv("LLTM_CUDA_PATH", path)
+    check_half_type_against_float64("cuda", dtype)
+
+
+@needs_cuda
+def test_small_path_is_deterministic(monkeypatch):
+    monkeypatch.setenv("LLTM_CUDA_PATH", "small")
+    step = training_step(300, 7, 129)
+    first, second = step(), step()
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@needs_cuda
+def test_cuda_path_choice(monkeypatch):
+    def lltm_kernels(shape):
+        return [n for n in cuda_kernel_names(training_step(*shape)) if "lltm" in n]
+
+    monkeypatch.delenv("LLTM_CUDA_PATH", raising=False)
+    # The tutorial's size: one launch for the forward, the pointwise kernel and one GEMM
+    # kernel for the backward, nothing else.
+    names = cuda_kernel_names(training_step(16, 32, 128))
+    assert len(names) == 3, names
+    for kernel in ["small_forward_kernel", "::backward_kernel<", "small_backward_kernel"]:
+        assert any(kernel in n for n in names), (kernel, names)
+    # Past the size bounds: the cuBLAS path.
+    for shape in [(4097, 1, 2), (1024, 1024, 1024)]:
+        assert not any("small_" in n for n in lltm_kernels(shape)), shape
+    # Forced either way.
+    monkeypatch.setenv("LLTM_CUDA_PATH", "cublas")
+    assert not any("small_" in n for n in lltm_kernels((16, 32, 128)))
+    monkeypatch.setenv("LLTM_CUDA_PATH", "small")
+    assert len(lltm_kernels((4097, 1, 2))) == 3
+
+
+@needs_cuda
+def test_cuda_path_env_must_be_known(monkeypatch):
+    monkeypatch.setenv("LLTM_CUDA_PATH", "fast")
+    with pytest.raises(ValueError, match="LLTM_CUDA_PATH must be 'small', 'cublas' or 'auto'"):
+        lltm.lltm_cell(*make_inputs(2, 3, 4, "cuda", requires_grad=False))

@@ -109,22 +109,25 @@ void backward_pointwise_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cel
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell) {
-  return forward(input, weights, bias, old_h, old_cell, forward_pointwise_cpu);
+  const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+  return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cpu);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cpu(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
     std::array<bool, 3> output_mask) {
-  return backward(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
-                  backward_pointwise_cpu);
+  const CellSizes sizes =
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
+  return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
+                       backward_pointwise_cpu);
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell, ForwardPointwise pointwise) {
+CellSizes check_forward_args(const at::Tensor& input, const at::Tensor& weights,
+                             const at::Tensor& bias, const at::Tensor& old_h,
+                             const at::Tensor& old_cell) {
   check_rank(input, "input", 2);
   check_rank(weights, "weights", 2);
   check_rank(bias, "bias", 1);
@@ -141,7 +144,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
   check_size(weights, "weights", 0, 3 * S, "3 * state_size");
   check_size(weights, "weights", 1, S + F, "state_size + input_features");
   check_size(bias, "bias", 0, 3 * S, "3 * state_size");
+  return {B, F, S};
+}
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_gemm(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes,
+    ForwardPointwise pointwise) {
+  const int64_t B = sizes.batch, S = sizes.state;
   // One concatenation (B*(S+F) elements) is cheaper than a second GEMM pass over the
   // (B, 3S) gates, and the backward needs X for the weight gradient anyway.
   at::Tensor X = at::cat({old_h, input}, 1);
@@ -154,10 +164,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
   return {new_h, new_cell, X, gate_weights};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
-    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask, BackwardPointwise pointwise) {
+CellSizes check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                              const at::Tensor& new_cell, const at::Tensor& gate_weights,
+                              const at::Tensor& X, const at::Tensor& weights) {
   check_rank(new_cell, "new_cell", 2);
   check_rank(grad_h, "grad_h", 2);
   check_rank(grad_cell, "grad_cell", 2);
@@ -185,7 +194,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   const int64_t F = X.size(1) - S;
   check_size(weights, "weights", 0, 3 * S, "3 * state_size");
   check_size(weights, "weights", 1, S + F, "X.shape[1]");
+  return {B, F, S};
+}
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_gemm(
+    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
+    std::array<bool, 3> output_mask, const CellSizes& sizes, BackwardPointwise pointwise) {
+  const int64_t B = sizes.batch, S = sizes.state;
   at::Tensor d_gates = at::empty({B, 3 * S}, new_cell.options());
   at::Tensor d_old_cell = at::empty({B, S}, new_cell.options());
   if (d_old_cell.numel() > 0) {
@@ -238,10 +254,15 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
     auto [d_X, d_weights, d_bias, d_old_cell] =
         op.call(grad_h, grad_cell, new_cell, gates, X, weights,
                 {need_X, ctx->needs_input_grad(1), ctx->needs_input_grad(2)});
+    // d_X = [d_old_h, d_input]: split only the halves that are wanted (each view is an op,
+    // and without need_X the op returns d_X empty).
     const int64_t S = new_cell.size(1);
-    auto if_needed = [&](int i, at::Tensor t) { return ctx->needs_input_grad(i) ? t : at::Tensor(); };
-    return {if_needed(0, d_X.narrow(1, S, X.size(1) - S)), if_needed(1, d_weights),
-            if_needed(2, d_bias), if_needed(3, d_X.narrow(1, 0, S)), if_needed(4, d_old_cell)};
+    at::Tensor d_input, d_old_h;
+    if (ctx->needs_input_grad(0)) d_input = d_X.narrow(1, S, X.size(1) - S);
+    if (ctx->needs_input_grad(3)) d_old_h = d_X.narrow(1, 0, S);
+    return {d_input, ctx->needs_input_grad(1) ? d_weights : at::Tensor(),
+            ctx->needs_input_grad(2) ? d_bias : at::Tensor(), d_old_h,
+            ctx->needs_input_grad(4) ? d_old_cell : at::Tensor()};
   }
 };
 

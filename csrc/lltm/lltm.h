@@ -63,16 +63,33 @@ using BackwardPointwise = void (*)(const at::Tensor& grad_h, const at::Tensor& g
                                    const at::Tensor& new_cell, const at::Tensor& gates,
                                    at::Tensor& d_gates, at::Tensor& d_old_cell);
 
-// lltm::lltm_forward -> (new_h, new_cell, X, gate_weights)
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(
+// (batch B, input_features F, state_size S) of one call.
+struct CellSizes {
+  int64_t batch, features, state;
+};
+
+// The input checks of lltm::lltm_forward and lltm::lltm_backward (the one place they are
+// made); each returns the problem's sizes.
+CellSizes check_forward_args(const at::Tensor& input, const at::Tensor& weights,
+                             const at::Tensor& bias, const at::Tensor& old_h,
+                             const at::Tensor& old_cell);
+CellSizes check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                              const at::Tensor& new_cell, const at::Tensor& gate_weights,
+                              const at::Tensor& X, const at::Tensor& weights);
+
+// lltm::lltm_forward -> (new_h, new_cell, X, gate_weights), through ATen's GEMM (cuBLAS on
+// a GPU) and a device-specific pointwise kernel; the arguments have passed the checks.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_gemm(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell, ForwardPointwise pointwise);
+    const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes,
+    ForwardPointwise pointwise);
 
 // lltm::lltm_backward -> (d_X, d_weights, d_bias, d_old_cell), d_X = [d_old_h, d_input];
-// an entry whose output_mask flag (X, weights, bias) is false comes back empty.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
+// an entry whose output_mask flag (X, weights, bias) is false comes back empty. Through
+// ATen's GEMM and a device-specific pointwise kernel; the arguments have passed the checks.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_gemm(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask, BackwardPointwise pointwise);
+    std::array<bool, 3> output_mask, const CellSizes& sizes, BackwardPointwise pointwise);
 
 }  // namespace lltm

@@ -1,12 +1,15 @@
-// LLTM cell: CUDA pointwise kernels (forward and backward) and the CUDA registration.
-// The GEMMs run through ATen (cuBLAS); each kernel here makes one pass over its tensors,
-// 16 bytes per access where the row length and pointers allow it.
+// LLTM cell: the cuBLAS path's CUDA pointwise kernels (forward and backward), the choice
+// between that path and the single-launch kernels (lltm_cuda_small.cu), and the CUDA
+// registration. On the cuBLAS path the GEMMs run through ATen; each pointwise kernel here
+// makes one pass over its tensors, 16 bytes per access where the row length and pointers
+// allow it.
 #include <ATen/OpMathType.h>
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
 #include "common/cuda_utils.cuh"
 #include "lltm/lltm.h"
+#include "lltm/lltm_cuda_small.h"
 
 namespace lltm {
 namespace {
@@ -125,18 +128,38 @@ void backward_pointwise_cuda(const at::Tensor& grad_h, const at::Tensor& grad_ce
   });
 }
 
+// Small and medium problems take the kernels of lltm_cuda_small.cu (one launch for the
+// forward, two for the backward; the rule is use_small_path); larger ones cuBLAS plus the
+// pointwise kernels above.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell) {
-  return forward(input, weights, bias, old_h, old_cell, forward_pointwise_cuda);
+  const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+  if (use_small_path(sizes)) {
+    return small_forward_cuda(input, weights, bias, old_h, old_cell, sizes);
+  }
+  return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cuda);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
     std::array<bool, 3> output_mask) {
-  return backward(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
-                  backward_pointwise_cuda);
+  const CellSizes sizes =
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
+  if (use_small_path(sizes)) {
+    // Two launches: the pointwise kernel below, then every GEMM and d_bias in one.
+    const int64_t B = sizes.batch, S = sizes.state;
+    at::Tensor d_gates = new_empty_cuda({B, 3 * S}, new_cell);
+    at::Tensor d_old_cell = new_empty_cuda({B, S}, new_cell);
+    backward_pointwise_cuda(grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
+                            gate_weights.contiguous(), d_gates, d_old_cell);
+    auto [d_X, d_weights, d_bias] =
+        small_backward_gemms_cuda(d_gates, X, weights, output_mask, sizes);
+    return {d_X, d_weights, d_bias, d_old_cell};
+  }
+  return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
+                       backward_pointwise_cuda);
 }
 
 }  // namespace

@@ -1,0 +1,156 @@
+// LLTM cell on CUDA for small and medium problems: the rule that picks the kernels of
+// lltm_cuda_small.cuh over the cuBLAS path, and their host-side launchers.
+#include "lltm/lltm_cuda_small.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/EmptyTensor.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/cuda_utils.cuh"
+#include "lltm/lltm_cuda_small.cuh"
+
+namespace lltm {
+namespace {
+
+using namespace small;  // NOLINT(build/namespaces): the kernels and their tile sizes
+
+// ---------------------------------------------------------------------------------------
+// Path choice.
+//
+// A training step on the small path costs 3 launches of host time or its SIMT GEMMs' GPU
+// time, whichever is larger; on the cuBLAS path about 8 launches plus ~8 more ATen ops of
+// host time (0.27-0.5 ms measured on the lent H100, where each launch or op costs 20-30
+// us) or cuBLAS's GPU time. These SIMT tiles reach perhaps half of cuBLAS's float32 rate,
+// so the small path wins until its GPU time passes the cuBLAS path's host time: with
+// three GEMMs of B*(S+F)*3S multiply-adds (MACs) each, 6*MACs / (20-30 TFLOP/s) = 0.5 ms
+// at MACs ~ 1.7-2.5e9. The bound below sits there; (256, 256, 1024) has 1.0e9,
+// (512, 512, 1024) 2.4e9 and (4096, 1024, 4096) 2.6e11. The benchmark times both paths
+// at each size (LLTM_CUDA_PATH forces one), which is how to move this bound.
+// Two more bounds keep any one block's serial loop short when the output is small but a
+// reduction is long: a parameter-gradient block walks all B batch rows, and a forward
+// block walks all S + F columns of X.
+constexpr double kSmallMaxMacs = 2147483648.0;  // 2^31 > B * (S + F) * 3S, a GEMM's MACs
+constexpr int64_t kSmallMaxBatch = 4096;
+constexpr int64_t kSmallMaxWidth = 8192;  // S + F
+
+enum class PathOverride { kAuto, kSmall, kCublas };
+
+PathOverride path_override() {
+  const char* v = std::getenv("LLTM_CUDA_PATH");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return PathOverride::kAuto;
+  if (std::strcmp(v, "small") == 0) return PathOverride::kSmall;
+  if (std::strcmp(v, "cublas") == 0) return PathOverride::kCublas;
+  TORCH_CHECK_VALUE(false, "environment variable LLTM_CUDA_PATH must be 'small', 'cublas' or "
+                    "'auto' (or unset), got '", v, "'");
+  return PathOverride::kAuto;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Host side.
+
+at::Tensor new_empty_cuda(at::IntArrayRef size, const at::Tensor& like) {
+  return at::Tensor(at::detail::empty_cuda(size, like.scalar_type(), like.device(), std::nullopt));
+}
+
+bool use_small_path(const CellSizes& n) {
+  const int64_t B = n.batch, S = n.state, K = n.state + n.features;
+  // The kernels need a batch row and a state column (with S = 0, X = input still has to be
+  // written, which the cuBLAS path's concatenation does), and they index with 32-bit
+  // integers: every tensor must have fewer than 2^31 elements. Forcing cannot lift that.
+  if (B < 1 || S < 1) return false;
+  constexpr int64_t kInt32Elements = int64_t{1} << 31;
+  if (B * K >= kInt32Elements || 3 * S * K >= kInt32Elements || 3 * B * S >= kInt32Elements) {
+    return false;
+  }
+  switch (path_override()) {
+    case PathOverride::kSmall:
+      return true;
+    case PathOverride::kCublas:
+      return false;
+    case PathOverride::kAuto:
+      break;
+  }
+  const double macs =
+      static_cast<double>(B) * static_cast<double>(K) * static_cast<double>(3 * S);
+  return macs < kSmallMaxMacs && B <= kSmallMaxBatch && K <= kSmallMaxWidth;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
+  at::Tensor new_h = new_empty_cuda({B, S}, input);
+  at::Tensor new_cell = new_empty_cuda({B, S}, input);
+  at::Tensor X = new_empty_cuda({B, S + F}, input);
+  at::Tensor gates = new_empty_cuda({B, 3 * S}, input);
+  const auto in = input.expect_contiguous(), w = weights.expect_contiguous(),
+             b = bias.expect_contiguous(), h = old_h.expect_contiguous(),
+             c = old_cell.expect_contiguous();
+  // use_small_path admitted these sizes: every count below fits in an int.
+  const int blocks =
+      static_cast<int>(ceil_div<int64_t>(B, kFwdRows) * ceil_div<int64_t>(S, kFwdCols));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_small_forward_cuda", [&] {
+    small_forward_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+        in->const_data_ptr<scalar_t>(), w->const_data_ptr<scalar_t>(),
+        b->const_data_ptr<scalar_t>(), h->const_data_ptr<scalar_t>(),
+        c->const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
+        new_cell.mutable_data_ptr<scalar_t>(), X.mutable_data_ptr<scalar_t>(),
+        gates.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(F),
+        static_cast<int>(S));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {new_h, new_cell, X, gates};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
+    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights,
+    std::array<bool, 3> output_mask, const CellSizes& sizes) {
+  const c10::cuda::CUDAGuard guard(d_gates.device());
+  const int64_t B = sizes.batch, N = 3 * sizes.state, K = sizes.state + sizes.features;
+  // A gradient that output_mask leaves out comes back empty, as on the cuBLAS path.
+  auto gradient = [&](bool wanted, at::IntArrayRef size) {
+    return wanted ? new_empty_cuda(size, d_gates) : new_empty_cuda({0}, d_gates);
+  };
+  at::Tensor d_X = gradient(output_mask[0], {B, K});
+  at::Tensor d_weights = gradient(output_mask[1], {N, K});
+  at::Tensor d_bias = gradient(output_mask[2], {N});
+  // use_small_path admitted these sizes: every count below fits in an int.
+  const int dx_col_tiles = static_cast<int>(ceil_div<int64_t>(K, kDxCols));
+  const int dx_blocks =
+      output_mask[0] ? static_cast<int>(ceil_div<int64_t>(B, kDxRows)) * dx_col_tiles : 0;
+  const int p_col_tiles = output_mask[1] ? static_cast<int>(ceil_div<int64_t>(K, kPK)) : 1;
+  const int p_blocks = output_mask[1] || output_mask[2]
+                           ? static_cast<int>(ceil_div<int64_t>(N, kPN)) * p_col_tiles
+                           : 0;
+  if (dx_blocks + p_blocks == 0) return {d_X, d_weights, d_bias};
+  const auto z = d_gates.expect_contiguous(), x = X.expect_contiguous(),
+             w = weights.expect_contiguous();
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, d_gates.scalar_type(), "lltm_small_backward_cuda", [&] {
+    BackwardArgs<scalar_t> args;
+    args.d_gates = z->const_data_ptr<scalar_t>();
+    args.X = x->const_data_ptr<scalar_t>();
+    args.weights = w->const_data_ptr<scalar_t>();
+    args.d_X = output_mask[0] ? d_X.mutable_data_ptr<scalar_t>() : nullptr;
+    args.d_weights = output_mask[1] ? d_weights.mutable_data_ptr<scalar_t>() : nullptr;
+    args.d_bias = output_mask[2] ? d_bias.mutable_data_ptr<scalar_t>() : nullptr;
+    args.B = static_cast<int>(B);
+    args.N = static_cast<int>(N);
+    args.K = static_cast<int>(K);
+    args.dx_blocks = dx_blocks;
+    args.dx_col_tiles = dx_col_tiles;
+    args.p_col_tiles = p_col_tiles;
+    small_backward_kernel<scalar_t><<<dx_blocks + p_blocks, kThreads, 0, stream>>>(args);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {d_X, d_weights, d_bias};
+}
+
+}  // namespace lltm

@@ -1,0 +1,457 @@
+// LLTM cell: the CUDA kernels for small and medium problems (see use_small_path), where a
+// training step is bound by host-side launch overhead rather than by the GPU.
+//
+// forward, one launch (small_forward_kernel): a block owns kFwdRows batch rows and
+//   kFwdCols state columns j, i.e. gate_weights columns j, S + j and 2S + j. It computes
+//   those gate pre-activations with a shared-memory tiled SIMT GEMM that reads X[b, k]
+//   straight from old_h (k < S) and input (k >= S), adds the bias, applies the cell's
+//   pointwise math in registers and writes new_h, new_cell and gate_weights. The blocks of
+//   the first column tile also write X (they read every element of it exactly once).
+//
+// backward, two launches: the cuBLAS path's pointwise kernel (lltm_cuda.cu) writes d_gates
+//   and d_old_cell, then small_backward_kernel computes every parameter and input gradient
+//   from d_gates with two block roles:
+//   - d_X role (the first dx_blocks blocks; none without d_X): a block owns kDxRows batch
+//     rows x kDxCols columns of X: d_X = d_gates @ weights, reducing over the 3S gate
+//     columns in chunks of kDxChunk.
+//   - parameter role (none without d_weights and d_bias): a block owns kPN gate columns
+//     (rows of weights) x kPK columns of X: d_weights = d_gates^T @ X, reducing over the
+//     batch rows in chunks of kPChunk; the blocks of the first column tile also sum the
+//     d_gates they staged into d_bias. Without d_weights there is one block per gate
+//     column tile and no GEMM.
+//   Every sum runs in a fixed order inside one block: no atomics, results deterministic.
+//   (Recomputing d_gates inside the GEMM blocks instead would save the pointwise launch
+//   but cost about a third more instructions in the GEMM loops, since every column tile
+//   would redo the transcendental math: more than a launch's host time at medium sizes.)
+//
+// Precision: inputs are widened to at::opmath_type (float for half types, double for
+// float64) when staged into shared memory; all products and sums run in that type.
+// Index math is 32-bit: use_small_path sends only problems whose every tensor has fewer
+// than 2^31 elements here, and no offset below is formed for a row or column outside the
+// problem (those are tested first), so none passes a tensor's size.
+//
+// This header holds only device code and its constants; lltm_cuda_small.cu launches it.
+#pragma once
+
+#include <ATen/OpMathType.h>
+
+#include "common/cuda_utils.cuh"
+#include "lltm/lltm.h"
+
+namespace lltm::small {
+
+using fused_ops::Pack;
+
+// ---------------------------------------------------------------------------------------
+// Tiles. Every kernel runs kThreads = 16 x 16 threads; thread t computes a micro-tile of
+// TM = 4 consecutive rows ("m", from t / 16) by NSEG segments of TN consecutive columns
+// ("n", from t % 16) of its block's output tile.
+constexpr int kThreads = 256;
+constexpr int kGroups = 16;
+
+// Forward: kFwdRows batch rows x kFwdCols state columns (x 3 gates) per block; reduction
+// over the S + F columns of X in chunks of kFwdChunk. Micro-tile 4 rows x 3 gates x 2.
+constexpr int kFwdRows = 64, kFwdCols = 32, kFwdChunk = 16;
+// Backward d_X role: kDxRows batch rows x kDxCols columns of X per block; reduction over
+// gate columns in chunks of kDxChunk. Micro-tile 4 x 4.
+constexpr int kDxRows = 64, kDxCols = 64, kDxChunk = 16;
+// Backward parameter role: kPN gate columns (3 segments of 32) x kPK columns of X per
+// block; reduction over batch rows in chunks of kPChunk. Micro-tile 4 columns of X x 3 x 2.
+constexpr int kPSeg = 32, kPN = 3 * kPSeg, kPK = 64, kPChunk = 16;
+
+static_assert(kFwdRows == kGroups * 4 && kFwdCols == kGroups * 2, "forward micro-tile");
+static_assert(kDxRows == kGroups * 4 && kDxCols == kGroups * 4, "d_X micro-tile");
+static_assert(kPK == kGroups * 4 && kPSeg == kGroups * 2, "parameter micro-tile");
+static_assert(kThreads % kFwdChunk == 0 && kFwdRows % (kThreads / kFwdChunk) == 0 &&
+                  3 * kFwdCols % (kThreads / kFwdChunk) == 0,
+              "forward staging: whole loads per thread");
+static_assert(kThreads % kDxChunk == 0 && kDxRows % (kThreads / kDxChunk) == 0 &&
+                  kDxChunk % (kThreads / kDxCols) == 0,
+              "d_X staging: whole loads per thread");
+static_assert(kPChunk % (kThreads / kPK) == 0 && kPChunk % (kThreads / kPSeg) == 0,
+              "parameter staging: whole loads per thread");
+static_assert(kPN <= kThreads, "one thread per d_bias entry of a tile");
+
+// Shared-memory row strides: a multiple of 4 elements keeps the vector reads of TM = 4
+// (and TN = 2 or 4) elements aligned; the +4 on the rows that are stored transposed
+// spreads those stores over the banks (2-way conflicts at most).
+constexpr int kFwdLdX = kFwdRows + 4;      // [k][b]
+constexpr int kFwdLdW = 3 * kFwdCols + 4;  // [k][gate * kFwdCols + j]
+constexpr int kDxLdZ = kDxRows + 4;        // [n][b]
+constexpr int kDxLdW = kDxCols;            // [n][k]
+constexpr int kPLdX = kPK;                 // [b][k]
+constexpr int kPLdZ = kPN;                 // [b][n]
+static_assert(kFwdLdX % 4 == 0 && kFwdLdW % 4 == 0 && kDxLdZ % 4 == 0 && kDxLdW % 4 == 0 &&
+                  kPLdX % 4 == 0 && kPLdZ % 4 == 0,
+              "aligned vector reads");
+
+template <typename acc_t>
+struct alignas(32) ForwardSmem {
+  acc_t x[2][kFwdChunk][kFwdLdX];  // X^T, double-buffered
+  acc_t w[2][kFwdChunk][kFwdLdW];  // weights^T, double-buffered
+};
+
+template <typename acc_t>
+struct alignas(32) DxSmem {
+  acc_t dz[2][kDxChunk][kDxLdZ];  // d_gates^T
+  acc_t w[2][kDxChunk][kDxLdW];   // weights rows
+};
+
+template <typename acc_t>
+struct alignas(32) ParamSmem {
+  acc_t x[2][kPChunk][kPLdX];   // X rows
+  acc_t dz[2][kPChunk][kPLdZ];  // d_gates rows
+};
+
+template <typename acc_t>
+union BackwardSmem {
+  DxSmem<acc_t> dx;
+  ParamSmem<acc_t> param;
+};
+
+static_assert(sizeof(ForwardSmem<double>) <= 48 * 1024, "static shared memory");
+static_assert(sizeof(BackwardSmem<double>) <= 48 * 1024, "static shared memory");
+
+template <typename T>
+__host__ __device__ constexpr T ceil_div(T a, T b) {
+  return (a + b - 1) / b;
+}
+
+// acc[i][s][c] += sum_r A[r][m0 + i] * B[r][s * SEGW + n0 + c] for r in [0, R): one
+// R-deep slab of the block's GEMM from shared memory (row strides LDA and LDB).
+template <int R, int LDA, int LDB, int SEGW, typename acc_t, int TM, int NSEG, int TN>
+__device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const acc_t* A,
+                                              const acc_t* B, int m0, int n0) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const Pack<acc_t, TM> a = *reinterpret_cast<const Pack<acc_t, TM>*>(A + r * LDA + m0);
+    Pack<acc_t, TN> b[NSEG];
+#pragma unroll
+    for (int s = 0; s < NSEG; ++s) {
+      b[s] = *reinterpret_cast<const Pack<acc_t, TN>*>(B + r * LDB + s * SEGW + n0);
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int s = 0; s < NSEG; ++s) {
+#pragma unroll
+        for (int c = 0; c < TN; ++c) acc[i][s][c] += a.v[i] * b[s].v[c];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward.
+//
+// Staging: of each kFwdChunk-column chunk of X (and of the weights rows), thread t loads
+// column kk = t % kFwdChunk of the tile rows rr + l * kRowStep, rr = t / kFwdChunk, so
+// consecutive threads read consecutive columns; the per-row offsets are worked out once.
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    small_forward_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ weights,
+                         const scalar_t* __restrict__ bias, const scalar_t* __restrict__ old_h,
+                         const scalar_t* __restrict__ old_cell, scalar_t* __restrict__ new_h,
+                         scalar_t* __restrict__ new_cell, scalar_t* __restrict__ X,
+                         scalar_t* __restrict__ gates, int B, int F, int S) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int kRowStep = kThreads / kFwdChunk;          // 16
+  constexpr int kXLoads = kFwdRows / kRowStep;            // 4
+  constexpr int kWLoads = 3 * kFwdCols / kRowStep;        // 6
+  __shared__ ForwardSmem<acc_t> sm;
+
+  const int t = threadIdx.x;
+  const int K = S + F;
+  const int col_tiles = ceil_div(S, kFwdCols);
+  const int col_tile = static_cast<int>(blockIdx.x) % col_tiles;
+  const int b0 = static_cast<int>(blockIdx.x) / col_tiles * kFwdRows, j0 = col_tile * kFwdCols;
+  const bool write_X = col_tile == 0;
+
+  const int kk = t % kFwdChunk, rr = t / kFwdChunk;
+  int x_row[kXLoads];  // batch row of X, -1 outside the problem
+#pragma unroll
+  for (int l = 0; l < kXLoads; ++l) {
+    const int b = b0 + rr + l * kRowStep;
+    x_row[l] = b < B ? b : -1;
+  }
+  int w_row[kWLoads];  // offset of the weights row (gate g, column j), -1 outside
+#pragma unroll
+  for (int l = 0; l < kWLoads; ++l) {
+    const int row = rr + l * kRowStep;  // g * kFwdCols + (j - j0)
+    const int j = j0 + row % kFwdCols;
+    w_row[l] = j < S ? (row / kFwdCols * S + j) * K : -1;
+  }
+
+  // Global -> registers for the chunk of X's columns [k0, k0 + kFwdChunk), zeros outside.
+  acc_t rx[kXLoads], rw[kWLoads];
+  auto load = [&](int k0) {
+    const int k = k0 + kk;
+    const bool k_in = k < K, from_h = k < S;
+#pragma unroll
+    for (int l = 0; l < kXLoads; ++l) {
+      const int b = x_row[l];
+      acc_t v = 0;
+      if (b >= 0 && k_in) {
+        const scalar_t x = from_h ? old_h[b * S + k] : input[b * F + (k - S)];
+        if (write_X) X[b * K + k] = x;
+        v = static_cast<acc_t>(x);
+      }
+      rx[l] = v;
+    }
+#pragma unroll
+    for (int l = 0; l < kWLoads; ++l) {
+      rw[l] = (w_row[l] >= 0 && k_in) ? static_cast<acc_t>(weights[w_row[l] + k]) : acc_t(0);
+    }
+  };
+  // Registers -> shared memory, transposed (reduction index first).
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int l = 0; l < kXLoads; ++l) sm.x[buf][kk][rr + l * kRowStep] = rx[l];
+#pragma unroll
+    for (int l = 0; l < kWLoads; ++l) sm.w[buf][kk][rr + l * kRowStep] = rw[l];
+  };
+
+  // acc[i][g][c]: gate g's pre-activation for batch row b0 + m0 + i, column j0 + n0 + c.
+  const int m0 = t / kGroups * 4, n0 = t % kGroups * 2;
+  acc_t acc[4][3][2] = {};
+  const int steps = ceil_div(K, kFwdChunk);
+  load(0);
+  store(0);
+  __syncthreads();
+  for (int s = 0; s < steps; ++s) {
+    const int cur = s & 1;
+    if (s + 1 < steps) load((s + 1) * kFwdChunk);
+    multiply_tile<kFwdChunk, kFwdLdX, kFwdLdW, kFwdCols>(acc, &sm.x[cur][0][0], &sm.w[cur][0][0],
+                                                         m0, n0);
+    if (s + 1 < steps) store(cur ^ 1);
+    __syncthreads();
+  }
+
+  acc_t bias_v[3][2];
+#pragma unroll
+  for (int g = 0; g < 3; ++g) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int j = j0 + n0 + c;
+      bias_v[g][c] = j < S ? static_cast<acc_t>(bias[g * S + j]) : acc_t(0);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int b = b0 + m0 + i;
+    if (b >= B) continue;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int j = j0 + n0 + c;
+      if (j >= S) continue;
+      const acc_t z_i = acc[i][0][c] + bias_v[0][c];
+      const acc_t z_o = acc[i][1][c] + bias_v[1][c];
+      const acc_t z_c = acc[i][2][c] + bias_v[2][c];
+      acc_t h, cell;
+      cell_forward<acc_t>(z_i, z_o, z_c, static_cast<acc_t>(old_cell[b * S + j]), h, cell);
+      scalar_t* z = gates + b * 3 * S + j;
+      z[0] = z_i;
+      z[S] = z_o;
+      z[2 * S] = z_c;
+      new_h[b * S + j] = h;
+      new_cell[b * S + j] = cell;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward GEMMs: d_X = d_gates @ weights, d_weights = d_gates^T @ X, d_bias = sum of d_gates.
+
+template <typename scalar_t>
+struct BackwardArgs {
+  const scalar_t* d_gates;  // (B, 3S)
+  const scalar_t* X;        // (B, K)
+  const scalar_t* weights;  // (3S, K)
+  scalar_t* d_X;            // (B, K); nullptr when not wanted
+  scalar_t* d_weights;      // (3S, K); nullptr when not wanted
+  scalar_t* d_bias;         // (3S,); nullptr when not wanted
+  int B, N, K;              // N = 3S
+  int dx_blocks;            // blocks of the d_X role (0 without d_X); they come first
+  int dx_col_tiles;         // tiles of kDxCols columns of X in the d_X role
+  int p_col_tiles;          // tiles of kPK columns of X in the parameter role (1 without d_weights)
+};
+
+// d_X[b0 : b0 + kDxRows, k0 : k0 + kDxCols] = d_gates[b-tile, :] @ weights[:, k-tile].
+template <typename scalar_t, typename acc_t>
+__device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a, DxSmem<acc_t>& sm,
+                                             int block) {
+  constexpr int kZStep = kThreads / kDxChunk;  // 16
+  constexpr int kZLoads = kDxRows / kZStep;    // 4
+  constexpr int kWStep = kThreads / kDxCols;   // 4
+  constexpr int kWLoads = kDxChunk / kWStep;   // 4
+  const int t = threadIdx.x;
+  const int b0 = block / a.dx_col_tiles * kDxRows, k0 = block % a.dx_col_tiles * kDxCols;
+
+  // d_gates: thread t loads column zn of each chunk for the tile rows zb + l * kZStep.
+  // weights: thread t loads column k0 + wk of the chunk's rows wr + l * kWStep.
+  const int zn = t % kDxChunk, zb = t / kDxChunk;
+  const int wk = t % kDxCols, wr = t / kDxCols;
+  const bool k_in = k0 + wk < a.K;
+  int z_row[kZLoads];  // offset of the d_gates row, -1 outside the problem
+#pragma unroll
+  for (int l = 0; l < kZLoads; ++l) {
+    const int b = b0 + zb + l * kZStep;
+    z_row[l] = b < a.B ? b * a.N : -1;
+  }
+  acc_t rz[kZLoads], rw[kWLoads];
+  auto load = [&](int c0) {  // gate columns [c0, c0 + kDxChunk)
+    const int n = c0 + zn;
+#pragma unroll
+    for (int l = 0; l < kZLoads; ++l) {
+      rz[l] = (z_row[l] >= 0 && n < a.N) ? static_cast<acc_t>(a.d_gates[z_row[l] + n]) : acc_t(0);
+    }
+#pragma unroll
+    for (int l = 0; l < kWLoads; ++l) {
+      const int r = c0 + wr + l * kWStep;
+      rw[l] = (r < a.N && k_in) ? static_cast<acc_t>(a.weights[r * a.K + k0 + wk]) : acc_t(0);
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int l = 0; l < kZLoads; ++l) sm.dz[buf][zn][zb + l * kZStep] = rz[l];
+#pragma unroll
+    for (int l = 0; l < kWLoads; ++l) sm.w[buf][wr + l * kWStep][wk] = rw[l];
+  };
+
+  const int m0 = t / kGroups * 4, n0 = t % kGroups * 4;
+  acc_t acc[4][1][4] = {};
+  const int steps = ceil_div(a.N, kDxChunk);
+  load(0);
+  store(0);
+  __syncthreads();
+  for (int s = 0; s < steps; ++s) {
+    const int cur = s & 1;
+    if (s + 1 < steps) load((s + 1) * kDxChunk);
+    multiply_tile<kDxChunk, kDxLdZ, kDxLdW, kDxCols>(acc, &sm.dz[cur][0][0], &sm.w[cur][0][0], m0,
+                                                     n0);
+    if (s + 1 < steps) store(cur ^ 1);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int b = b0 + m0 + i;
+    if (b >= a.B) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int k = k0 + n0 + c;
+      if (k < a.K) a.d_X[b * a.K + k] = acc[i][0][c];
+    }
+  }
+}
+
+// d_weights[nb : nb + kPN, k0 : k0 + kPK] = d_gates[:, n-tile]^T @ X[:, k-tile], reducing over
+// batch rows in chunks of kPChunk; the blocks of the first k tile also write d_bias.
+template <typename scalar_t, typename acc_t>
+__device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a, ParamSmem<acc_t>& sm,
+                                           int block) {
+  constexpr int kZStep = kThreads / kPSeg;   // 8
+  constexpr int kZLoads = kPChunk / kZStep;  // 2 (x 3 segments)
+  constexpr int kXStep = kThreads / kPK;     // 4
+  constexpr int kXLoads = kPChunk / kXStep;  // 4
+  const int t = threadIdx.x;
+  const int nb = block / a.p_col_tiles * kPN, k0 = block % a.p_col_tiles * kPK;
+  const bool want_dw = a.d_weights != nullptr;
+  const bool want_bias = k0 == 0 && a.d_bias != nullptr;
+
+  // d_gates: thread t loads columns nb + g * kPSeg + zn (g < 3) of the chunk's rows
+  // zb + l * kZStep. X: thread t loads column k0 + xk of the chunk's rows xb + l * kXStep.
+  const int zn = t % kPSeg, zb = t / kPSeg;
+  const int xk = t % kPK, xb = t / kPK;
+  bool n_in[3];
+#pragma unroll
+  for (int g = 0; g < 3; ++g) n_in[g] = nb + g * kPSeg + zn < a.N;
+  const bool k_in = k0 + xk < a.K;
+  acc_t rz[kZLoads][3], rx[kXLoads];
+  auto load = [&](int b_start) {
+#pragma unroll
+    for (int l = 0; l < kZLoads; ++l) {
+      const int b = b_start + zb + l * kZStep;
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+        rz[l][g] = (b < a.B && n_in[g])
+                       ? static_cast<acc_t>(a.d_gates[b * a.N + nb + g * kPSeg + zn])
+                       : acc_t(0);
+      }
+    }
+    if (want_dw) {
+#pragma unroll
+      for (int l = 0; l < kXLoads; ++l) {
+        const int b = b_start + xb + l * kXStep;
+        rx[l] = (b < a.B && k_in) ? static_cast<acc_t>(a.X[b * a.K + k0 + xk]) : acc_t(0);
+      }
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int l = 0; l < kZLoads; ++l) {
+#pragma unroll
+      for (int g = 0; g < 3; ++g) sm.dz[buf][zb + l * kZStep][g * kPSeg + zn] = rz[l][g];
+    }
+    if (want_dw) {
+#pragma unroll
+      for (int l = 0; l < kXLoads; ++l) sm.x[buf][xb + l * kXStep][xk] = rx[l];
+    }
+  };
+
+  // acc[i][g][c]: d_weights[nb + g * kPSeg + n0 + c][k0 + m0 + i].
+  const int m0 = t / kGroups * 4, n0 = t % kGroups * 2;
+  acc_t acc[4][3][2] = {};
+  acc_t bias_sum = 0;  // thread t < kPN: gate column nb + t
+  const int steps = ceil_div(a.B, kPChunk);
+  load(0);
+  store(0);
+  __syncthreads();
+  for (int s = 0; s < steps; ++s) {
+    const int cur = s & 1;
+    if (s + 1 < steps) load((s + 1) * kPChunk);
+    if (want_dw) {
+      multiply_tile<kPChunk, kPLdX, kPLdZ, kPSeg>(acc, &sm.x[cur][0][0], &sm.dz[cur][0][0], m0,
+                                                  n0);
+    }
+    if (want_bias && t < kPN) {
+#pragma unroll
+      for (int r = 0; r < kPChunk; ++r) bias_sum += sm.dz[cur][r][t];
+    }
+    if (s + 1 < steps) store(cur ^ 1);
+    __syncthreads();
+  }
+
+  if (want_dw) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = k0 + m0 + i;
+      if (k >= a.K) continue;
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int n = nb + g * kPSeg + n0 + c;
+          if (n < a.N) a.d_weights[n * a.K + k] = acc[i][g][c];
+        }
+      }
+    }
+  }
+  if (want_bias && t < kPN && nb + t < a.N) a.d_bias[nb + t] = bias_sum;
+}
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads) small_backward_kernel(const BackwardArgs<scalar_t> a) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ BackwardSmem<acc_t> sm;
+  // The role is uniform over a block, so every __syncthreads() inside is reached by all.
+  const int block = static_cast<int>(blockIdx.x);
+  if (block < a.dx_blocks) {
+    d_input_role(a, sm.dx, block);
+  } else {
+    param_role(a, sm.param, block - a.dx_blocks);
+  }
+}
+
+}  // namespace lltm::small

@@ -380,34 +380,34 @@ def test_small_path_is_deterministic(monkeypatch):
         assert torch.equal(a, b)
 
 
-def small_path_rows_per_thread(batch, col_tiles):
+def small_path_dx_rows_per_thread(batch, col_tiles):
     """The rows per thread (TM: 4 or 2, 64 or 32 batch rows per block) that rows_per_thread
-    in csrc/lltm/lltm_cuda_small.cu picks for the forward or the d_X role."""
+    in csrc/lltm/lltm_cuda_small.cu picks for the backward's d_X role."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     large, small = -(-batch // 64), -(-batch // 32)
-    return 2 if large * col_tiles < 2 * sms and small > large else 4
+    return 2 if large * col_tiles < sms and small > large else 4
 
 
 @needs_cuda
 @pytest.mark.parametrize("wide", [False, True])
 def test_small_path_tile_variants(monkeypatch, wide):
-    # The forward and the d_X role come with 64- and 32-row tiles; the host takes the 32-row
-    # ones when the 64-row ones give fewer than 2 blocks per SM. Batch 200 leaves partial
-    # tiles of either size; a wide state gives enough column tiles for the 64-row ones.
+    # The backward's d_X role comes with 64- and 32-row tiles; the host takes the 32-row ones
+    # when the 64-row ones give fewer blocks than SMs (the forward always runs 64-row tiles).
+    # Batch 200 leaves partial tiles of either size; a wide state gives enough column tiles
+    # for the 64-row ones.
     monkeypatch.setenv("LLTM_CUDA_PATH", "small")
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     batch, features = 200, 5
-    state = 64 * (sms // 2 + 1) + 1 if wide else 35
+    state = 16 * sms + 1 if wide else 35
     want_tm = 4 if wide else 2
-    assert small_path_rows_per_thread(batch, -(-state // 32)) == want_tm  # forward
-    assert small_path_rows_per_thread(batch, -(-(state + features) // 64)) == want_tm  # d_X
+    assert small_path_dx_rows_per_thread(batch, -(-(state + features) // 64)) == want_tm
     inputs = make_inputs(batch, features, state, "cuda")
     grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
     step = lambda: outputs_and_grads(lltm.lltm_cell, inputs, grad_h, grad_cell)  # noqa: E731
     names = [n for n in cuda_kernel_names(step) if "small_" in n]
     assert len(names) == 2, names
-    for kernel in ["small_forward_kernel", "small_backward_kernel"]:
-        assert any(f"{kernel}<double, {want_tm}>" in n for n in names), (kernel, names)
+    assert any("small_forward_kernel<double, 4>" in n for n in names), names
+    assert any(f"small_backward_kernel<double, {want_tm}>" in n for n in names), names
     want = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
     names = ["new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell"]
     for name, g, w in zip(names, step(), want):

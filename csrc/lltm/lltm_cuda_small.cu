@@ -49,19 +49,25 @@ PathOverride path_override() {
   return PathOverride::kAuto;
 }
 
-// Tile choice. The forward and the d_X role run TM = 4 rows per thread unless that leaves
-// fewer than kMinBlocksPerSm blocks per SM (e.g. (256, 256, 1024) on an H100: 128 forward
-// blocks, 80 long d_X blocks for 132 SMs, each SM then holds one block of 8 warps and waits
-// on its latencies); then TM = 2 tiles, half the batch rows per block, provided that this
-// gives more blocks (not so when B <= 32, e.g. the tutorial's size keeps TM = 4).
-constexpr int64_t kMinBlocksPerSm = 2;
+// Tile choice. The d_X role runs TM = 4 rows per thread unless that leaves SMs without a
+// block (kMinBlocksPerSm = 1), then TM = 2 tiles, half the batch rows per block, provided
+// that this gives more blocks (not so when B <= 32: the tutorial's size keeps TM = 4).
+// Measured on the H100 (132 SMs): at (256, 256, 1024) the 80 long d_X blocks of TM = 4 take
+// 0.244 ms, 160 of TM = 2 0.221 ms; at (512, 512, 1024), forced small, 192 blocks of TM = 4
+// beat 384 of TM = 2 (0.375 against 0.393 ms), hence the bound of 1, not 2, blocks per SM.
+// The forward always runs TM = 4: its TM = 2 tiles were slower at both sizes (0.121 against
+// 0.116 ms with 256 against 128 blocks, 0.256 against 0.189 ms): with TM = 2 each thread
+// does 12 multiply-adds per 8 shared-memory reads instead of 24, and shared memory, not
+// latency, limits it.
+constexpr int64_t kMinBlocksPerSm = 1;
+constexpr int kFwdRowsPerThread = kRowsPerThreadLarge;
 
 int64_t sm_count() {
   // ATen caches the device properties: no driver call per step.
   return at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 }
 
-// The TM for an output of B rows in tiles of kGroups * TM rows, by col_tiles column tiles.
+// The d_X role's TM for B rows in tiles of kGroups * TM rows, by col_tiles column tiles.
 int rows_per_thread(int64_t B, int64_t col_tiles) {
   const int64_t large = ceil_div<int64_t>(B, kGroups * kRowsPerThreadLarge);
   const int64_t small = ceil_div<int64_t>(B, kGroups * kRowsPerThreadSmall);
@@ -115,14 +121,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
              b = bias.expect_contiguous(), h = old_h.expect_contiguous(),
              c = old_cell.expect_contiguous();
   // use_small_path admitted these sizes: every count below fits in an int.
-  const int64_t col_tiles = ceil_div<int64_t>(S, kFwdCols);
-  const int tm = rows_per_thread(B, col_tiles);
-  const int blocks = static_cast<int>(ceil_div<int64_t>(B, kGroups * tm) * col_tiles);
+  const int blocks = static_cast<int>(ceil_div<int64_t>(B, fwd_rows<kFwdRowsPerThread>) *
+                                      ceil_div<int64_t>(S, kFwdCols));
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_small_forward_cuda", [&] {
-    auto kernel = tm == kRowsPerThreadSmall ? small_forward_kernel<scalar_t, kRowsPerThreadSmall>
-                                            : small_forward_kernel<scalar_t, kRowsPerThreadLarge>;
-    kernel<<<blocks, kThreads, 0, stream>>>(
+    small_forward_kernel<scalar_t, kFwdRowsPerThread><<<blocks, kThreads, 0, stream>>>(
         in->const_data_ptr<scalar_t>(), w->const_data_ptr<scalar_t>(),
         b->const_data_ptr<scalar_t>(), h->const_data_ptr<scalar_t>(),
         c->const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),

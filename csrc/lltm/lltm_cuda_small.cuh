@@ -45,9 +45,10 @@ using fused_ops::Pack;
 // ---------------------------------------------------------------------------------------
 // Tiles. Every kernel runs kThreads = 16 x 16 threads; thread t computes a micro-tile of
 // TM consecutive rows ("m", from t / 16) by NSEG segments of TN consecutive columns
-// ("n", from t % 16) of its block's output tile. TM is 4, except that the forward and the
-// d_X role also come with TM = 2 (half the batch rows per block, twice the blocks), which
-// the host picks when the TM = 4 tiles would leave too few blocks for the GPU's SMs.
+// ("n", from t % 16) of its block's output tile. TM is 4, except that the d_X role also
+// comes with TM = 2 (half the batch rows per block, twice the blocks), which the host picks
+// when the TM = 4 tiles would leave SMs idle. The forward kernel takes TM as a parameter
+// too, but the host launches only TM = 4 (lltm_cuda_small.cu says why).
 constexpr int kThreads = 256;
 constexpr int kGroups = 16;
 constexpr int kRowsPerThreadLarge = 4, kRowsPerThreadSmall = 2;  // the two values of TM

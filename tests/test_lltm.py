@@ -269,9 +269,9 @@ def test_second_gpu():
 
 needs_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
 CUDA_PATHS = ["small", "cublas"]
-# Odd sizes on every side of the small path's tiles (64 batch rows, 32 or 64 columns).
+# Odd sizes on every side of the small path's tiles (64 or 32 batch rows, 32 or 64 columns).
 PATH_SHAPES = [(1, 1, 1), (3, 7, 13), (300, 1, 33), (1, 7, 129), (3, 1, 129), (300, 7, 1),
-               (300, 7, 129), (65, 0, 31), (129, 63, 64), (17, 40, 35)]
+               (300, 7, 129), (65, 0, 31), (129, 63, 64), (17, 40, 35), (33, 3, 40)]
 
 
 def cuda_kernel_names(fn):
@@ -334,9 +334,10 @@ def test_cuda_paths_medium_size_float32(monkeypatch, path):
 
 @needs_cuda
 @pytest.mark.parametrize("path", CUDA_PATHS)
-def test_cuda_backward_output_masks(monkeypatch, path):
+@pytest.mark.parametrize("batch", [70, 20])  # the small path's d_X tiles of 32 and 64 rows
+def test_cuda_backward_output_masks(monkeypatch, path, batch):
     monkeypatch.setenv("LLTM_CUDA_PATH", path)
-    inputs = make_inputs(70, 5, 35, "cuda")
+    inputs = make_inputs(batch, 5, 35, "cuda")
     grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
     d_input, d_W, d_b, d_old_h, d_old_cell = outputs_and_grads(
         lltm_cell_reference, inputs, grad_h, grad_cell)[2:]
@@ -377,6 +378,40 @@ def test_small_path_is_deterministic(monkeypatch):
     first, second = step(), step()
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+def small_path_dx_rows_per_thread(batch, col_tiles):
+    """The rows per thread (TM: 4 or 2, 64 or 32 batch rows per block) that rows_per_thread
+    in csrc/lltm/lltm_cuda_small.cu picks for the backward's d_X role."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    large, small = -(-batch // 64), -(-batch // 32)
+    return 2 if large * col_tiles < sms and small > large else 4
+
+
+@needs_cuda
+@pytest.mark.parametrize("wide", [False, True])
+def test_small_path_tile_variants(monkeypatch, wide):
+    # The backward's d_X role comes with 64- and 32-row tiles; the host takes the 32-row ones
+    # when the 64-row ones give fewer blocks than SMs (the forward always runs 64-row tiles).
+    # Batch 200 leaves partial tiles of either size; a wide state gives enough column tiles
+    # for the 64-row ones.
+    monkeypatch.setenv("LLTM_CUDA_PATH", "small")
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    batch, features = 200, 5
+    state = 16 * sms + 1 if wide else 35
+    want_tm = 4 if wide else 2
+    assert small_path_dx_rows_per_thread(batch, -(-(state + features) // 64)) == want_tm
+    inputs = make_inputs(batch, features, state, "cuda")
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    step = lambda: outputs_and_grads(lltm.lltm_cell, inputs, grad_h, grad_cell)  # noqa: E731
+    names = [n for n in cuda_kernel_names(step) if "small_" in n]
+    assert len(names) == 2, names
+    assert any("small_forward_kernel<double, 4>" in n for n in names), names
+    assert any(f"small_backward_kernel<double, {want_tm}>" in n for n in names), names
+    want = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
+    names = ["new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell"]
+    for name, g, w in zip(names, step(), want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
 
 
 @needs_cuda

@@ -3,6 +3,7 @@
 #include "lltm/lltm_cuda_small.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/EmptyTensor.h>
 
 #include <array>
@@ -46,6 +47,33 @@ PathOverride path_override() {
   TORCH_CHECK_VALUE(false, "environment variable LLTM_CUDA_PATH must be 'small', 'cublas' or "
                     "'auto' (or unset), got '", v, "'");
   return PathOverride::kAuto;
+}
+
+// Tile choice. The d_X role runs TM = 4 rows per thread unless that leaves SMs without a
+// block (kMinBlocksPerSm = 1), then TM = 2 tiles, half the batch rows per block, provided
+// that this gives more blocks (not so when B <= 32: the tutorial's size keeps TM = 4).
+// Measured on the H100 (132 SMs), small_backward_kernel in all: at (256, 256, 1024) 0.244 ms
+// with 80 long d_X blocks of TM = 4, 0.221 ms with 160 of TM = 2; at (512, 512, 1024),
+// forced small, 192 d_X blocks of TM = 4 beat 384 of TM = 2 (0.375 against 0.393 ms), hence
+// the bound of 1, not 2, blocks per SM. The forward always runs TM = 4: its TM = 2 tiles
+// were slower at both sizes (0.121 against 0.116 ms with 256 against 128 blocks, 0.256
+// against 0.189 ms); with TM = 2 a thread does 12 multiply-adds per 8 values read from
+// shared memory instead of 24 per 10, so shared memory rather than latency limits it.
+constexpr int64_t kMinBlocksPerSm = 1;
+constexpr int kFwdRowsPerThread = kRowsPerThreadLarge;
+
+int64_t sm_count() {
+  // ATen caches the device properties: no driver call per step.
+  return at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+}
+
+// The d_X role's TM for B rows in tiles of kGroups * TM rows, by col_tiles column tiles.
+int rows_per_thread(int64_t B, int64_t col_tiles) {
+  const int64_t large = ceil_div<int64_t>(B, kGroups * kRowsPerThreadLarge);
+  const int64_t small = ceil_div<int64_t>(B, kGroups * kRowsPerThreadSmall);
+  return large * col_tiles < kMinBlocksPerSm * sm_count() && small > large
+             ? kRowsPerThreadSmall
+             : kRowsPerThreadLarge;
 }
 
 }  // namespace
@@ -93,11 +121,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
              b = bias.expect_contiguous(), h = old_h.expect_contiguous(),
              c = old_cell.expect_contiguous();
   // use_small_path admitted these sizes: every count below fits in an int.
-  const int blocks =
-      static_cast<int>(ceil_div<int64_t>(B, kFwdRows) * ceil_div<int64_t>(S, kFwdCols));
+  const int blocks = static_cast<int>(ceil_div<int64_t>(B, fwd_rows<kFwdRowsPerThread>) *
+                                      ceil_div<int64_t>(S, kFwdCols));
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_small_forward_cuda", [&] {
-    small_forward_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+    small_forward_kernel<scalar_t, kFwdRowsPerThread><<<blocks, kThreads, 0, stream>>>(
         in->const_data_ptr<scalar_t>(), w->const_data_ptr<scalar_t>(),
         b->const_data_ptr<scalar_t>(), h->const_data_ptr<scalar_t>(),
         c->const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
@@ -123,8 +151,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
   at::Tensor d_bias = gradient(output_mask[2], {N});
   // use_small_path admitted these sizes: every count below fits in an int.
   const int dx_col_tiles = static_cast<int>(ceil_div<int64_t>(K, kDxCols));
+  const int dx_tm = output_mask[0] ? rows_per_thread(B, dx_col_tiles) : kRowsPerThreadLarge;
   const int dx_blocks =
-      output_mask[0] ? static_cast<int>(ceil_div<int64_t>(B, kDxRows)) * dx_col_tiles : 0;
+      output_mask[0] ? static_cast<int>(ceil_div<int64_t>(B, kGroups * dx_tm)) * dx_col_tiles : 0;
   const int p_col_tiles = output_mask[1] ? static_cast<int>(ceil_div<int64_t>(K, kPK)) : 1;
   const int p_blocks = output_mask[1] || output_mask[2]
                            ? static_cast<int>(ceil_div<int64_t>(N, kPN)) * p_col_tiles
@@ -147,7 +176,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
     args.dx_blocks = dx_blocks;
     args.dx_col_tiles = dx_col_tiles;
     args.p_col_tiles = p_col_tiles;
-    small_backward_kernel<scalar_t><<<dx_blocks + p_blocks, kThreads, 0, stream>>>(args);
+    auto kernel = dx_tm == kRowsPerThreadSmall
+                      ? small_backward_kernel<scalar_t, kRowsPerThreadSmall>
+                      : small_backward_kernel<scalar_t, kRowsPerThreadLarge>;
+    kernel<<<dx_blocks + p_blocks, kThreads, 0, stream>>>(args);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {d_X, d_weights, d_bias};

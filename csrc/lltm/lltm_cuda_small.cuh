@@ -44,29 +44,44 @@ using fused_ops::Pack;
 
 // ---------------------------------------------------------------------------------------
 // Tiles. Every kernel runs kThreads = 16 x 16 threads; thread t computes a micro-tile of
-// TM = 4 consecutive rows ("m", from t / 16) by NSEG segments of TN consecutive columns
-// ("n", from t % 16) of its block's output tile.
+// TM consecutive rows ("m", from t / 16) by NSEG segments of TN consecutive columns
+// ("n", from t % 16) of its block's output tile. TM is 4, except that the d_X role also
+// comes with TM = 2 (half the batch rows per block, twice the blocks), which the host picks
+// when the TM = 4 tiles would leave SMs idle. The forward kernel takes TM as a parameter
+// too, but the host launches only TM = 4 (lltm_cuda_small.cu says why).
 constexpr int kThreads = 256;
 constexpr int kGroups = 16;
+constexpr int kRowsPerThreadLarge = 4, kRowsPerThreadSmall = 2;  // the two values of TM
 
-// Forward: kFwdRows batch rows x kFwdCols state columns (x 3 gates) per block; reduction
-// over the S + F columns of X in chunks of kFwdChunk. Micro-tile 4 rows x 3 gates x 2.
-constexpr int kFwdRows = 64, kFwdCols = 32, kFwdChunk = 16;
-// Backward d_X role: kDxRows batch rows x kDxCols columns of X per block; reduction over
-// gate columns in chunks of kDxChunk. Micro-tile 4 x 4.
-constexpr int kDxRows = 64, kDxCols = 64, kDxChunk = 16;
+// Forward: fwd_rows<TM> batch rows x kFwdCols state columns (x 3 gates) per block; reduction
+// over the S + F columns of X in chunks of kFwdChunk. Micro-tile TM rows x 3 gates x 2.
+template <int TM>
+constexpr int fwd_rows = kGroups * TM;
+constexpr int kFwdCols = 32, kFwdChunk = 16;
+// Backward d_X role: dx_rows<TM> batch rows x kDxCols columns of X per block; reduction over
+// gate columns in chunks of kDxChunk. Micro-tile TM x 4.
+template <int TM>
+constexpr int dx_rows = kGroups * TM;
+constexpr int kDxCols = 64, kDxChunk = 16;
 // Backward parameter role: kPN gate columns (3 segments of 32) x kPK columns of X per
 // block; reduction over batch rows in chunks of kPChunk. Micro-tile 4 columns of X x 3 x 2.
 constexpr int kPSeg = 32, kPN = 3 * kPSeg, kPK = 64, kPChunk = 16;
 
-static_assert(kFwdRows == kGroups * 4 && kFwdCols == kGroups * 2, "forward micro-tile");
-static_assert(kDxRows == kGroups * 4 && kDxCols == kGroups * 4, "d_X micro-tile");
+static_assert(kFwdCols == kGroups * 2, "forward micro-tile");
+static_assert(kDxCols == kGroups * 4, "d_X micro-tile");
 static_assert(kPK == kGroups * 4 && kPSeg == kGroups * 2, "parameter micro-tile");
-static_assert(kThreads % kFwdChunk == 0 && kFwdRows % (kThreads / kFwdChunk) == 0 &&
-                  3 * kFwdCols % (kThreads / kFwdChunk) == 0,
+// Staging of the tiles of either TM: whole loads per thread.
+template <int TM>
+constexpr bool fwd_staging_ok = kThreads % kFwdChunk == 0 &&
+                                fwd_rows<TM> % (kThreads / kFwdChunk) == 0 &&
+                                3 * kFwdCols % (kThreads / kFwdChunk) == 0;
+template <int TM>
+constexpr bool dx_staging_ok = kThreads % kDxChunk == 0 &&
+                               dx_rows<TM> % (kThreads / kDxChunk) == 0 &&
+                               kDxChunk % (kThreads / kDxCols) == 0;
+static_assert(fwd_staging_ok<kRowsPerThreadLarge> && fwd_staging_ok<kRowsPerThreadSmall>,
               "forward staging: whole loads per thread");
-static_assert(kThreads % kDxChunk == 0 && kDxRows % (kThreads / kDxChunk) == 0 &&
-                  kDxChunk % (kThreads / kDxCols) == 0,
+static_assert(dx_staging_ok<kRowsPerThreadLarge> && dx_staging_ok<kRowsPerThreadSmall>,
               "d_X staging: whole loads per thread");
 static_assert(kPChunk % (kThreads / kPK) == 0 && kPChunk % (kThreads / kPSeg) == 0,
               "parameter staging: whole loads per thread");
@@ -75,26 +90,31 @@ static_assert(kPN <= kThreads, "one thread per d_bias entry of a tile");
 // Shared-memory row strides: a multiple of 4 elements keeps the vector reads of TM = 4
 // (and TN = 2 or 4) elements aligned; the +4 on the rows that are stored transposed
 // spreads those stores over the banks (2-way conflicts at most).
-constexpr int kFwdLdX = kFwdRows + 4;      // [k][b]
-constexpr int kFwdLdW = 3 * kFwdCols + 4;  // [k][gate * kFwdCols + j]
-constexpr int kDxLdZ = kDxRows + 4;        // [n][b]
-constexpr int kDxLdW = kDxCols;            // [n][k]
-constexpr int kPLdX = kPK;                 // [b][k]
-constexpr int kPLdZ = kPN;                 // [b][n]
-static_assert(kFwdLdX % 4 == 0 && kFwdLdW % 4 == 0 && kDxLdZ % 4 == 0 && kDxLdW % 4 == 0 &&
+// (With TM = 2 the +4 gives strides of 36 = 4 mod 32 elements, the same bank pattern.)
+template <int TM>
+constexpr int fwd_ld_x = fwd_rows<TM> + 4;  // [k][b]
+constexpr int kFwdLdW = 3 * kFwdCols + 4;   // [k][gate * kFwdCols + j]
+template <int TM>
+constexpr int dx_ld_z = dx_rows<TM> + 4;    // [n][b]
+constexpr int kDxLdW = kDxCols;             // [n][k]
+constexpr int kPLdX = kPK;                  // [b][k]
+constexpr int kPLdZ = kPN;                  // [b][n]
+static_assert(fwd_ld_x<kRowsPerThreadLarge> % 4 == 0 && fwd_ld_x<kRowsPerThreadSmall> % 4 == 0 &&
+                  kFwdLdW % 4 == 0 && dx_ld_z<kRowsPerThreadLarge> % 4 == 0 &&
+                  dx_ld_z<kRowsPerThreadSmall> % 4 == 0 && kDxLdW % 4 == 0 &&
                   kPLdX % 4 == 0 && kPLdZ % 4 == 0,
               "aligned vector reads");
 
-template <typename acc_t>
+template <typename acc_t, int TM>
 struct alignas(32) ForwardSmem {
-  acc_t x[2][kFwdChunk][kFwdLdX];  // X^T, double-buffered
-  acc_t w[2][kFwdChunk][kFwdLdW];  // weights^T, double-buffered
+  acc_t x[2][kFwdChunk][fwd_ld_x<TM>];  // X^T, double-buffered
+  acc_t w[2][kFwdChunk][kFwdLdW];       // weights^T, double-buffered
 };
 
-template <typename acc_t>
+template <typename acc_t, int TM>
 struct alignas(32) DxSmem {
-  acc_t dz[2][kDxChunk][kDxLdZ];  // d_gates^T
-  acc_t w[2][kDxChunk][kDxLdW];   // weights rows
+  acc_t dz[2][kDxChunk][dx_ld_z<TM>];  // d_gates^T
+  acc_t w[2][kDxChunk][kDxLdW];        // weights rows
 };
 
 template <typename acc_t>
@@ -103,14 +123,17 @@ struct alignas(32) ParamSmem {
   acc_t dz[2][kPChunk][kPLdZ];  // d_gates rows
 };
 
-template <typename acc_t>
+template <typename acc_t, int TM>
 union BackwardSmem {
-  DxSmem<acc_t> dx;
+  DxSmem<acc_t, TM> dx;
   ParamSmem<acc_t> param;
 };
 
-static_assert(sizeof(ForwardSmem<double>) <= 48 * 1024, "static shared memory");
-static_assert(sizeof(BackwardSmem<double>) <= 48 * 1024, "static shared memory");
+// The TM = 4 tiles are the larger ones.
+static_assert(sizeof(ForwardSmem<double, kRowsPerThreadLarge>) <= 48 * 1024,
+              "static shared memory");
+static_assert(sizeof(BackwardSmem<double, kRowsPerThreadLarge>) <= 48 * 1024,
+              "static shared memory");
 
 template <typename T>
 __host__ __device__ constexpr T ceil_div(T a, T b) {
@@ -148,7 +171,7 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
 // column kk = t % kFwdChunk of the tile rows rr + l * kRowStep, rr = t / kFwdChunk, so
 // consecutive threads read consecutive columns; the per-row offsets are worked out once.
 
-template <typename scalar_t>
+template <typename scalar_t, int TM>
 __global__ void __launch_bounds__(kThreads)
     small_forward_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ weights,
                          const scalar_t* __restrict__ bias, const scalar_t* __restrict__ old_h,
@@ -156,10 +179,12 @@ __global__ void __launch_bounds__(kThreads)
                          scalar_t* __restrict__ new_cell, scalar_t* __restrict__ X,
                          scalar_t* __restrict__ gates, int B, int F, int S) {
   using acc_t = at::opmath_type<scalar_t>;
-  constexpr int kRowStep = kThreads / kFwdChunk;          // 16
-  constexpr int kXLoads = kFwdRows / kRowStep;            // 4
-  constexpr int kWLoads = 3 * kFwdCols / kRowStep;        // 6
-  __shared__ ForwardSmem<acc_t> sm;
+  constexpr int kFwdRows = fwd_rows<TM>;
+  constexpr int kFwdLdX = fwd_ld_x<TM>;
+  constexpr int kRowStep = kThreads / kFwdChunk;    // 16
+  constexpr int kXLoads = kFwdRows / kRowStep;      // TM
+  constexpr int kWLoads = 3 * kFwdCols / kRowStep;  // 6
+  __shared__ ForwardSmem<acc_t, TM> sm;
 
   const int t = threadIdx.x;
   const int K = S + F;
@@ -213,8 +238,8 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   // acc[i][g][c]: gate g's pre-activation for batch row b0 + m0 + i, column j0 + n0 + c.
-  const int m0 = t / kGroups * 4, n0 = t % kGroups * 2;
-  acc_t acc[4][3][2] = {};
+  const int m0 = t / kGroups * TM, n0 = t % kGroups * 2;
+  acc_t acc[TM][3][2] = {};
   const int steps = ceil_div(K, kFwdChunk);
   load(0);
   store(0);
@@ -238,7 +263,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < TM; ++i) {
     const int b = b0 + m0 + i;
     if (b >= B) continue;
 #pragma unroll
@@ -278,11 +303,13 @@ struct BackwardArgs {
 };
 
 // d_X[b0 : b0 + kDxRows, k0 : k0 + kDxCols] = d_gates[b-tile, :] @ weights[:, k-tile].
-template <typename scalar_t, typename acc_t>
-__device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a, DxSmem<acc_t>& sm,
-                                             int block) {
+template <int TM, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a,
+                                             DxSmem<acc_t, TM>& sm, int block) {
+  constexpr int kDxRows = dx_rows<TM>;
+  constexpr int kDxLdZ = dx_ld_z<TM>;
   constexpr int kZStep = kThreads / kDxChunk;  // 16
-  constexpr int kZLoads = kDxRows / kZStep;    // 4
+  constexpr int kZLoads = kDxRows / kZStep;    // TM
   constexpr int kWStep = kThreads / kDxCols;   // 4
   constexpr int kWLoads = kDxChunk / kWStep;   // 4
   const int t = threadIdx.x;
@@ -319,8 +346,8 @@ __device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a, Dx
     for (int l = 0; l < kWLoads; ++l) sm.w[buf][wr + l * kWStep][wk] = rw[l];
   };
 
-  const int m0 = t / kGroups * 4, n0 = t % kGroups * 4;
-  acc_t acc[4][1][4] = {};
+  const int m0 = t / kGroups * TM, n0 = t % kGroups * 4;
+  acc_t acc[TM][1][4] = {};
   const int steps = ceil_div(a.N, kDxChunk);
   load(0);
   store(0);
@@ -335,7 +362,7 @@ __device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a, Dx
   }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < TM; ++i) {
     const int b = b0 + m0 + i;
     if (b >= a.B) continue;
 #pragma unroll
@@ -441,14 +468,15 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a, Para
   if (want_bias && t < kPN && nb + t < a.N) a.d_bias[nb + t] = bias_sum;
 }
 
-template <typename scalar_t>
+// DX_TM: the d_X role's TM (the parameter role's tiles are fixed).
+template <typename scalar_t, int DX_TM>
 __global__ void __launch_bounds__(kThreads) small_backward_kernel(const BackwardArgs<scalar_t> a) {
   using acc_t = at::opmath_type<scalar_t>;
-  __shared__ BackwardSmem<acc_t> sm;
+  __shared__ BackwardSmem<acc_t, DX_TM> sm;
   // The role is uniform over a block, so every __syncthreads() inside is reached by all.
   const int block = static_cast<int>(blockIdx.x);
   if (block < a.dx_blocks) {
-    d_input_role(a, sm.dx, block);
+    d_input_role<DX_TM>(a, sm.dx, block);
   } else {
     param_role(a, sm.param, block - a.dx_blocks);
   }

@@ -3,7 +3,7 @@
 "fwd" is one forward with every input requiring grad (as in training); "step" is that
 forward plus the gradients of input, state and parameters (torch.autograd.grad, so
 nothing accumulates). On CUDA the package picks one of two paths by problem size (see
-csrc/lltm/lltm_cuda_small.cu): the "small" path (one kernel for the forward, one for the
+csrc/lltm/lltm_cuda_small.cu): the "small" path (one kernel for the forward, two for the
 backward) or the "cublas" path (cuBLAS GEMMs plus fused pointwise kernels). The row of
 the package names the path it took (read from the kernels it ran), and a second row
 times the other path, forced through LLTM_CUDA_PATH, so that the size rule can be
@@ -153,7 +153,8 @@ def kernel_note(size, kernels, path, step_ms, batch, features, state, bandwidth)
     """GPU time of the kernels of one step on the path taken, against the step's time."""
     total = sum(ms for _, ms in kernels.values())
     note = (f"{size} {path} path: {total:.4f} ms of GPU kernels per step against a "
-            f"{step_ms:.3f} ms step ({100 * total / step_ms:.0f}%; far below 100%: host-bound)")
+            f"{step_ms:.3f} ms step ({100 * total / step_ms:.0f}%"
+            f"{': host-bound' if total < 0.8 * step_ms else ''})")
 
     def lltm_ms(kind):
         return sum(ms for name, (_, ms) in kernels.items() if "lltm" in name and kind in name)

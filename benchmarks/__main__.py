@@ -5,6 +5,7 @@ Prints a markdown table per family and device; with --out DIR also writes them t
 
 import argparse
 import datetime
+import json
 import os
 import subprocess
 
@@ -29,7 +30,8 @@ def main():
     parser.add_argument("--device", action="append", choices=["cpu", "cuda"],
                         help="device to run on (repeatable); default: cpu and, if present, cuda")
     parser.add_argument("--quick", action="store_true", help="smallest sizes, few repeats")
-    parser.add_argument("--out", help="directory to write the markdown tables to")
+    parser.add_argument("--out", help="directory to write the markdown tables and "
+                        "benchmarks.json (every table, note and the environment) to")
     args = parser.parse_args()
     devices = args.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     env = environment()
@@ -39,6 +41,8 @@ def main():
     except (OSError, subprocess.CalledProcessError):
         commit = os.environ.get("FUSED_OPS_COMMIT", "unknown")  # a copy without .git
     stamp = datetime.date.today().isoformat()
+    record = {"date": stamp, "commit": commit, "environment": env, "quick": args.quick,
+              "results": []}
     for family in args.family or sorted(FAMILIES):
         for device in devices:
             print(f"[{family} on {device}] running...", flush=True)
@@ -49,10 +53,14 @@ def main():
             if notes:
                 text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
             print(text, flush=True)
+            record["results"].append({"family": family, "device": device, "header": header,
+                                      "rows": rows, "notes": notes})
             if args.out:
                 os.makedirs(args.out, exist_ok=True)
                 with open(os.path.join(args.out, f"{family}_{device}.md"), "w") as f:
                     f.write(text)
+                with open(os.path.join(args.out, "benchmarks.json"), "w") as f:
+                    json.dump(record, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Callers pass a function of the repeat index so that they can rotate between seve
 input sets (small inputs would otherwise sit in cache and flatter every variant).
 """
 
+import importlib.metadata
 import statistics
 import time
 from collections import Counter
@@ -64,6 +65,10 @@ def copy_bandwidth_gbs(nbytes=1 << 30):
 
 def environment():
     env = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        env["package"] = importlib.metadata.version("torch-fused-ops")
+    except importlib.metadata.PackageNotFoundError:
+        env["package"] = "source tree (not installed)"
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
     return env

@@ -96,28 +96,25 @@ def build():
     """One .cu per variant (parallel compile) plus a binding file; returns the module."""
     tmp = tempfile.mkdtemp(prefix="rwkv_variants_")
     sources, decls, binds = [], [], []
+
+    def add(fn, params, call):
+        """One variant: `void fn(params) { call; }` in its own .cu, declared and bound."""
+        path = os.path.join(tmp, f"{fn}.cu")
+        with open(path, "w") as f:
+            f.write(HEADER + f"void {fn}({params}) {{ {call}; }}\n")
+        sources.append(path)
+        decls.append(f"void {fn}({params});")
+        binds.append(f'm.def("{fn}", &{fn});')
+
     for i, (name, args) in enumerate(TOEPLITZ.items()):
         for causal in ("true", "false"):
-            fn = f"toeplitz_{i}_{causal}"
-            body = (f"void {fn}(const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps) "
-                    f"{{ run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(wf, in, out, eps); }}\n")
-            path = os.path.join(tmp, f"{fn}.cu")
-            with open(path, "w") as f:
-                f.write(HEADER + body)
-            sources.append(path)
-            decls.append(f"void {fn}(const at::Tensor&, const at::Tensor&, at::Tensor&, double);")
-            binds.append(f'm.def("{fn}", &{fn});')
+            add(f"toeplitz_{i}_{causal}",
+                "const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps",
+                f"run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(wf, in, out, eps)")
     for i, (name, args) in enumerate(WGRAD.items()):
         for nr in NRS:
-            fn = f"wgrad_{i}_{nr}"
-            body = (f"void {fn}(const at::Tensor& g, const at::Tensor& k, at::Tensor& gw) "
-                    f"{{ run_wgrad<WgradConfig<float, {args.format(NR=nr)}>>(g, k, gw); }}\n")
-            path = os.path.join(tmp, f"{fn}.cu")
-            with open(path, "w") as f:
-                f.write(HEADER + body)
-            sources.append(path)
-            decls.append(f"void {fn}(const at::Tensor&, const at::Tensor&, at::Tensor&);")
-            binds.append(f'm.def("{fn}", &{fn});')
+            add(f"wgrad_{i}_{nr}", "const at::Tensor& g, const at::Tensor& k, at::Tensor& gw",
+                f"run_wgrad<WgradConfig<float, {args.format(NR=nr)}>>(g, k, gw)")
     main = os.path.join(tmp, "bind.cpp")
     with open(main, "w") as f:
         f.write("#include <torch/extension.h>\n" + "\n".join(decls) +

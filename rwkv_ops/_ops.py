@@ -13,7 +13,6 @@ except ImportError as e:  # pragma: no cover - only without a build
     ) from e
 
 _forward = torch.ops.rwkv_ops.timex_forward.default
-_backward = torch.ops.rwkv_ops.timex_backward.default
 
 
 @torch.library.register_fake("rwkv_ops::timex_forward")

@@ -1,11 +1,11 @@
 """Tile-size variants of the TimeX CUDA kernels, timed on a GPU: prints one table.
 
-    python benchmarks/rwkv_variants.py            (from the repository root, CUDA required)
+    python benchmarks/rwkv_variants.py [B,C,T ...]   (from the repository root, CUDA required)
 
 Builds a throwaway extension (torch.utils.cpp_extension.load, float32 only, sm of the local
 GPU) from csrc/rwkv/timex_kernels.cuh with the configurations listed below, checks each
 against the float64 conv1d form, and times each kernel alone with CUDA events at the
-benchmark shapes. "default" marks the configuration timex_cuda.cu picks for that shape.
+benchmark shapes (or the shapes given). "default" marks the configuration timex_cuda.cu picks for that shape.
 The build compiles the variants in parallel (MAX_JOBS, default: all cores); about a minute
 on 16 cores (33 kernels).
 """
@@ -30,12 +30,13 @@ TOEPLITZ = {
     "RT8 RB8 NB4 NC2 w4 UC32 UG2": "8, 8, 4, 2, 4, 32, 2, 4",
     "RT8 RB8 NB2 NC4 w4 UC32 UG2": "8, 8, 2, 4, 4, 32, 2, 4",
     "RT8 RB8 NB1 NC8 w4 UC32 UG2": "8, 8, 1, 8, 4, 32, 2, 4",
-    "RT16 RB4 NB1 NC8 w4 UC32 UG2": "16, 4, 1, 8, 4, 32, 2, 4",
     "RT8 RB4 NB1 NC8 w4 UC32 UG2": "8, 4, 1, 8, 4, 32, 2, 4",
     "RT8 RB8 NB4 NC2 w4 UC32 UG4": "8, 8, 4, 2, 4, 32, 4, 4",
-    "RT8 RB8 NB4 NC2 w4 UC32 UG8": "8, 8, 4, 2, 4, 32, 8, 4",
-    "RT8 RB8 NB4 NC2 w4 UC64 UG2": "8, 8, 4, 2, 4, 64, 2, 4",
-    "RT8 RB8 NB4 NC2 w8 UC32 UG2": "8, 8, 4, 2, 8, 32, 2, 2",
+    "RT8 RB8 NB4 NC2 w4 UC64 UG4": "8, 8, 4, 2, 4, 64, 4, 4",
+    "RT8 RB8 NB4 NC2 w2 UC32 UG4 MINB8": "8, 8, 4, 2, 2, 32, 4, 8",
+    "RT8 RB8 NB4 NC2 w4 UC32 UG4 MINB3": "8, 8, 4, 2, 4, 32, 4, 3",
+    "RT12 RB8 NB4 NC2 w4 UC32 UG4 MINB3": "12, 8, 4, 2, 4, 32, 4, 3",
+    "RT8 RB16 NB2 NC2 w4 UC32 UG4 MINB2": "8, 16, 2, 2, 4, 32, 4, 2",
 }
 # name: WgradConfig<float, RS, NR, NLW, NTWP, TQ, UG, MINB> arguments, NR filled in per B.
 WGRAD = {
@@ -49,9 +50,13 @@ NRS = [16, 8, 4]
 
 
 def default_toeplitz(B):
-    return ("RT16 RB4 NB1 NC8 w4 UC32 UG2" if B <= 4 else "RT8 RB8 NB1 NC8 w4 UC32 UG2"
+    """The configuration Tiles<float>::toeplitz (csrc/rwkv/timex_kernels.cuh) picks."""
+    return ("RT8 RB4 NB1 NC8 w4 UC32 UG2" if B <= 4 else "RT8 RB8 NB1 NC8 w4 UC32 UG2"
             if B <= 8 else "RT8 RB8 NB2 NC4 w4 UC32 UG2" if B <= 16 else
-            "RT8 RB8 NB4 NC2 w4 UC32 UG2")
+            "RT8 RB8 NB4 NC2 w4 UC32 UG4")
+
+
+DEFAULT_WGRAD = "RS32 NLW2 NTWP2 TQ32 UG4"  # Tiles<float>::wgrad, every B
 
 
 def nr_for(B):
@@ -66,15 +71,16 @@ HEADER = r"""
 using namespace rwkv::kernels;
 
 template <typename Cfg, bool CAUSAL>
-void run_toeplitz(const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps) {
-  const int B = in.size(0), C = in.size(1), T = in.size(2), Tp = wf.size(1);
+void run_toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps) {
+  const int B = in.size(0), C = in.size(1), T = in.size(2);
   auto kernel = toeplitz_kernel<float, Cfg, CAUSAL>;
   if (Cfg::SMEM_BYTES > 48 * 1024)
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
   const unsigned blocks = unsigned(cdiv(C, Cfg::NC) * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT));
   const bool vec = T % 4 == 0;
   kernel<<<blocks, Cfg::THREADS, Cfg::SMEM_BYTES, at::cuda::getCurrentCUDAStream()>>>(
-      wf.data_ptr<float>(), in.data_ptr<float>(), out.data_ptr<float>(), B, C, T, Tp, float(eps), vec, vec);
+      w.data_ptr<float>(), in.data_ptr<float>(), out.data_ptr<float>(), B, C, T, float(eps), vec, vec,
+      vec);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -109,8 +115,8 @@ def build():
     for i, (name, args) in enumerate(TOEPLITZ.items()):
         for causal in ("true", "false"):
             add(f"toeplitz_{i}_{causal}",
-                "const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps",
-                f"run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(wf, in, out, eps)")
+                "const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps",
+                f"run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(w, in, out, eps)")
     for i, (name, args) in enumerate(WGRAD.items()):
         for nr in NRS:
             add(f"wgrad_{i}_{nr}", "const at::Tensor& g, const at::Tensor& k, at::Tensor& gw",
@@ -131,13 +137,12 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     mod = build()
     rows = []
-    for B, C, T in SHAPES:
+    shapes = [tuple(int(x) for x in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    for B, C, T in shapes:
         torch.manual_seed(0)
         w = torch.randn(C, T, device="cuda") / T**0.5
         k = torch.randn(B, C, T, device="cuda")
         g = torch.randn(B, C, T, device="cuda")
-        Tp = (T + 3) // 4 * 4
-        wf = torch.nn.functional.pad(w.flip(1), (0, Tp - T)).contiguous()
         flops = B * C * T * (T + 1)
         ch = torch.arange(8, device="cuda")
         w64, k64, g64 = (w[ch].double().requires_grad_(), k[:, ch].double().requires_grad_(),
@@ -153,9 +158,9 @@ def main():
             for causal in ("true", "false"):
                 fn = getattr(mod, f"toeplitz_{i}_{causal}")
                 src, want = (k, ref) if causal == "true" else (g, ref_k)
-                fn(wf, src, out, 0.0)
+                fn(w, src, out, 0.0)
                 e = err(out[:, ch], want)
-                ms = median_ms(lambda _: fn(wf, src, out, 0.0), "cuda", warmup=5, reps=20)
+                ms = median_ms(lambda _: fn(w, src, out, 0.0), "cuda", warmup=5, reps=20)
                 tag = " (default)" if name == default_toeplitz(B) else ""
                 kind = "fwd toeplitz" if causal == "true" else "grad_k toeplitz"
                 rows.append(((B, C, T), kind, name + tag, ms, flops / ms / 1e9, e))
@@ -165,7 +170,7 @@ def main():
             fn(g, k, gw)
             e = err(gw[ch], ref_w)
             ms = median_ms(lambda _: fn(g, k, gw), "cuda", warmup=5, reps=20)
-            tag = " (default)" if i == 0 else ""
+            tag = " (default)" if name == DEFAULT_WGRAD else ""
             rows.append(((B, C, T), "grad_w wgrad", f"{name} NR{nr_for(B)}{tag}", ms,
                          flops / ms / 1e9, e))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; kernel time alone, "

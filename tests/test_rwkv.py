@@ -415,20 +415,18 @@ void check(int B, int C, int T, double eps, int offset, double tol) {
   }
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard);
-  const int Tp = (T + 3) / 4 * 4;
-  std::vector<acc_t> wf(size_t(C) * Tp);
-  launch(3, 64, 0, [&] { flip_pad_kernel<S, acc_t>(w.data(), wf.data(), C, T, Tp); });
   const bool vec = std::is_same_v<S, acc_t> && T % 4 == 0 && offset % 4 == 0;
+  const bool vec_w = std::is_same_v<S, acc_t> && T % 4 == 0;
   Tiles<acc_t>::toeplitz(B, [&](auto cfg) {
     using Cfg = decltype(cfg);
     const int blocks = cdiv(C, Cfg::NC) * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
     launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
-      toeplitz_kernel<S, Cfg, true>(wf.data(), kp, out.data() + offset, B, C, T, Tp, acc_t(eps),
-                                    vec, vec);
+      toeplitz_kernel<S, Cfg, true>(w.data(), kp, out.data() + offset, B, C, T, acc_t(eps),
+                                    vec_w, vec, vec);
     });
     launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
-      toeplitz_kernel<S, Cfg, false>(wf.data(), gp, gk.data() + offset, B, C, T, Tp, acc_t(0),
-                                     vec, vec);
+      toeplitz_kernel<S, Cfg, false>(w.data(), gp, gk.data() + offset, B, C, T, acc_t(0),
+                                     vec_w, vec, vec);
     });
   });
   Tiles<acc_t>::wgrad(B, [&](auto cfg) {

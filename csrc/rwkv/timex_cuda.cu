@@ -36,46 +36,30 @@ bool vector_ok(const at::Tensor& t) {
          fused_ops::aligned16(t.const_data_ptr());
 }
 
-// W flipped in time and padded with zeros to Tp = T rounded up to 4, as the accumulation type.
-at::Tensor flipped_weights(const at::Tensor& w, cudaStream_t stream) {
-  const int64_t C = w.size(0);
-  const int T = static_cast<int>(w.size(1));
-  const int Tp = (T + 3) / 4 * 4;
-  const at::Tensor wc = w.contiguous();
-  at::Tensor wf = at::empty({C, Tp}, w.options().dtype(at::toOpMathType(w.scalar_type())));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "timex_flip", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const int64_t blocks = std::min<int64_t>((C * Tp + 255) / 256, 4096);
-    kernels::flip_pad_kernel<scalar_t, acc_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        wc.const_data_ptr<scalar_t>(), wf.mutable_data_ptr<acc_t>(), C, T, Tp);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  return wf;
-}
-
 // out = eps + causal product of `in` (CAUSAL), or the anti-causal product (grad_k).
 template <typename scalar_t, typename Cfg, bool CAUSAL>
-void toeplitz(const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps,
+void toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
               cudaStream_t stream) {
   using acc_t = typename Cfg::acc_t;
   const int B = static_cast<int>(in.size(0)), C = static_cast<int>(in.size(1));
-  const int T = static_cast<int>(in.size(2)), Tp = static_cast<int>(wf.size(1));
+  const int T = static_cast<int>(in.size(2));
   const int64_t blocks =
       int64_t{cdiv(C, Cfg::NC)} * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
   auto kernel = kernels::toeplitz_kernel<scalar_t, Cfg, CAUSAL>;
   allow_shared_memory(kernel, Cfg::SMEM_BYTES);
   kernel<<<grid_size(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-      wf.const_data_ptr<acc_t>(), in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-      B, C, T, Tp, static_cast<acc_t>(eps), vector_ok<scalar_t>(in), vector_ok<scalar_t>(out));
+      w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+      B, C, T, static_cast<acc_t>(eps), vector_ok<scalar_t>(w), vector_ok<scalar_t>(in),
+      vector_ok<scalar_t>(out));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t, bool CAUSAL>
-void toeplitz_for_batch(const at::Tensor& wf, const at::Tensor& in, at::Tensor& out, double eps,
+void toeplitz_for_batch(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
                         cudaStream_t stream) {
   using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
   Tiles::toeplitz(static_cast<int>(in.size(0)), [&](auto cfg) {
-    toeplitz<scalar_t, decltype(cfg), CAUSAL>(wf, in, out, eps, stream);
+    toeplitz<scalar_t, decltype(cfg), CAUSAL>(w, in, out, eps, stream);
   });
 }
 
@@ -104,12 +88,12 @@ at::Tensor forward_cuda(const at::Tensor& w, const at::Tensor& k, double eps) {
   check_timex_inputs(w, k);
   const c10::cuda::CUDAGuard guard(k.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor wc = w.contiguous();
   const at::Tensor kc = k.contiguous();
   at::Tensor out = at::empty(kc.sizes(), kc.options());
   if (out.numel() == 0) return out;
-  const at::Tensor wf = flipped_weights(w, stream);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, k.scalar_type(), "timex_forward_cuda", [&] {
-    toeplitz_for_batch<scalar_t, true>(wf, kc, out, eps, stream);
+    toeplitz_for_batch<scalar_t, true>(wc, kc, out, eps, stream);
   });
   return out;
 }
@@ -120,14 +104,14 @@ std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, con
   const c10::cuda::CUDAGuard guard(k.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor gc = grad_out.contiguous();
+  const at::Tensor wc = w.contiguous();
   const at::Tensor kc = k.contiguous();
   at::Tensor grad_k = at::empty(kc.sizes(), kc.options());
   at::Tensor grad_w = at::empty({w.size(0), w.size(1)}, w.options());
   if (grad_w.numel() == 0) return {grad_w, grad_k};  // C == 0 or T == 0: nothing to compute
   if (grad_k.numel() == 0) return {grad_w.zero_(), grad_k};  // B == 0: an empty sum
-  const at::Tensor wf = flipped_weights(w, stream);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, k.scalar_type(), "timex_backward_cuda", [&] {
-    toeplitz_for_batch<scalar_t, false>(wf, gc, grad_k, 0.0, stream);
+    toeplitz_for_batch<scalar_t, false>(wc, gc, grad_k, 0.0, stream);
     wgrad_for_batch<scalar_t>(gc, kc, grad_w, stream);
   });
   return {grad_w, grad_k};

@@ -50,6 +50,13 @@ TIMEX_DEVICE Vec4<T> load4(const T* p) {
   return *reinterpret_cast<const Vec4<T>*>(p);
 }
 
+// p[3], p[2], p[1], p[0]: four consecutive elements read in reverse order.
+template <typename T>
+TIMEX_DEVICE Vec4<T> load4_rev(const T* p) {
+  const Vec4<T> v = load4(p);
+  return {{v.v[3], v.v[2], v.v[1], v.v[0]}};
+}
+
 // Copies BYTES bytes from global to shared memory, or writes zeros there when !valid (src
 // is then not read). Asynchronous on sm_80 and newer (cp.async; copy_wait completes it),
 // an ordinary load and store before.
@@ -160,16 +167,16 @@ struct ToeplitzConfig {
   static_assert(RT % 4 == 0 && UC % (4 * UG) == 0 && TT % UC == 0, "tile sizes");
 };
 
-// wf: W with rows padded to Tp (a multiple of 4) with zeros, W[c, d] = w[c, T-1-d], as acc_t.
-// in, out: (B, C, T) contiguous. CAUSAL: out = eps + causal product of in (the forward);
-// otherwise out = anti-causal product of in (grad_k from grad_out; eps is then 0).
-// vec_in / vec_out: 16-byte vector access to in / out is allowed (aligned, T % 4 == 0).
+// w: (C, T) contiguous; in, out: (B, C, T) contiguous. CAUSAL: out = eps + causal product of
+// in (the forward); otherwise out = anti-causal product of in (grad_k from grad_out; eps is
+// then 0). vec_w / vec_in / vec_out: 16-byte vector access to w / in / out is allowed
+// (aligned, T % 4 == 0, no type conversion).
 // Grid: one block per (channel group, batch group, time tile), the heaviest tiles first.
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
-toeplitz_kernel(const typename Cfg::acc_t* __restrict__ wf, const scalar_t* __restrict__ in,
-                scalar_t* __restrict__ out, int B, int C, int T, int Tp,
-                typename Cfg::acc_t eps, bool vec_in, bool vec_out) {
+toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
+                scalar_t* __restrict__ out, int B, int C, int T, typename Cfg::acc_t eps,
+                bool vec_w, bool vec_in, bool vec_out) {
   using acc_t = typename Cfg::acc_t;
   constexpr int RT = Cfg::RT, RB = Cfg::RB, NB = Cfg::NB, NC = Cfg::NC, UC = Cfg::UC;
   constexpr int TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB, RING = Cfg::RING;
@@ -214,20 +221,38 @@ toeplitz_kernel(const typename Cfg::acc_t* __restrict__ wf, const scalar_t* __re
           src = ok ? in + (static_cast<int64_t>(b) * C + c) * T : in;
           return ok;
         });
-    // W[e] for e = wbase + x, x in [0, W_LEN): the coefficients of outputs ot0.. and
-    // inputs nc0.. (d = t - n causal, n - t anti-causal).
+    // W[e] = w[c, T-1-e] (zero outside [0, T)) for e = wbase + x, x in [0, W_LEN): the
+    // coefficients of outputs ot0.. and inputs nc0.. (d = t - n causal, n - t anti-causal).
+    // Stored reversed, x at W_LEN-1-x, so that w is read forwards: the group x in
+    // [4*x4, 4*x4 + 4) is w[f0 .. f0 + 3], f0 = T-4-wbase-4*x4, in order. With vec_w
+    // (T % 4 == 0, aligned rows) f0 % 4 == 0 and a group is all inside or all outside w.
     const int wbase = CAUSAL ? ot0 - nc0 - UC : nc0 - ot0 - TT;
     constexpr int WG = NC * W_LEN / 4;
 #pragma unroll 1
     for (int gi = tid; gi < WG; gi += THREADS) {
       const int x4 = gi % (W_LEN / 4), ch = gi / (W_LEN / 4);
-      const int c = c0 + ch, e = wbase + 4 * x4;
-      const bool ok = c < C && e >= 0 && e < Tp;
-      const acc_t* src = ok ? wf + static_cast<int64_t>(c) * Tp + e : wf;
+      const int c = c0 + ch, f0 = T - 4 - wbase - 4 * x4;
+      acc_t* dst = ws + ch * W_CH + W_LEN - 4 - 4 * x4;
+      const scalar_t* row = c < C ? w + static_cast<int64_t>(c) * T : w;
+      if constexpr (std::is_same_v<scalar_t, acc_t>) {
+        if (vec_w) {
+          const bool ok = c < C && f0 >= 0 && f0 < T;
 #pragma unroll
-      for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
-        copy_async<16>(ws + ch * W_CH + 4 * x4 + h * 16 / sizeof(acc_t),
-                       src + h * 16 / sizeof(acc_t), ok);
+          for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+            const int e = h * 16 / int(sizeof(acc_t));
+            copy_async<16>(dst + e, ok ? row + f0 + e : w, ok);
+          }
+          continue;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool ok = c < C && f0 + i >= 0 && f0 + i < T;
+        if constexpr (std::is_same_v<scalar_t, acc_t>) {
+          copy_async<sizeof(acc_t)>(dst + i, ok ? row + f0 + i : w, ok);
+        } else {
+          dst[i] = ok ? static_cast<acc_t>(row[f0 + i]) : acc_t(0);
+        }
       }
     }
   };
@@ -265,24 +290,26 @@ toeplitz_kernel(const typename Cfg::acc_t* __restrict__ wf, const scalar_t* __re
       // Window of RING coefficients at step g: ring slot of logical index q is
       // wrap(q - 4g) (causal) or wrap(q + 4g) (anti-causal); coefficient of output i and
       // input m of the step is q = i - m + 4 (causal) or q = m - i + RT (anti-causal).
-      const acc_t* ws = w_smem + buf * Cfg::W_BUF + cl * W_CH +
-                        (CAUSAL ? a + UC - 4 - n0 : TT - RT - a + n0);
+      // Window position of ring element 0, and its place in the reversed shared copy: the
+      // positions x .. x+3 are wr - (x - pos0) .. + 3, read with load4_rev.
+      const int pos0 = CAUSAL ? a + UC - 4 - n0 : TT - RT - a + n0;
+      const acc_t* wr = w_smem + buf * Cfg::W_BUF + cl * W_CH + W_LEN - 4 - pos0;
       acc_t ring[RING];
 #pragma unroll
       for (int g = 0; g < Cfg::UG; ++g) {
         if (g == 0) {
 #pragma unroll
           for (int q4 = 0; q4 < RING / 4; ++q4) {
-            const Vec4<acc_t> v = load4(ws + 4 * q4);
+            const Vec4<acc_t> v = load4_rev(wr - 4 * q4);
 #pragma unroll
             for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
           }
         } else if (CAUSAL) {
-          const Vec4<acc_t> v = load4(ws - 4 * g);
+          const Vec4<acc_t> v = load4_rev(wr + 4 * g);
 #pragma unroll
           for (int e = 0; e < 4; ++e) ring[wrap(e - 4 * g, RING)] = v.v[e];
         } else {
-          const Vec4<acc_t> v = load4(ws + 4 * g + RT);
+          const Vec4<acc_t> v = load4_rev(wr - 4 * g - RT);
 #pragma unroll
           for (int e = 0; e < 4; ++e) ring[wrap(RT + e + 4 * g, RING)] = v.v[e];
         }
@@ -548,21 +575,6 @@ struct Tiles<double> {
     f(WgradConfig<double, 16, 4, 2, 2, 32, 4, 2>{});
   }
 };
-
-// W[c, d] = w[c, T-1-d] for d < T, 0 for T <= d < Tp, as acc_t: the coefficients of both
-// Toeplitz products in the order the kernels read them.
-template <typename scalar_t, typename acc_t>
-TIMEX_KERNEL(256, 1)
-flip_pad_kernel(const scalar_t* __restrict__ w, acc_t* __restrict__ wf, int64_t C, int T,
-                     int Tp) {
-  const int64_t n = C * Tp;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = i / Tp;
-    const int d = static_cast<int>(i % Tp);
-    wf[i] = d < T ? static_cast<acc_t>(w[c * T + (T - 1 - d)]) : acc_t(0);
-  }
-}
 
 }  // namespace kernels
 }  // namespace rwkv

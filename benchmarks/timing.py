@@ -106,11 +106,12 @@ def peak_mib(fn):
 
 def call_stats(fn, device):
     """(kernel launches per call, peak MiB allocated per call) of fn(i); (None, None) on CPU,
-    where neither is measured."""
+    where neither is measured. Launches are None where the profiler saw no kernel (code
+    that launches outside torch's view), peak MiB counts only torch's allocator."""
     if device != "cuda":
         return None, None
     launches = sum(n for n, _ in cuda_kernels(fn).values())
-    return launches, peak_mib(fn)
+    return launches or None, peak_mib(fn)
 
 
 def copy_bandwidth_gbs(nbytes=1 << 30):

@@ -115,10 +115,8 @@ def run_cases(cases, device, quick, use_taichi=True):
     if use_taichi and taichi is None:
         notes.append(taichi_kernels.reason)
     elif taichi is not None:
-        notes.append("Taichi: forward only, float32; each call ends with ti.sync() (Taichi "
-                     "launches its own kernels), so its time includes that synchronisation; its "
-                     "launches are n/a where the profiler does not see them, and its peak MiB "
-                     "counts only the torch output (Taichi allocates its own memory pool)")
+        notes.append("Taichi: one parallel loop over output pixels, integer floor division "
+                     "and modulo; " + taichi_kernels.NOTE)
     for number, (name, shape, pad, shift) in enumerate(cases, 1):
         progress(f"padding on {device}: case {number}/{len(cases)} {name}")
         left, right, top, bottom = pad
@@ -252,7 +250,7 @@ def case_notes(label, out_bytes, timed, fill_bw, cuda, in_bytes, is_brick):
          100 * ours["fwd"] <= ANCHOR_PUBLISHED_MS),
         (f"faster than ANCHORS' Taichi kernel alone ({ANCHOR_TAICHI_KERNEL_MS} ms)",
          ours["fwd"] < ANCHOR_TAICHI_KERNEL_MS),
-        *([("faster than the Taichi row of this run (its call includes ti.sync())",
+        *([("faster than the Taichi row of this run",
             ours["fwd"] < timed["Taichi (forward only)"]["fwd"])]
           if (timed.get("Taichi (forward only)") or {}).get("fwd") else []),
         (">= 85% of fill bandwidth", gbs >= 0.85 * fill_bw),

@@ -85,11 +85,8 @@ def run(device, quick=False, cases=None, use_taichi=True):
     if use_taichi and taichi is None:
         notes.append(taichi_kernels.reason)
     elif taichi is not None:
-        notes.append("Taichi: forward only, float32, a (b, c, t) loop with the inner sum in a "
-                     "register (no shared memory); each call ends with ti.sync() (Taichi "
-                     "launches its own kernels), so its time includes that synchronisation; its "
-                     "launches are n/a where the profiler does not see them, and its peak MiB "
-                     "counts only the torch output (Taichi allocates its own memory pool)")
+        notes.append("Taichi: a parallel loop over (b, c, t), each an inner sum in a register "
+                     "(no shared memory); " + taichi_kernels.NOTE)
     for number, (B, C, T) in enumerate(sizes, 1):
         size = f"({B}, {C}, {T})"
         progress(f"rwkv on {device}: case {number}/{len(sizes)} {size}")

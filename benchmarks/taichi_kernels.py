@@ -10,10 +10,17 @@ the tensor's memory, on CUDA too).
 - timex: one parallel loop over (b, c, t), each an inner sum over u <= t held in a
   register, no shared memory; t varies fastest, so a warp reads one k[b, c, u] and
   consecutive w[c, T-1-t+u].
-Taichi launches its kernels itself, so each call ends with ti.sync(): the time of a
-call is launch + kernel + that synchronisation (the other rows need none).
+On CUDA, Taichi enqueues its work (argument copy, kernel) on the legacy default stream,
+which is also torch's default stream: a call is ordered with the torch work around it and
+timed like every other row, between CUDA events, with no synchronisation added (Taichi
+1.7 compiles PTX for sm_86 at most; the driver JIT-compiles it for newer GPUs).
 """
 
+# What the Taichi rows' numbers mean, for the notes under each table.
+NOTE = ("forward only, float32; on CUDA timed like the other rows (CUDA events, no added "
+        "synchronisation: Taichi enqueues on the default stream torch uses); launches n/a "
+        "where the profiler does not see Taichi's; peak MiB counts only torch allocations "
+        "(Taichi keeps its own memory pool)")
 ti = None
 reason = None
 _arch = None
@@ -79,7 +86,6 @@ def tile_pad(x, pad, shift):
     y = torch.empty(*x.shape[:-2], H + top + bottom, W + left + right, device=x.device,
                     dtype=x.dtype)
     _build()["pad"](x.reshape(-1, H, W), y.view(-1, *y.shape[-2:]), left, top, shift)
-    ti.sync()
     return y
 
 
@@ -89,5 +95,4 @@ def timex(w, k, eps=0.0):
 
     out = torch.empty_like(k)
     _build()["timex"](w, k, out, eps)
-    ti.sync()
     return out

@@ -69,6 +69,8 @@ def main(argv=None):
             text = (f"## {family} on {where}\n\n{stamp}, torch {env['torch']}, CUDA "
                     f"{env['cuda']}, commit {env['commit']}; medians in ms\n\n"
                     f"{report.markdown(header, rows)}\n")
+            if not rows:
+                notes = [f"no {family} case matches --case {' / '.join(args.case or [])}"] + notes
             if notes:
                 text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
             plot_note = None

@@ -145,7 +145,9 @@ def environment():
     """Everything a reader needs to place a result: versions, device, driver, commit."""
     env = {"torch": torch.__version__, "cuda": torch.version.cuda,
            "python": platform.python_version(), "platform": platform.platform(),
-           "cpu": _cpu_model(), "cpu_count": os.cpu_count()}
+           "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+           # CPU times mean little on a busy machine: say how busy it was.
+           "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()]}
     try:
         env["package"] = importlib.metadata.version("torch-fused-ops")
     except importlib.metadata.PackageNotFoundError:

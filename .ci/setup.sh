@@ -19,7 +19,7 @@ fi
 PY=python
 command -v "$PY" >/dev/null || PY=python3
 if ! "$PY" -c "import torch, pytest, numpy, ninja" 2>/dev/null; then
-  "$PY" -m pip install -q "setuptools>=64" wheel ninja pytest numpy expecttest \
+  "$PY" -m pip install -q "setuptools>=64" wheel ninja pytest numpy expecttest matplotlib \
     "$("$PY" -c 'import torch' 2>/dev/null && echo setuptools || echo torch==2.14.1)"
 fi
 

@@ -10,7 +10,10 @@ times the other path, forced through LLTM_CUDA_PATH, so that the size rule can b
 judged. A "GEMM only" row times just the four cuBLAS matrix products a step needs (the
 floor at large sizes); the notes give each size's kernel times against the step time
 (the step is host-bound where it is far above them), the small path's GEMM rate, and the
-cuBLAS path's pointwise kernels against the measured copy bandwidth.
+cuBLAS path's pointwise kernels against the measured copy bandwidth. Every variant is
+checked against float64 before it is timed (a wrong answer or an exception is a row
+marked MISMATCH, and the run goes on); timed calls rotate over several input sets
+(timing.input_sets); on CUDA each row has its launches and peak memory per call.
 """
 
 import contextlib
@@ -19,7 +22,9 @@ import os
 import torch
 
 import lltm
-from benchmarks.timing import copy_bandwidth_gbs, cuda_kernels, median_ms
+from benchmarks.report import failure, fmt, pair, progress, speedup, wanted
+from benchmarks.timing import (PEAK_FP32_TFLOPS, call_stats, copy_bandwidth_gbs, cuda_kernels,
+                               input_sets, median_ms)
 from lltm.reference import lltm_cell_reference
 
 SIZES = {
@@ -31,20 +36,18 @@ QUICK_SIZES = {"cuda": [(16, 32, 128)], "cpu": [(16, 32, 128)]}
 TOLERANCE = 1e-4  # relative error of float32 results against float64 (TF32 off)
 
 
-def make_sets(batch, features, state, device, count):
-    sets = []
-    for _ in range(count):
-        scale = state**-0.5
-        leaves = [
-            torch.randn(batch, features, device=device),
-            torch.empty(3 * state, features + state, device=device).uniform_(-scale, scale),
-            torch.empty(3 * state, device=device).uniform_(-scale, scale),
-            torch.randn(batch, state, device=device),
-            torch.randn(batch, state, device=device),
-        ]
-        grads = (torch.randn(batch, state, device=device), torch.randn(batch, state, device=device))
-        sets.append(([t.requires_grad_() for t in leaves], grads))
-    return sets
+def make_set(batch, features, state, device):
+    """One input set: the five leaves (requiring grad) and the two output gradients."""
+    scale = state**-0.5
+    leaves = [
+        torch.randn(batch, features, device=device),
+        torch.empty(3 * state, features + state, device=device).uniform_(-scale, scale),
+        torch.empty(3 * state, device=device).uniform_(-scale, scale),
+        torch.randn(batch, state, device=device),
+        torch.randn(batch, state, device=device),
+    ]
+    grads = (torch.randn(batch, state, device=device), torch.randn(batch, state, device=device))
+    return [t.requires_grad_() for t in leaves], grads
 
 
 def results_of(fn, leaves, grads):
@@ -76,58 +79,98 @@ def path_of(kernels):
     return "small" if any("small_forward_kernel" in name for name in kernels) else "cublas"
 
 
-def run(device, quick=False):
+def run(device, quick=False, cases=None):
+    """cases: substrings of the "(B, F, S)" labels to run (None: all)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    sizes = (QUICK_SIZES if quick else SIZES)[device]
+    sizes = [s for s in (QUICK_SIZES if quick else SIZES)[device] if wanted(str(s), cases)]
     reps = 10 if quick else 50
     compiled_reference = torch.compile(lltm_cell_reference)
-    rows, notes = [], []
+    rows, notes, figures = [], [], []
     bandwidth = copy_bandwidth_gbs() if device == "cuda" else None
     if bandwidth:
         notes.append(f"measured device-to-device copy bandwidth: {bandwidth:.0f} GB/s (read + write)")
-    for batch, features, state in sizes:
+    notes.append(f"step FLOPs = 3 GEMMs x 2*B*(F+S)*3S; % peak: of {PEAK_FP32_TFLOPS:g} TFLOP/s "
+                 "(float32 FMA, H100); kernels and peak MiB: launches and memory allocated "
+                 "(above what was allocated before) during one fwd / one step")
+    for number, (batch, features, state) in enumerate(sizes, 1):
+        size = f"({batch}, {features}, {state})"
+        progress(f"lltm on {device}: case {number}/{len(sizes)} {size}")
         size_bytes = 4 * (batch * features + 3 * state * (features + state) + 6 * batch * state)
-        sets = make_sets(batch, features, state, device, 1 if size_bytes > (256 << 20) else 8)
+        sets = input_sets(lambda: make_set(batch, features, state, device),  # noqa: B023
+                          size_bytes, device)
         leaves64 = [t.detach().double().requires_grad_() for t in sets[0][0]]
         want = results_of(lltm_cell_reference, leaves64, [g.double() for g in sets[0][1]])
         fused_step = lambda i: results_of(lltm.lltm_cell, *sets[i % len(sets)])  # noqa: E731
-        # (row name, function, LLTM_CUDA_PATH to force or None)
-        variants = [("torch-fused-ops", lltm.lltm_cell, None),
-                    ("eager PyTorch", lltm_cell_reference, None),
-                    ("torch.compile", compiled_reference, None)]
+        # (row name, role, function, LLTM_CUDA_PATH to force or None)
+        variants = [("torch-fused-ops", "ours", lltm.lltm_cell, None),
+                    ("eager PyTorch", "eager", lltm_cell_reference, None),
+                    ("torch.compile", "compile", compiled_reference, None)]
         if device == "cuda":
             auto_kernels = cuda_kernels(fused_step)
             path = path_of(auto_kernels)
             other = "cublas" if path == "small" else "small"
-            variants[0] = (f"torch-fused-ops ({path} path)", lltm.lltm_cell, None)
-            variants.append((f"torch-fused-ops, {other} path forced", lltm.lltm_cell, other))
+            variants[0] = (f"torch-fused-ops ({path} path)", "ours", lltm.lltm_cell, None)
+            variants.append((f"torch-fused-ops, {other} path forced", "other", lltm.lltm_cell,
+                             other))
+        flops = 3 * 2 * batch * (features + state) * 3 * state
         timed = {}
-        for name, fn, force in variants:
-            with cuda_path(force):
-                err = max_rel_err(results_of(fn, *sets[0]), want)
-                fwd = lambda i, fn=fn: fn(*sets[i % len(sets)][0])  # noqa: E731
-                step = lambda i, fn=fn: results_of(fn, *sets[i % len(sets)])  # noqa: E731
-                fwd_ms = median_ms(fwd, device, reps=reps)
-                step_ms = median_ms(step, device, reps=reps)
-                launches = None
-                if device == "cuda":
-                    launches = sum(n for n, _ in cuda_kernels(step).values())
-            timed[name] = (fwd_ms, step_ms, launches, err)
-        size = f"({batch}, {features}, {state})"
-        eager, compiled = timed["eager PyTorch"][1], timed["torch.compile"][1]
-        for name, (fwd_ms, step_ms, launches, err) in timed.items():
-            check = "ok" if err < TOLERANCE else f"MISMATCH ({err:.1e})"
-            rows.append([size, name, f"{fwd_ms:.3f}", f"{step_ms:.3f}", launches,
-                         f"{eager / step_ms:.2f}x", f"{compiled / step_ms:.2f}x", check])
-        if device == "cuda":
-            fused_ms = timed[variants[0][0]][1]
-            rows.append(gemm_only_row(size, sets, state, fused_ms, reps))
-            notes.append(kernel_note(size, auto_kernels, path, fused_ms, batch, features, state,
+        for name, role, fn, force in variants:
+            try:
+                with cuda_path(force):
+                    timed[name] = measure(fn, sets, want, device, reps)
+            except Exception as exc:  # the row says what happened; the run goes on
+                timed[name] = {"check": failure(exc), "err": None, "fwd": None, "step": None}
+            timed[name]["role"] = role
+        eager, compiled = timed["eager PyTorch"]["step"], timed["torch.compile"]["step"]
+        for name, r in timed.items():
+            tflops = flops / r["step"] / 1e9 if r["step"] else None
+            rows.append([size, name, fmt(r["fwd"]), fmt(r["step"]),
+                         pair(r.get("fwd_kernels"), r.get("step_kernels"), "g"),
+                         pair(r.get("fwd_peak"), r.get("step_peak"), ".1f"),
+                         rate(tflops, device), speedup(eager, r["step"]),
+                         speedup(compiled, r["step"]), r["check"]])
+            figures.append({"case": size, "variant": name, "role": r["role"],
+                            "ok": r["check"] == "ok", "check": r["check"], "B": batch,
+                            "F": features, "S": state, "rel_err": r["err"], "fwd_ms": r["fwd"],
+                            "step_ms": r["step"], "step_tflops": tflops,
+                            **{key: r.get(key) for key in ("fwd_kernels", "step_kernels",
+                                                           "fwd_peak", "step_peak")}})
+        ours = timed[variants[0][0]]["step"]
+        if device == "cuda" and ours is not None:
+            row, gemm_ms = gemm_only_row(size, sets, state, ours, reps)
+            rows.append(row)
+            figures.append({"case": size, "variant": "GEMM only (floor)", "role": "floor",
+                            "ok": True, "check": "", "B": batch, "F": features, "S": state,
+                            "step_ms": gemm_ms, "step_tflops": flops / gemm_ms / 1e9,
+                            "step_kernels": 4})
+            notes.append(kernel_note(size, auto_kernels, path, ours, batch, features, state,
                                      bandwidth))
-    header = ["(B, F, S)", "variant", "fwd ms", "step ms", "kernels/step",
+    header = ["(B, F, S)", "variant", "fwd ms", "step ms", "kernels fwd / step",
+              "peak MiB fwd / step", "step TFLOP/s" + (" (% peak)" if device == "cuda" else ""),
               "step vs eager", "step vs compile", f"check (rel err < {TOLERANCE:g})"]
-    return header, rows, notes
+    return header, rows, notes, figures
+
+
+def measure(fn, sets, want, device, reps):
+    """Check one step against float64, then time the forward and the step, rotating over
+    the input sets."""
+    err = max_rel_err(results_of(fn, *sets[0]), want)
+    fwd = lambda i: fn(*sets[i % len(sets)][0])  # noqa: E731
+    step = lambda i: results_of(fn, *sets[i % len(sets)])  # noqa: E731
+    r = {"err": err, "check": "ok" if err < TOLERANCE else f"MISMATCH ({err:.1e})",
+         "fwd": median_ms(fwd, device, reps=reps), "step": median_ms(step, device, reps=reps)}
+    r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
+    r["step_kernels"], r["step_peak"] = call_stats(step, device)
+    return r
+
+
+def rate(tflops, device):
+    if tflops is None:
+        return "n/a"
+    if device != "cuda":
+        return f"{tflops:.3g}"
+    return f"{tflops:.1f} ({100 * tflops / PEAK_FP32_TFLOPS:.0f}%)"
 
 
 def gemm_only_row(size, sets, state, fused_step_ms, reps):
@@ -145,8 +188,8 @@ def gemm_only_row(size, sets, state, fused_step_ms, reps):
 
     ms = median_ms(gemms, "cuda", reps=reps)
     over = 100 * (fused_step_ms / ms - 1)
-    return [size, "GEMM only (floor)", "", f"{ms:.3f}", 4, "", "",
-            f"fused step is {over:+.1f}% over it"]
+    return [size, "GEMM only (floor)", "", f"{ms:.3f}", "4", "", "", "", "",
+            f"fused step is {over:+.1f}% over it"], ms
 
 
 def kernel_note(size, kernels, path, step_ms, batch, features, state, bandwidth):

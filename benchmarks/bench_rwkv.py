@@ -6,13 +6,19 @@ graph). FLOPs = B*C*T*(T+1) per direction (the triangle's multiply-adds, 2 FLOPs
 fwd+bwd does three times that; TFLOP/s and % of the float32 FMA peak (PEAK_TFLOPS, the H100
 figure) are given for each. Every variant's output and both gradients are checked against a
 float64 reference before timing (on large shapes on a subset of channels: channels are
-independent). On CUDA a note splits this package's time into its kernels.
+independent); a variant that gives a wrong answer or raises is a row marked MISMATCH and
+the run goes on. Where taichi is importable, a Taichi forward (benchmarks/taichi_kernels.py)
+is one more row. Timed calls rotate over several input sets (timing.input_sets). On CUDA
+each row has its kernel launches and peak memory per call, and a note splits this
+package's time into its kernels.
 """
 
 import torch
 
 import rwkv_ops
-from benchmarks.timing import cuda_kernels, median_ms
+from benchmarks import taichi_kernels
+from benchmarks.report import failure, fmt, pair, progress, speedup, wanted
+from benchmarks.timing import PEAK_FP32_TFLOPS, call_stats, cuda_kernels, input_sets, median_ms
 from rwkv_ops.reference import timex_conv1d
 
 SIZES = {
@@ -20,16 +26,10 @@ SIZES = {
     "cpu": [(2, 64, 256)],
 }
 QUICK_SIZES = {"cuda": [(8, 64, 256)], "cpu": [(1, 8, 64)]}
-PEAK_TFLOPS = 60.0  # float32 FMA peak of the H100 (non-tensor), ANCHORS.md
+PEAK_TFLOPS = PEAK_FP32_TFLOPS  # float32 FMA peak of the H100 (non-tensor), ANCHORS.md
 TOLERANCE = 1e-4  # relative error of float32 results against float64 (TF32 off)
 CHECK_CHANNELS = 16  # channels compared with the float64 reference on large shapes
 EPS = 0.01
-
-
-def reps_for(ms, quick):
-    """Repeats worth about a second, 3 to 50 (10 in quick mode)."""
-    top = 10 if quick else 50
-    return max(3, min(top, int(1000 / max(ms, 1e-3))))
 
 
 def rel(got, want):
@@ -41,35 +41,63 @@ def results(fn, w, k, grad):
     return [out, *torch.autograd.grad(out, [w, k], grad)]
 
 
-def check(fn, w, k, grad, channels):
-    """Largest relative error of out, grad_w and grad_k over `channels` against float64."""
-    got = results(fn, w, k, grad)
+def check(fn, has_bwd, w, k, grad, channels):
+    """Largest relative error of out (and grad_w, grad_k where the variant has a backward)
+    over `channels` against float64."""
     w64 = w.detach()[channels].double().requires_grad_()
     k64 = k.detach()[:, channels].double().requires_grad_()
     want = results(timex_conv1d, w64, k64, grad[:, channels].double())
+    if not has_bwd:
+        return rel(fn(w.detach(), k.detach(), EPS)[:, channels], want[0])
+    got = results(fn, w, k, grad)
     picked = [got[0][:, channels], got[1][channels], got[2][:, channels]]
     return max(rel(g, x) for g, x in zip(picked, want))
 
 
-def run(device, quick=False):
+def variants(device, taichi):
+    """name -> (role, function of (w, k, eps), whether it has a backward)."""
+    out = {
+        "torch-fused-ops": ("ours", rwkv_ops.timex, True),
+        "conv1d eager" + (" (cuDNN)" if device == "cuda" else ""): ("eager", timex_conv1d, True),
+        "torch.compile(conv1d)": ("compile", torch.compile(timex_conv1d), True),
+    }
+    if taichi is not None:
+        out["Taichi (forward only)"] = ("taichi", taichi_kernels.timex, False)
+    return out
+
+
+def run(device, quick=False, cases=None, use_taichi=True):
+    """cases: substrings of the "(B, C, T)" labels to run (None: all)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    sizes = (QUICK_SIZES if quick else SIZES)[device]
+    sizes = [s for s in (QUICK_SIZES if quick else SIZES)[device] if wanted(str(s), cases)]
+    budget = 0.2 if quick else 1.0  # seconds of timed repeats per measurement
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     # The backward is timed alone, from a retained graph, which donated buffers forbid.
     torch._functorch.config.donated_buffer = False
-    variants = {
-        "torch-fused-ops": rwkv_ops.timex,
-        "conv1d eager" + (" (cuDNN)" if device == "cuda" else ""): timex_conv1d,
-        "torch.compile(conv1d)": torch.compile(timex_conv1d),
-    }
-    rows, notes = [], [f"FLOPs = B*C*T*(T+1) per direction; % peak: of {PEAK_TFLOPS:g} TFLOP/s "
-                       "(float32 FMA, H100); backward timed alone from a retained graph"]
-    for B, C, T in sizes:
-        w = (torch.randn(C, T, device=device) / T**0.5).requires_grad_()
-        k = torch.randn(B, C, T, device=device, requires_grad=True)
-        grad = torch.randn(B, C, T, device=device)
+    taichi = taichi_kernels.setup(device) if use_taichi else None
+    rows, figures = [], []
+    notes = [f"FLOPs = B*C*T*(T+1) per direction; % peak: of {PEAK_TFLOPS:g} TFLOP/s "
+             "(float32 FMA, H100); backward timed alone from a retained graph; vs eager / "
+             "vs compile: the conv1d row's time over the row's time (>1: the row is faster); "
+             "peak MiB: allocated during one call above what was allocated before it"]
+    if use_taichi and taichi is None:
+        notes.append(taichi_kernels.reason)
+    elif taichi is not None:
+        notes.append("Taichi: a parallel loop over (b, c, t), each an inner sum in a register "
+                     "(no shared memory); " + taichi_kernels.NOTE)
+    for number, (B, C, T) in enumerate(sizes, 1):
+        size = f"({B}, {C}, {T})"
+        progress(f"rwkv on {device}: case {number}/{len(sizes)} {size}")
+
+        def make():
+            return ((torch.randn(C, T, device=device) / T**0.5).requires_grad_(),  # noqa: B023
+                    torch.randn(B, C, T, device=device, requires_grad=True),  # noqa: B023
+                    torch.randn(B, C, T, device=device))  # noqa: B023
+
+        sets = input_sets(make, 4 * (C * T + 3 * B * C * T), device)
+        w, k, grad = sets[0]
         flops = B * C * T * (T + 1)
         if C > CHECK_CHANNELS:
             channels = torch.cat([torch.arange(CHECK_CHANNELS // 2),
@@ -77,35 +105,72 @@ def run(device, quick=False):
         else:
             channels = torch.arange(C, device=device)
         timed = {}
-        for name, fn in variants.items():
-            err = check(fn, w, k, grad, channels)
-            out = fn(w, k, EPS)
-            fwd = lambda i, fn=fn: fn(w, k, EPS)  # noqa: E731
-            bwd = lambda i, out=out: torch.autograd.grad(out, [w, k], grad, retain_graph=True)  # noqa: E731
-            fwd_ms = median_ms(fwd, device, warmup=2, reps=reps_for(median_ms(fwd, device, 1, 1), quick))
-            bwd_ms = median_ms(bwd, device, warmup=2, reps=reps_for(median_ms(bwd, device, 1, 1), quick))
-            timed[name] = (fwd_ms, bwd_ms, err)
-            del out
-        size = f"({B}, {C}, {T})"
-        base = list(timed.values())
-        for name, (fwd_ms, bwd_ms, err) in timed.items():
-            total = fwd_ms + bwd_ms
-            fwd_tf = flops / fwd_ms / 1e9
-            bwd_tf = 2 * flops / bwd_ms / 1e9
-            ok = "ok" if err < TOLERANCE else f"MISMATCH ({err:.1e})"
-            rows.append([size, name, f"{fwd_ms:.3f}", f"{bwd_ms:.3f}", f"{total:.3f}",
+        for name, (role, fn, has_bwd) in variants(device, taichi).items():
+            try:
+                timed[name] = measure(fn, has_bwd, sets, channels, device, budget)
+            except Exception as exc:  # the row says what happened; the run goes on
+                timed[name] = {"check": failure(exc), "err": None, "fwd": None, "bwd": None}
+            timed[name]["role"] = role
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        eager, compiled = (next(r for r in timed.values() if r["role"] == role)
+                           for role in ("eager", "compile"))
+        for name, r in timed.items():
+            total = r["fwd"] + r["bwd"] if r["fwd"] is not None and r["bwd"] is not None else None
+            fwd_tf = flops / r["fwd"] / 1e9 if r["fwd"] else None
+            bwd_tf = 2 * flops / r["bwd"] / 1e9 if r["bwd"] else None
+            rows.append([size, name, fmt(r["fwd"]), fmt(r["bwd"]), fmt(total),
                          rate(fwd_tf, device), rate(bwd_tf, device),
-                         f"{(base[1][0] + base[1][1]) / total:.1f}x",
-                         f"{(base[2][0] + base[2][1]) / total:.1f}x", f"{ok} ({err:.1e})"])
+                         pair(r.get("fwd_kernels"), r.get("bwd_kernels"), "g"),
+                         pair(r.get("fwd_peak"), r.get("bwd_peak"), ".1f"),
+                         *(f"{speedup(base['fwd'], r['fwd'])} / {speedup(base.get('total'), total)}"
+                           for base in (eager, compiled)),
+                         r["check"]])
+            figures.append({"case": size, "variant": name, "role": r["role"],
+                            "ok": r["check"].startswith("ok"), "check": r["check"],
+                            "B": B, "C": C, "T": T, "rel_err": r["err"], "fwd_ms": r["fwd"],
+                            "bwd_ms": r["bwd"], "total_ms": total, "fwd_tflops": fwd_tf,
+                            "bwd_tflops": bwd_tf,
+                            **{key: r.get(key) for key in ("fwd_kernels", "bwd_kernels",
+                                                           "fwd_peak", "bwd_peak")}})
         if device == "cuda":
             notes.append(kernel_note(size, w, k, grad, flops))
     header = ["(B, C, T)", "variant", "fwd ms", "bwd ms", "fwd+bwd ms", "fwd TFLOP/s (% peak)",
-              "bwd TFLOP/s (% peak)", "fwd+bwd vs eager", "fwd+bwd vs compile",
+              "bwd TFLOP/s (% peak)", "kernels fwd / bwd", "peak MiB fwd / bwd",
+              "vs eager (fwd / fwd+bwd)", "vs compile (fwd / fwd+bwd)",
               f"check (rel err < {TOLERANCE:g})"]
-    return header, rows, notes
+    return header, rows, notes, figures
+
+
+def measure(fn, has_bwd, sets, channels, device, budget):
+    """Check against float64, then time the forward (rotating over the input sets) and,
+    where there is one, the backward alone from retained graphs."""
+    w, k, grad = sets[0]
+    err = check(fn, has_bwd, w, k, grad, channels)
+    r = {"err": err, "check": f"ok ({err:.1e})" if err < TOLERANCE else f"MISMATCH ({err:.1e})"}
+    wd = [(s[0].detach(), s[1].detach()) if not has_bwd else s[:2] for s in sets]
+    fwd = lambda i: fn(*wd[i % len(wd)], EPS)  # noqa: E731
+    r["fwd"] = median_ms(fwd, device, warmup=2, reps=10 if budget < 1 else 50, budget_s=budget)
+    r["bwd"] = None
+    calls = [("fwd", fwd)]
+    if has_bwd:
+        outs = [fn(s[0], s[1], EPS) for s in sets]
+
+        def bwd(i):
+            j = i % len(sets)
+            return torch.autograd.grad(outs[j], sets[j][:2], sets[j][2], retain_graph=True)
+
+        r["bwd"] = median_ms(bwd, device, warmup=2, reps=10 if budget < 1 else 50, budget_s=budget)
+        r["total"] = r["fwd"] + r["bwd"]
+        calls.append(("bwd", bwd))
+    for kind, call in calls:
+        r[f"{kind}_kernels"], r[f"{kind}_peak"] = call_stats(call, device)
+    return r
 
 
 def rate(tflops, device):
+    if tflops is None:
+        return "n/a"
     if device != "cuda":
         return f"{tflops:.3g}"
     return f"{tflops:.1f} ({100 * tflops / PEAK_TFLOPS:.0f}%)"

@@ -2,30 +2,54 @@
 
 GPU: warm-up calls, then each call between two CUDA events, median of the repeats.
 CPU: warm-up calls, then each call on a monotonic clock, median of the repeats.
-Callers pass a function of the repeat index so that they can rotate between several
-input sets (small inputs would otherwise sit in cache and flatter every variant).
+The timed function gets the repeat index so that it can rotate round-robin between
+several input sets (`input_sets` says how many): small inputs would otherwise sit in
+cache and flatter every variant. `call_stats` gives, on GPU, the kernel launches of
+one call (profiler) and the memory it allocates at its peak.
 """
 
 import importlib.metadata
+import math
+import os
+import platform
 import statistics
+import subprocess
 import time
 from collections import Counter
 
 import torch
 
+# float32 FMA peak (non-tensor) of the H100 SXM, ANCHORS.md: the FLOP/s floor of the
+# families that compute (LLTM, TimeX); "% peak" columns are fractions of it.
+PEAK_FP32_TFLOPS = 60.0
+CPU_CACHE_BYTES = 32 << 20  # a generous last-level cache for the CPU machines
+MAX_SETS = 8
 
-def median_ms(fn, device, warmup=10, reps=50):
-    """Median wall time of fn(i) in milliseconds; fn(i) gets the repeat index."""
-    for i in range(warmup):
+
+def median_ms(fn, device, warmup=10, reps=50, budget_s=None):
+    """Median wall time of fn(i) in milliseconds; fn(i) gets the repeat index.
+
+    At least one warm-up call; reps is the most repeats; with budget_s, fewer (at least 3)
+    so that the repeats take about budget_s seconds, judged from the last warm-up call.
+    """
+    warmup = max(1, warmup)
+    for i in range(warmup - 1):
         fn(i)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    fn(warmup - 1)
+    sync()
+    if budget_s is not None:
+        one_s = max(time.perf_counter() - t0, 1e-6)
+        reps = max(3, min(reps, int(budget_s / one_s)))
     times = []
     if device == "cuda":
-        torch.cuda.synchronize()
         for i in range(reps):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(i)
+            fn(warmup + i)
             end.record()
             times.append((start, end))
         torch.cuda.synchronize()
@@ -33,10 +57,22 @@ def median_ms(fn, device, warmup=10, reps=50):
     else:
         for i in range(reps):
             t0 = time.perf_counter()
-            fn(i)
+            fn(warmup + i)
             times.append((time.perf_counter() - t0) * 1e3)
         ms = times
     return statistics.median(ms)
+
+
+def input_sets(make, set_bytes, device):
+    """[make() for each set]: enough sets (1 to MAX_SETS) that a round-robin over them
+    touches at least twice the last-level cache (the GPU's L2 on CUDA)."""
+    if device == "cuda":
+        cache = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()),
+                        "L2_cache_size", 50 << 20)
+    else:
+        cache = CPU_CACHE_BYTES
+    count = max(1, min(MAX_SETS, math.ceil(2 * cache / max(set_bytes, 1))))
+    return [make() for _ in range(count)]
 
 
 def cuda_kernels(fn, calls=3):
@@ -55,6 +91,29 @@ def cuda_kernels(fn, calls=3):
     return {k: (count[k] / calls, total[k] / calls) for k in count}
 
 
+def peak_mib(fn):
+    """Peak CUDA memory allocated while fn(0) runs, above what was allocated before it
+    (its outputs included), in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn(0)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del result
+    return peak / 2**20
+
+
+def call_stats(fn, device):
+    """(kernel launches per call, peak MiB allocated per call) of fn(i); (None, None) on CPU,
+    where neither is measured. Launches are None where the profiler saw no kernel (code
+    that launches outside torch's view), peak MiB counts only torch's allocator."""
+    if device != "cuda":
+        return None, None
+    launches = sum(n for n, _ in cuda_kernels(fn).values())
+    return launches or None, peak_mib(fn)
+
+
 def copy_bandwidth_gbs(nbytes=1 << 30):
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, device="cuda", dtype=torch.float32).uniform_()
@@ -63,12 +122,49 @@ def copy_bandwidth_gbs(nbytes=1 << 30):
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
+def _command(*args):
+    try:
+        return subprocess.run(args, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment():
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    """Everything a reader needs to place a result: versions, device, driver, commit."""
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda,
+           "python": platform.python_version(), "platform": platform.platform(),
+           "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+           # CPU times mean little on a busy machine: say how busy it was.
+           "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()]}
     try:
         env["package"] = importlib.metadata.version("torch-fused-ops")
     except importlib.metadata.PackageNotFoundError:
         env["package"] = "source tree (not installed)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["commit"] = (_command("git", "-C", root, "rev-parse", "--short", "HEAD")
+                     or os.environ.get("FUSED_OPS_COMMIT", "unknown"))  # a copy without .git
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
+        smi = _command("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+        if smi:
+            env["driver"] = smi.splitlines()[0]
+        else:  # the CUDA driver API version, e.g. 13000
+            env["driver"] = f"CUDA driver API {torch._C._cuda_getDriverVersion()}"
+    for name in ("taichi", "matplotlib", "triton"):
+        try:
+            env[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
     return env

@@ -53,7 +53,7 @@ for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     rc=$?
     summary="$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^========= //')"
     checks="$(grep -E '^sanitize: .* checks ok' "$log" | tail -n 1)"
-    [ -z "$checks" ] && rc=${rc/#0/1}  # the script did not finish its checks
+    if [ -z "$checks" ] && [ "$rc" -eq 0 ]; then rc=1; fi  # the script did not finish
     printf '%-9s %-7s rc=%s  %s  [%s]  %ss  %s\n' "$tool" "$family" "$rc" \
       "${summary:-no summary line}" "${checks:-checks did not finish}" \
       "$(( $(date +%s) - start ))" "$log"

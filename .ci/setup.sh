@@ -18,8 +18,8 @@ if [ -z "${VIRTUAL_ENV:-}" ] && ! python3 -c "import torch" 2>/dev/null; then
 fi
 PY=python
 command -v "$PY" >/dev/null || PY=python3
-if ! "$PY" -c "import torch, pytest, numpy, ninja" 2>/dev/null; then
-  "$PY" -m pip install -q "setuptools>=64" wheel ninja pytest numpy expecttest matplotlib \
+if ! "$PY" -c "import torch, pytest, numpy, ninja, hypothesis, matplotlib" 2>/dev/null; then
+  "$PY" -m pip install -q "setuptools>=64" wheel ninja pytest numpy expecttest hypothesis matplotlib \
     "$("$PY" -c 'import torch' 2>/dev/null && echo setuptools || echo torch==2.14.1)"
 fi
 

@@ -32,11 +32,11 @@ TOEPLITZ = {
     "RT8 RB8 NB1 NC8 w4 UC32 UG2": "8, 8, 1, 8, 4, 32, 2, 4",
     "RT8 RB4 NB1 NC8 w4 UC32 UG2": "8, 4, 1, 8, 4, 32, 2, 4",
     "RT8 RB8 NB4 NC2 w4 UC32 UG4": "8, 8, 4, 2, 4, 32, 4, 4",
-    "RT8 RB8 NB4 NC2 w4 UC64 UG4": "8, 8, 4, 2, 4, 64, 4, 4",
-    "RT8 RB8 NB4 NC2 w2 UC32 UG4 MINB8": "8, 8, 4, 2, 2, 32, 4, 8",
-    "RT8 RB8 NB4 NC2 w4 UC32 UG4 MINB3": "8, 8, 4, 2, 4, 32, 4, 3",
-    "RT12 RB8 NB4 NC2 w4 UC32 UG4 MINB3": "12, 8, 4, 2, 4, 32, 4, 3",
-    "RT8 RB16 NB2 NC2 w4 UC32 UG4 MINB2": "8, 16, 2, 2, 4, 32, 4, 2",
+    # One output group per warp (NB * NC = 32): the diagonal is skipped 8 outputs at a time.
+    "RT8 RB8 NB4 NC8 w8 UC32 UG4 MINB2": "8, 8, 4, 8, 8, 32, 4, 2",
+    "RT8 RB8 NB2 NC16 w8 UC32 UG4 MINB2": "8, 8, 2, 16, 8, 32, 4, 2",
+    "RT8 RB8 NB1 NC32 w8 UC32 UG4 MINB2": "8, 8, 1, 32, 8, 32, 4, 2",
+    "RT8 RB4 NB1 NC32 w4 UC32 UG2 MINB3": "8, 4, 1, 32, 4, 32, 2, 3",
 }
 # name: WgradConfig<float, RS, NR, NLW, NTWP, TQ, UG, MINB> arguments, NR filled in per B.
 WGRAD = {

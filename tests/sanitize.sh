@@ -10,14 +10,15 @@
 # - PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor is its own cudaMalloc, so memcheck sees
 #   the real bounds of each allocation (with the caching allocator an overrun into the rest
 #   of a cached block goes unseen) and initcheck sees fresh memory per tensor.
-# - memcheck and synccheck check every kernel that runs (ours and the few of torch's and
-#   cuBLAS's: copies, cat, addmm), with --check-api-memory-access yes (the default: memcpy
-#   and memset bounds too).
-# - racecheck and initcheck run once per family, filtered with --kernel-name kns=<namespace>
-#   (padding_ops, rwkv, lltm: a substring of each of our kernels' names) to our kernels:
-#   cuBLAS's GEMM kernels (the LLTM cuBLAS path) are outside our control and racecheck of
-#   them costs minutes; initcheck of torch's kernels is not what this run is about.
-#   A filtered run still runs the other kernels, unchecked.
+# - memcheck, initcheck and synccheck check every kernel that runs (ours and the few of
+#   torch's and cuBLAS's: copies, cat, addmm), with --check-api-memory-access yes (the
+#   default: memcpy and memset bounds too). initcheck must see every kernel: with a kernel
+#   filter it does not see the writes of the unchecked kernels (cuBLAS's GEMM output, which
+#   the LLTM cuBLAS path's pointwise kernels read) and reports their reads as uninitialised.
+# - racecheck runs once per family, filtered with --kernel-name kns=<namespace> (padding_ops,
+#   rwkv, lltm: a substring of each of our kernels' names) to our kernels: cuBLAS's GEMM
+#   kernels are outside our control and racecheck of them costs minutes. A filtered run
+#   still runs the other kernels, unchecked.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,8 +36,8 @@ echo "sanitize: $("$CS" --version | tail -1); logs in $LOG_DIR"
 status=0
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
   case "$tool" in
-    memcheck|synccheck) runs="all" ;;
-    racecheck|initcheck) runs="padding rwkv lltm" ;;
+    memcheck|initcheck|synccheck) runs="all" ;;
+    racecheck) runs="padding rwkv lltm" ;;
     *) echo "sanitize: unknown tool $tool" >&2; exit 2 ;;
   esac
   for family in $runs; do

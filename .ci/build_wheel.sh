@@ -12,7 +12,8 @@
 #                           by default torch==<the built-with release> is pip-installed.
 #   --wheel FILE            skip the build: check, install and test this wheel.
 #   OUT                     folder for the logs and the wheel (default build/wheel).
-#   TORCH_CUDA_ARCH_LIST    targets (default "all", the wheel's list); MAX_JOBS as setup.py.
+#   TORCH_CUDA_ARCH_LIST    targets (default "all", the wheel's list).
+#   MAX_JOBS                parallel compile jobs (default: the number of cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SYSTEM_SITE=0
@@ -31,6 +32,7 @@ fail() { echo "build_wheel: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-all}"
+export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export FUSED_OPS_NO_BUILD=1
 # shellcheck disable=SC1091
 source "$ROOT/.ci/setup.sh"  # the build Python (torch, ninja), CUDA_HOME, CUDA_INC_PATH, MAX_JOBS
@@ -129,7 +131,8 @@ grep -q "CUBINS = \[" "$WORK"/unpacked/lltm/_build_info.py || fail "lltm/_build_
 step "install into a fresh virtual environment"
 VENV="$WORK/venv"
 if [ "$SYSTEM_SITE" = 1 ]; then
-  "$PY" -m venv --system-site-packages "$VENV"
+  # pip, like torch, comes from the system's site-packages (some system Pythons lack ensurepip).
+  "$PY" -m venv --system-site-packages --without-pip "$VENV"
   "$VENV/bin/python" -m pip install -q --no-index "$WHEEL"  # torch==$TORCH_RELEASE from the system
 else
   "$PY" -m venv "$VENV"

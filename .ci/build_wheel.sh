@@ -15,6 +15,10 @@
 #   TORCH_CUDA_ARCH_LIST    targets (default "all", the wheel's list).
 #   MAX_JOBS                parallel compile jobs (default: the number of cores).
 set -euo pipefail
+
+# All in one function: bash parses it whole before running, so editing this file while it
+# runs cannot change what runs.
+main() {
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SYSTEM_SITE=0
 WHEEL=""
@@ -164,3 +168,7 @@ step "python -m lltm info"
 echo
 echo "build_wheel: PASSED: $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}; logs in $OUT"
 rm -rf "$WORK"
+}
+
+main "$@"
+exit

@@ -5,12 +5,14 @@
 # wheel (not the source tree), then `python -m lltm info`. Needs no GPU; with one, the CUDA
 # tests run too.
 #
-#   .ci/build_wheel.sh [--system-site-packages] [--wheel FILE]
+#   .ci/build_wheel.sh [--system-site-packages] [--build-only | --wheel FILE]
 #
 #   --system-site-packages  the fresh venv sees the system's torch and test tools and pip
 #                           runs offline (a GPU machine whose torch cannot be downloaded);
 #                           by default torch==<the built-with release> is pip-installed.
+#   --build-only            stop after the build and the checks of the wheel's contents.
 #   --wheel FILE            skip the build: check, install and test this wheel.
+#   The wheel is left in dist/ and in OUT.
 #   OUT                     folder for the logs and the wheel (default build/wheel).
 #   TORCH_CUDA_ARCH_LIST    targets (default "all", the wheel's list).
 #   MAX_JOBS                parallel compile jobs (default: the number of cores).
@@ -22,9 +24,11 @@ main() {
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SYSTEM_SITE=0
 WHEEL=""
+BUILD_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --system-site-packages) SYSTEM_SITE=1 ;;
+    --build-only) BUILD_ONLY=1 ;;
     --wheel) WHEEL="$(realpath "$2")"; shift ;;
     *) echo "build_wheel: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -78,7 +82,7 @@ if [ -z "$WHEEL" ]; then
   BUILD_S=$(( $(date +%s) - start ))
   echo "build_wheel: build took ${BUILD_S} s ($(( BUILD_S / 60 )) min $(( BUILD_S % 60 )) s)"
   WHEEL="$(ls "$WORK"/dist/torch_fused_ops-*.whl)"
-  cp "$WHEEL" "$OUT/"
+  mkdir -p "$ROOT/dist" && cp "$WHEEL" "$ROOT/dist/" && cp "$WHEEL" "$OUT/"
 fi
 echo "build_wheel: wheel $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))"
 
@@ -103,6 +107,7 @@ if [ -z "$CUOBJDUMP" ] && [ "$SYSTEM_SITE" = 0 ]; then
   "$PY" -m pip install -q nvidia-cuda-cuobjdump && CUOBJDUMP="$SITE/nvidia/cu13/bin/cuobjdump"
 fi
 [ -x "$CUOBJDUMP" ] || fail "cuobjdump not found (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)"
+export PATH="$(dirname "$CUOBJDUMP"):$PATH"  # for `python -m lltm info` and the tests too
 # Every family library: each listed sm_XY as machine code (ELF), the PTX targets as PTX,
 # nothing else (no target that the list does not state), and every .cu file (one fatbin
 # each) for every target: each target appears equally often.
@@ -131,6 +136,11 @@ for lib in libs:
 sys.exit(0 if ok else 1)
 EOF
 grep -q "CUBINS = \[" "$WORK"/unpacked/lltm/_build_info.py || fail "lltm/_build_info.py missing from the wheel"
+if [ "$BUILD_ONLY" = 1 ]; then
+  echo; echo "build_wheel: PASSED (build and contents): $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}"
+  rm -rf "$WORK"
+  return 0
+fi
 
 step "install into a fresh virtual environment"
 VENV="$WORK/venv"

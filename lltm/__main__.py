@@ -57,8 +57,8 @@ def info():
         cubins, ptx = list(facts.CUBINS), list(facts.PTX)
         lines += [
             f"torch-fused-ops {facts.VERSION}",
-            f"built with:    torch {facts.TORCH_VERSION}, CUDA {facts.CUDA_VERSION or '- (CPU-only build)'}"
-            f", on {facts.BUILD_DATE}",
+            f"built with:    torch {facts.TORCH_VERSION}, "
+            f"CUDA {facts.CUDA_VERSION or '- (CPU-only build)'}, on {facts.BUILD_DATE}",
             f"GPU targets:   {_build.describe(cubins, ptx) if cubins else 'none (CPU-only build)'}",
         ]
     tool = find_cuobjdump() if cubins else None
@@ -85,7 +85,8 @@ def info():
             f"NOT covered: build from source with TORCH_CUDA_ARCH_LIST={major}.{minor} "
             "pip install --no-build-isolation <a torch-fused-ops checkout>")
         uncovered += how is None
-        lines.append(f"GPU cuda:{i}:    {torch.cuda.get_device_name(i)}, sm_{major}{minor}: {verdict}")
+        name = torch.cuda.get_device_name(i)
+        lines.append(f"GPU cuda:{i}:    {name}, sm_{major}{minor}: {verdict}")
     print("\n".join(lines))
     return 1 if uncovered else 0
 

@@ -101,6 +101,10 @@ def local_tag(torch_version, cuda_version):
     return f"torch{major_minor}{cuda}"
 
 
+def _major(version):
+    return version.split(".")[0]
+
+
 def build_facts():
     """The generated module lltm._build_info, or None in a tree that setup.py has not built."""
     try:
@@ -124,7 +128,7 @@ def check_torch():
         problem = f"torch {torch.__version__} is installed"
     elif facts.CUDA_VERSION and torch.version.cuda is None:
         problem = f"the installed torch {torch.__version__} has no CUDA"
-    elif facts.CUDA_VERSION and torch.version.cuda.split(".")[0] != facts.CUDA_VERSION.split(".")[0]:
+    elif facts.CUDA_VERSION and _major(torch.version.cuda) != _major(facts.CUDA_VERSION):
         problem = f"the installed torch {torch.__version__} uses CUDA {torch.version.cuda}"
     if problem:
         cuda = f" with CUDA {facts.CUDA_VERSION}" if facts.CUDA_VERSION else ""

@@ -1,5 +1,6 @@
 # Sourced by tests/run.sh and benchmarks/run.sh: makes a Python with torch available and
 # builds this package in place (editable). Safe to run again: it reuses what it built.
+# FUSED_OPS_NO_BUILD=1: the environment only, no build.
 #
 # - If `python3` already has torch (a GPU machine with its own torch), that torch is used.
 #   Otherwise a virtual environment .venv is made with torch 2.14.1 (the CUDA 13.0 build).
@@ -35,6 +36,9 @@ if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && ! "$PY" -c "import torch, sys; sys.exit
   export TORCH_CUDA_ARCH_LIST="9.0"
 fi
 
+if [ "${FUSED_OPS_NO_BUILD:-0}" = 1 ]; then
+  return 0  # the environment only (.ci/build_wheel.sh builds a wheel instead)
+fi
 echo "setup: $("$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'), CUDA_HOME=${CUDA_HOME:-none}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-auto}"
 start=$(date +%s)
 mkdir -p build

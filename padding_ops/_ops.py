@@ -4,6 +4,9 @@ import operator
 
 import torch
 
+from lltm._build import check_torch
+
+check_torch()  # a library built against another torch: one clear ImportError
 try:
     from padding_ops import _C  # noqa: F401  (loading it registers torch.ops.padding_ops.*)
 except ImportError as e:  # pragma: no cover - only without a build

@@ -4,6 +4,9 @@ import math
 
 import torch
 
+from lltm._build import check_torch
+
+check_torch()  # a library built against another torch: one clear ImportError
 try:
     from rwkv_ops import _C  # noqa: F401  (loading it registers torch.ops.rwkv_ops.*)
 except ImportError as e:  # pragma: no cover - only without a build

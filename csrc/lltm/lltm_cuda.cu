@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "common/cuda_utils.cuh"
+#include "common/kernel_image.cuh"
 #include "lltm/lltm.h"
 #include "lltm/lltm_cuda_small.h"
 
@@ -135,6 +136,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell) {
   const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+  fused_ops::check_kernel_image(input);
   if (use_small_path(sizes)) {
     return small_forward_cuda(input, weights, bias, old_h, old_cell, sizes);
   }
@@ -147,6 +149,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     std::array<bool, 3> output_mask) {
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
+  fused_ops::check_kernel_image(new_cell);
   if (use_small_path(sizes)) {
     // Two launches: the pointwise kernel below, then every GEMM and d_bias in one.
     const int64_t B = sizes.batch, S = sizes.state;

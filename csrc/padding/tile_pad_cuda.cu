@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "common/cuda_utils.cuh"
+#include "common/kernel_image.cuh"
 #include "padding/tile_pad.h"
 
 namespace padding_ops {
@@ -219,6 +220,7 @@ void forward_sized(const at::Tensor& x, at::Tensor& y, const Geometry& g) {
 
 void forward_cuda_kernel(const at::Tensor& x, at::Tensor& y, const Geometry& g) {
   const c10::cuda::CUDAGuard guard(x.device());
+  fused_ops::check_kernel_image(x);
   switch (x.element_size()) {
     case 1: return forward_sized<uint8_t>(x, y, g);
     case 2: return forward_sized<uint16_t>(x, y, g);
@@ -289,6 +291,7 @@ void launch_backward(const at::Tensor& grad_y, at::Tensor& grad_x, const Geometr
 
 void backward_cuda_kernel(const at::Tensor& grad_y, at::Tensor& grad_x, const Geometry& g) {
   const c10::cuda::CUDAGuard guard(grad_y.device());
+  fused_ops::check_kernel_image(grad_y);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_y.scalar_type(),
                                   "tile_pad_backward_cuda", [&] {
     if (g.fits32) {

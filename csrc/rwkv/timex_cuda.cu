@@ -7,6 +7,7 @@
 #include <climits>
 
 #include "common/cuda_utils.cuh"
+#include "common/kernel_image.cuh"
 #include "rwkv/timex.h"
 #include "rwkv/timex_kernels.cuh"
 
@@ -86,6 +87,7 @@ void wgrad_for_batch(const at::Tensor& g, const at::Tensor& k, at::Tensor& grad_
 
 at::Tensor forward_cuda(const at::Tensor& w, const at::Tensor& k, double eps) {
   check_timex_inputs(w, k);
+  fused_ops::check_kernel_image(k);
   const c10::cuda::CUDAGuard guard(k.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor wc = w.contiguous();
@@ -101,6 +103,7 @@ at::Tensor forward_cuda(const at::Tensor& w, const at::Tensor& k, double eps) {
 std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, const at::Tensor& w,
                                                  const at::Tensor& k) {
   check_timex_grad(grad_out, w, k);
+  fused_ops::check_kernel_image(k);
   const c10::cuda::CUDAGuard guard(k.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor gc = grad_out.contiguous();

@@ -1,0 +1,139 @@
+"""GPU targets and build facts of torch-fused-ops (all three op families are built together).
+
+This file is the one place that states the wheel's SM targets. setup.py loads it by path
+(without importing the package) to turn TORCH_CUDA_ARCH_LIST into nvcc flags and to write
+the build facts (lltm/_build_info.py, generated, git-ignored); .ci/build_wheel.sh reads
+the target list from it; `python -m lltm info` and the import-time torch check use it.
+It imports nothing outside the standard library at module level.
+"""
+
+import re
+
+BASE_VERSION = "0.1.0"
+
+# The wheel's targets: every plain sm_XY >= 75 that nvcc 13.0 compiles (Turing, Ampere,
+# Ada, Hopper, Blackwell, with the Jetson/Thor parts 8.7, 8.8, 11.0), machine code for
+# each, plus PTX of the newest so that future GPUs can JIT-compile it.
+WHEEL_ARCH_LIST = "7.5;8.0;8.6;8.7;8.8;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX"
+
+_ITEM = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
+
+
+def parse_arch_list(text):
+    """TORCH_CUDA_ARCH_LIST syntax -> (cubins, ptx): "8.6;9.0a;12.0+PTX" gives
+    (["sm_86", "sm_90a", "sm_120"], ["compute_120"]). "all" means WHEEL_ARCH_LIST.
+    Items are separated by ';', ',' or spaces; each is MAJOR.MINOR, optionally with an
+    arch-specific suffix a/f, optionally +PTX."""
+    if text.strip() == "all":
+        text = WHEEL_ARCH_LIST
+    cubins, ptx = [], []
+    for item in re.split(r"[;,\s]+", text.strip()):
+        if not item:
+            continue
+        m = _ITEM.match(item)
+        if not m:
+            raise ValueError(
+                f"TORCH_CUDA_ARCH_LIST: cannot read {item!r}; expected items like 8.6, 9.0a or "
+                f"12.0+PTX separated by ';', or 'all' (= {WHEEL_ARCH_LIST})"
+            )
+        name = f"{m.group(1)}{m.group(2)}{m.group(3)}"
+        if f"sm_{name}" not in cubins:
+            cubins.append(f"sm_{name}")
+        if m.group(4) and f"compute_{name}" not in ptx:
+            ptx.append(f"compute_{name}")
+    if not cubins:
+        raise ValueError("TORCH_CUDA_ARCH_LIST is empty")
+    return cubins, ptx
+
+
+def gencode_flags(cubins, ptx):
+    """nvcc flags for the targets: machine code (SASS) per cubin, PTX text per ptx."""
+    flags = [f"-gencode=arch=compute_{c[3:]},code={c}" for c in cubins]
+    flags += [f"-gencode=arch={p},code={p}" for p in ptx]
+    return flags
+
+
+def describe(cubins, ptx):
+    """"sm_75, sm_80 (+PTX compute_80)" """
+    text = ", ".join(cubins)
+    return text + (f" (+PTX {', '.join(ptx)})" if ptx else "")
+
+
+def _split(target):
+    """"sm_90a" -> (9, 0, "a"); "compute_121" -> (12, 1, "")."""
+    digits = re.search(r"_(\d+)([af]?)$", target)
+    num = digits.group(1)
+    return int(num[:-1]), int(num[-1]), digits.group(2)
+
+
+def coverage(cubins, ptx, capability):
+    """How a GPU of compute capability (major, minor) runs these targets: the target that
+    serves it and how ("sm_86 machine code", "compute_120 PTX, JIT-compiled ..."), or
+    None when nothing does. A plain sm_XY cubin runs on sm_XZ for Z >= Y (same major);
+    an arch-specific sm_XYa only on sm_XY; a family sm_XYf on sm_XZ, Z >= Y; PTX of
+    compute_XY on any GPU of capability >= X.Y (the driver compiles it on first use)."""
+    major, minor = capability
+    best = None
+    for c in cubins:
+        cmaj, cmin, suffix = _split(c)
+        ok = cmaj == major and (cmin == minor if suffix == "a" else cmin <= minor)
+        if ok and (best is None or _split(best)[1] < cmin):
+            best = c
+    if best is not None:
+        return f"{best} machine code"
+    for p in sorted(ptx, key=_split, reverse=True):
+        pmaj, pmin, suffix = _split(p)
+        if not suffix and (pmaj, pmin) <= (major, minor):
+            return f"{p} PTX, JIT-compiled by the driver on first use"
+    return None
+
+
+def release(version):
+    """"2.11.0+cu130" -> "2.11.0"; "2.12.0a0+git1234" -> "2.12.0"."""
+    m = re.match(r"^(\d+\.\d+\.\d+)", version)
+    return m.group(1) if m else version
+
+
+def local_tag(torch_version, cuda_version):
+    """The wheel's local version label: "torch2.14cu130", or "torch2.14cpu" without CUDA."""
+    major_minor = ".".join(release(torch_version).split(".")[:2])
+    cuda = "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
+    return f"torch{major_minor}{cuda}"
+
+
+def _major(version):
+    return version.split(".")[0]
+
+
+def build_facts():
+    """The generated module lltm._build_info, or None in a tree that setup.py has not built."""
+    try:
+        from lltm import _build_info
+    except ImportError:
+        return None
+    return _build_info
+
+
+def check_torch():
+    """Raise ImportError, in one sentence, when the running torch is not the one the
+    libraries were built against (torch's C++ ABI changes between releases, so loading
+    them would fail with an undefined symbol or, worse, load and misbehave)."""
+    import torch
+
+    facts = build_facts()
+    if facts is None:
+        return  # a tree built before build facts existed; loading _C reports real problems
+    problem = None
+    if release(torch.__version__) != release(facts.TORCH_VERSION):
+        problem = f"torch {torch.__version__} is installed"
+    elif facts.CUDA_VERSION and torch.version.cuda is None:
+        problem = f"the installed torch {torch.__version__} has no CUDA"
+    elif facts.CUDA_VERSION and _major(torch.version.cuda) != _major(facts.CUDA_VERSION):
+        problem = f"the installed torch {torch.__version__} uses CUDA {torch.version.cuda}"
+    if problem:
+        cuda = f" with CUDA {facts.CUDA_VERSION}" if facts.CUDA_VERSION else ""
+        raise ImportError(
+            f"torch-fused-ops {facts.VERSION} was built against torch {facts.TORCH_VERSION}{cuda} "
+            f"but {problem}: install torch=={release(facts.TORCH_VERSION)} or rebuild this "
+            "package from source against your torch (pip install --no-build-isolation <checkout>)."
+        )

@@ -1,0 +1,221 @@
+"""The wheel's GPU targets and build facts (lltm/_build.py): target list parsing, which GPU
+a build covers, the version tag, the torch check at import, `python -m lltm info`, and on
+a GPU the error a build without this GPU's architecture gives."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import lltm
+from lltm import _build
+from lltm.__main__ import find_cuobjdump, targets_in_library
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+WHEEL_CUBINS, WHEEL_PTX = _build.parse_arch_list("all")
+
+
+@pytest.mark.parametrize("text, cubins, ptx", [
+    ("9.0", ["sm_90"], []),
+    ("8.6;9.0+PTX", ["sm_86", "sm_90"], ["compute_90"]),
+    ("7.5 8.0, 9.0a;10.0f", ["sm_75", "sm_80", "sm_90a", "sm_100f"], []),
+    ("12.1+PTX;12.1", ["sm_121"], ["compute_121"]),
+])
+def test_parse_arch_list(text, cubins, ptx):
+    assert _build.parse_arch_list(text) == (cubins, ptx)
+
+
+@pytest.mark.parametrize("text", ["9", "sm_90", "9.0+ptx", "Hopper", "", " ; "])
+def test_parse_arch_list_rejects(text):
+    with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST"):
+        _build.parse_arch_list(text)
+
+
+def test_wheel_list_and_gencode_flags():
+    assert _build.parse_arch_list(_build.WHEEL_ARCH_LIST) == (WHEEL_CUBINS, WHEEL_PTX)
+    assert WHEEL_PTX == ["compute_" + WHEEL_CUBINS[-1][3:]]  # PTX of the newest target
+    assert _build.gencode_flags(["sm_90a", "sm_120"], ["compute_120"]) == [
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_120,code=sm_120",
+        "-gencode=arch=compute_120,code=compute_120",
+    ]
+
+
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not shutil.which("nvcc"),
+                    reason="no nvcc")
+def test_wheel_list_is_every_sm_from_turing_that_nvcc_compiles():
+    nvcc = "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else "nvcc"
+    codes = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True).stdout.split()
+    plain = [c for c in codes if re.fullmatch(r"sm_\d+", c) and int(c[3:]) >= 75]
+    assert sorted(plain) == sorted(WHEEL_CUBINS), "update WHEEL_ARCH_LIST in lltm/_build.py"
+
+
+@pytest.mark.parametrize("cubins, ptx, capability, expected", [
+    (["sm_80"], [], (8, 6), "sm_80 machine code"),
+    (["sm_80", "sm_86"], [], (8, 9), "sm_86 machine code"),
+    (["sm_80", "sm_86"], [], (9, 0), None),            # another major: no machine code
+    (["sm_80"], ["compute_80"], (9, 0), "compute_80 PTX"),
+    (["sm_90"], ["compute_90"], (8, 9), None),          # PTX runs only on newer GPUs
+    (["sm_90a"], [], (9, 0), "sm_90a machine code"),
+    (["sm_100a"], ["compute_100a"], (10, 3), None),      # arch-specific: that SM only
+    (["sm_100f"], [], (10, 3), "sm_100f machine code"),
+    (["sm_100"], [], (11, 0), None),
+    (["sm_120"], [], (12, 1), "sm_120 machine code"),
+])
+def test_coverage(cubins, ptx, capability, expected):
+    got = _build.coverage(cubins, ptx, capability)
+    assert got == expected if expected is None else got.startswith(expected)
+
+
+@pytest.mark.parametrize("capability", [(7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0),
+                                        (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)])
+def test_wheel_runs_machine_code_on_every_gpu_from_turing(capability):
+    how = _build.coverage(WHEEL_CUBINS, WHEEL_PTX, capability)
+    assert how == f"sm_{capability[0]}{capability[1]} machine code"
+
+
+def test_wheel_covers_future_gpus_by_ptx_only():
+    assert "PTX" in _build.coverage(WHEEL_CUBINS, WHEEL_PTX, (13, 0))
+    assert _build.coverage(WHEEL_CUBINS, WHEEL_PTX, (7, 0)) is None  # Volta: nvcc 13 dropped it
+
+
+def test_version_tag():
+    assert _build.local_tag("2.14.1+cu130", "13.0") == "torch2.14cu130"
+    assert _build.local_tag("2.11.0+cu130", "13.0") == "torch2.11cu130"
+    assert _build.local_tag("2.13.0+cpu", None) == "torch2.13cpu"
+    assert _build.release("2.12.0a0+git1234") == "2.12.0"
+
+
+def fake_facts(torch_version, cuda_version):
+    return types.SimpleNamespace(VERSION="0.1.0+test", TORCH_VERSION=torch_version,
+                                 CUDA_VERSION=cuda_version, CUBINS=[], PTX=[])
+
+
+@pytest.mark.parametrize("built_torch, built_cuda, running_cuda, says", [
+    ("1.0.0+cu130", "13.0", "13.0", "torch 1.0.0+cu130"),
+    (None, "13.0", None, "has no CUDA"),
+    (None, "13.0", "12.8", "uses CUDA 12.8"),
+])
+def test_torch_mismatch_is_one_clear_import_error(monkeypatch, built_torch, built_cuda,
+                                                  running_cuda, says):
+    built_torch = built_torch or torch.__version__
+    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts(built_torch, built_cuda))
+    monkeypatch.setattr(torch.version, "cuda", running_cuda)
+    with pytest.raises(ImportError) as err:
+        _build.check_torch()
+    message = str(err.value)
+    assert f"was built against torch {built_torch}" in message and says in message
+    assert f"install torch=={_build.release(built_torch)}" in message
+    assert message.count(". ") == 0 and message.endswith(".")  # one sentence
+
+
+def test_torch_match_passes(monkeypatch):
+    monkeypatch.setattr(_build, "build_facts",
+                        lambda: fake_facts(_build.release(torch.__version__) + "+other",
+                                           torch.version.cuda))
+    _build.check_torch()
+
+
+facts = _build.build_facts()
+
+
+@pytest.mark.skipif(facts is None, reason="libraries built before build facts existed")
+def test_build_facts_describe_this_build():
+    assert facts.TORCH_VERSION == torch.__version__
+    assert facts.VERSION == lltm.__version__
+    assert facts.VERSION.endswith("+" + _build.local_tag(torch.__version__, facts.CUDA_VERSION))
+    if facts.CUDA_VERSION:
+        assert facts.CUDA_VERSION == torch.version.cuda and facts.CUBINS
+    tool = find_cuobjdump()
+    if tool is None or not facts.CUDA_VERSION:
+        return  # the machine code itself is checked where cuobjdump is (.ci/build_wheel.sh)
+    for family in ("lltm", "rwkv_ops", "padding_ops"):
+        library = __import__(f"{family}._C", fromlist=["_C"]).__file__
+        elf, ptx = targets_in_library(tool, library)
+        assert sorted(elf) == sorted(facts.CUBINS), family
+        assert sorted(p.replace("sm_", "compute_") for p in ptx) == sorted(facts.PTX), family
+
+
+def test_info_command():
+    here = str(Path(lltm.__file__).resolve().parent.parent)  # where `lltm` was imported from
+    run = subprocess.run([sys.executable, "-m", "lltm", "info"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": here}, cwd=Path(__file__).parent,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert f"torch-fused-ops {lltm.__version__}" in out
+    assert f"Python {sys.version.split()[0]}, torch {torch.__version__}" in out
+    for family in ("lltm", "rwkv_ops", "padding_ops"):
+        assert f"{family}:" in out
+    if facts is not None and facts.CUBINS:
+        assert _build.describe(facts.CUBINS, facts.PTX) in out
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        major, minor = torch.cuda.get_device_capability(i)
+        assert re.search(rf"GPU cuda:{i}: .*, sm_{major}{minor}: covered \(", out), out
+
+
+# ---- On a GPU ---------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+def test_every_family_passes_the_kernel_image_check():
+    import padding_ops
+    import rwkv_ops
+
+    x = torch.randn(2, 3, device="cuda")
+    out = lltm.lltm_cell(x, torch.randn(12, 7, device="cuda"), torch.randn(12, device="cuda"),
+                         torch.randn(2, 4, device="cuda"), torch.randn(2, 4, device="cuda"))
+    assert out[0].shape == (2, 4)
+    assert rwkv_ops.timex(torch.randn(3, 5, device="cuda"),
+                          torch.randn(2, 3, 5, device="cuda")).shape == (2, 3, 5)
+    assert padding_ops.tile_pad(x, (1, 1, 1, 1)).shape == (4, 5)
+    torch.cuda.synchronize()
+
+
+PROBE_CU = r"""
+#include "common/kernel_image.cuh"
+void check(const at::Tensor& t) { fused_ops::check_kernel_image(t); }
+"""
+PROBE_CPP = r"""
+#include <torch/extension.h>
+void check(const at::Tensor& t);
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("check", &check); }
+"""
+
+
+def build_probe(directory, arch):
+    """kernel_image.cuh's check, compiled for sm_<arch> only, as a Python module."""
+    from torch.utils.cpp_extension import load
+
+    (directory / "probe.cu").write_text(PROBE_CU)
+    (directory / "bind.cpp").write_text(PROBE_CPP)
+    return load(name=f"fused_ops_kernel_image_probe_{arch}",
+                sources=[str(directory / "bind.cpp"), str(directory / "probe.cu")],
+                extra_include_paths=[str(CSRC)], build_directory=str(directory),
+                extra_cuda_cflags=[f"-gencode=arch=compute_{arch},code=sm_{arch}"])
+
+
+@cuda
+def test_uncovered_gpu_gets_the_build_from_source_message(tmp_path):
+    """Builds csrc/common/kernel_image.cuh for an architecture that cannot run on this GPU
+    (sm_75, or sm_80 on a Turing GPU): its check must raise the package's message."""
+    major, minor = torch.cuda.get_device_capability()
+    probe = build_probe(tmp_path, "80" if major == 7 else "75")
+    x = torch.ones(1, device="cuda")
+    for _ in range(2):  # a failed check is not cached as passed
+        with pytest.raises(RuntimeError) as err:
+            probe.check(x)
+        message = str(err.value)
+        assert "torch-fused-ops was built for" in message
+        assert f"this GPU (cuda:{x.device.index}, " in message
+        assert f") is sm_{major}{minor}, which none of them covers" in message
+        assert f"TORCH_CUDA_ARCH_LIST={major}.{minor} pip install --no-build-isolation" in message
+    assert (x + 1).item() == 2  # the CUDA context is still usable

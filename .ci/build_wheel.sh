@@ -147,6 +147,10 @@ VENV="$WORK/venv"
 if [ "$SYSTEM_SITE" = 1 ]; then
   # pip, like torch, comes from the system's site-packages (some system Pythons lack ensurepip).
   "$PY" -m venv --system-site-packages --without-pip "$VENV"
+  # Where $PY is itself a virtual environment (the GPU machine's python3 is), its packages are
+  # not the "system" ones a new venv sees: a .pth file appends them after the venv's own.
+  "$PY" -c 'import sysconfig as s; p = s.get_paths(); print("\n".join(dict.fromkeys([p["purelib"], p["platlib"]])))' \
+    >"$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outer_env.pth"
   "$VENV/bin/python" -m pip install -q --no-index "$WHEEL"  # torch==$TORCH_RELEASE from the system
 else
   "$PY" -m venv "$VENV"

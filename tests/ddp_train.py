@@ -26,8 +26,11 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import lltm  # noqa: E402
+try:  # the installed package; from a source checkout with an in-place build, that tree
+    import lltm  # noqa: E402
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import lltm  # noqa: E402
 import rwkv_ops  # noqa: E402
 
 # Gradient check tolerance (float64): DDP averages the ranks' gradients, which sums in a

@@ -16,8 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def launch(device, nproc=2, steps=3, timeout=240):
+    # The ranks import the package this test process imported (the source tree's in-place
+    # build or an installed wheel), not whatever the checkout holds.
+    import lltm
+
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
-               OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+               OMP_NUM_THREADS="1", PYTHONPATH=str(Path(lltm.__file__).resolve().parent.parent))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", str(ROOT / "tests" / "ddp_train.py"),
            f"--device={device}", f"--steps={steps}", "--check-grads",

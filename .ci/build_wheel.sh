@@ -14,7 +14,10 @@
 #   --wheel FILE            skip the build: check, install and test this wheel.
 #   The wheel is left in dist/ and in OUT.
 #   OUT                     folder for the logs and the wheel (default build/wheel).
-#   TORCH_CUDA_ARCH_LIST    targets (default "all", the wheel's list).
+#   FUSED_OPS_WHEEL_ARCHS   targets, in TORCH_CUDA_ARCH_LIST syntax (default "all", the wheel's
+#                           list). A TORCH_CUDA_ARCH_LIST already in the environment is ignored:
+#                           GPU machine images often set one (the H100's sets 9.0a), and the
+#                           wheel's targets must not depend on where it is built.
 #   MAX_JOBS                parallel compile jobs (default: the number of cores).
 set -euo pipefail
 
@@ -39,7 +42,7 @@ exec > >(tee "$OUT/build_wheel.log") 2>&1
 fail() { echo "build_wheel: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 
-export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-all}"
+export TORCH_CUDA_ARCH_LIST="${FUSED_OPS_WHEEL_ARCHS:-all}"
 export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export FUSED_OPS_NO_BUILD=1
 # shellcheck disable=SC1091

@@ -115,22 +115,25 @@ def extensions():
     if CUDA:
         check_nvcc_supports(CUBINS, PTX)
         nvcc += targets.gencode_flags(CUBINS, PTX)
-        # nvcc compiles the targets of one file one after another unless told otherwise.
-        jobs = int(os.environ.get("MAX_JOBS", "0")) or os.cpu_count() or 1
-        nvcc.append(f"--threads={min(jobs, len(CUBINS) + len(PTX))}")
+    jobs = int(os.environ.get("MAX_JOBS", "0")) or os.cpu_count() or 1
     exts = []
     for package, folder in FAMILIES.items():
         src_dir = ROOT / "csrc" / folder
         sources = sorted(src_dir.glob("*.cpp"))
         if not sources:
             continue
-        if CUDA:
-            sources += sorted(src_dir.glob("*.cu"))
+        cu = sorted(src_dir.glob("*.cu")) if CUDA else []
+        # nvcc compiles one file's targets one after another unless given --threads; ninja
+        # runs up to one job per file of an extension: split MAX_JOBS between the two, so
+        # that at most MAX_JOBS compilers (about 1 GB each) run at once.
+        threads = max(1, min(len(CUBINS) + len(PTX), jobs // max(1, len(cu))))
         kwargs = dict(
             name=f"{package}._C",
-            sources=[str(s.relative_to(ROOT)) for s in sources],
+            sources=[str(s.relative_to(ROOT)) for s in sources + cu],
             include_dirs=[str(ROOT / "csrc")],
-            extra_compile_args={"cxx": cxx, "nvcc": nvcc} if CUDA else {"cxx": cxx},
+            extra_compile_args=(
+                {"cxx": cxx, "nvcc": nvcc + [f"--threads={threads}"]} if CUDA else {"cxx": cxx}
+            ),
             # abi3 (torch defines Py_LIMITED_API): the ops are reached through torch.ops,
             # not pybind, so one build serves every CPython the wheel tag admits.
             py_limited_api=True,

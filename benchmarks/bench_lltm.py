@@ -22,7 +22,7 @@ import os
 import torch
 
 import lltm
-from benchmarks.report import failure, fmt, pair, progress, speedup, wanted
+from benchmarks.report import failure, fmt, pair, progress, rate, speedup, wanted
 from benchmarks.timing import (PEAK_FP32_TFLOPS, call_stats, copy_bandwidth_gbs, cuda_kernels,
                                input_sets, median_ms)
 from lltm.reference import lltm_cell_reference
@@ -163,14 +163,6 @@ def measure(fn, sets, want, device, reps):
     r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
     r["step_kernels"], r["step_peak"] = call_stats(step, device)
     return r
-
-
-def rate(tflops, device):
-    if tflops is None:
-        return "n/a"
-    if device != "cuda":
-        return f"{tflops:.3g}"
-    return f"{tflops:.1f} ({100 * tflops / PEAK_FP32_TFLOPS:.0f}%)"
 
 
 def gemm_only_row(size, sets, state, fused_step_ms, reps):

@@ -17,7 +17,7 @@ import torch
 
 import rwkv_ops
 from benchmarks import taichi_kernels
-from benchmarks.report import failure, fmt, pair, progress, speedup, wanted
+from benchmarks.report import failure, fmt, pair, progress, rate, speedup, wanted
 from benchmarks.timing import PEAK_FP32_TFLOPS, call_stats, cuda_kernels, input_sets, median_ms
 from rwkv_ops.reference import timex_conv1d
 
@@ -166,14 +166,6 @@ def measure(fn, has_bwd, sets, channels, device, budget):
     for kind, call in calls:
         r[f"{kind}_kernels"], r[f"{kind}_peak"] = call_stats(call, device)
     return r
-
-
-def rate(tflops, device):
-    if tflops is None:
-        return "n/a"
-    if device != "cuda":
-        return f"{tflops:.3g}"
-    return f"{tflops:.1f} ({100 * tflops / PEAK_TFLOPS:.0f}%)"
 
 
 def kernel_note(size, w, k, grad, flops):

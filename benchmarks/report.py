@@ -11,6 +11,8 @@ import re
 import sys
 import time
 
+from benchmarks.timing import PEAK_FP32_TFLOPS
+
 START = time.monotonic()
 # Roles an alternative plays, in plot order, with the label of its bars.
 ALTERNATIVES = {"eager": "eager PyTorch", "compile": "torch.compile", "taichi": "Taichi"}
@@ -135,3 +137,12 @@ def _wrap(label, width=18):
         else:
             lines[-1] = f"{lines[-1]} {w}".strip()
     return "\n".join(lines)
+
+
+def rate(tflops, device):
+    """A TFLOP/s cell: with the fraction of the float32 FMA peak on the GPU."""
+    if tflops is None:
+        return "n/a"
+    if device != "cuda":
+        return f"{tflops:.3g}"
+    return f"{tflops:.1f} ({100 * tflops / PEAK_FP32_TFLOPS:.0f}%)"

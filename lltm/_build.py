@@ -7,6 +7,7 @@ the target list from it; `python -m lltm info` and the import-time torch check u
 It imports nothing outside the standard library at module level.
 """
 
+import importlib
 import re
 
 BASE_VERSION = "0.1.0"
@@ -137,3 +138,18 @@ def check_torch():
             f"but {problem}: install torch=={release(facts.TORCH_VERSION)} or rebuild this "
             "package from source against your torch (pip install --no-build-isolation <checkout>)."
         )
+
+
+def load_library(package):
+    """Loads <package>._C, which registers torch.ops.<package>.*, after check_torch(); a
+    missing or unloadable library is one ImportError that says how to rebuild."""
+    check_torch()
+    try:
+        importlib.import_module(f"{package}._C")
+    except ImportError as e:
+        import torch
+
+        raise ImportError(
+            f"{package}'s compiled library is missing or does not match the installed torch "
+            f"({torch.__version__}); rebuild with `pip install --no-build-isolation -e .`: {e}"
+        ) from e

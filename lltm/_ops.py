@@ -4,16 +4,9 @@ import math
 
 import torch
 
-from lltm._build import check_torch
+from lltm._build import load_library
 
-check_torch()  # a library built against another torch: one clear ImportError
-try:
-    from lltm import _C  # noqa: F401  (loading it registers torch.ops.lltm.*)
-except ImportError as e:  # pragma: no cover - only without a build
-    raise ImportError(
-        "lltm's compiled library is missing or does not match the installed torch "
-        f"({torch.__version__}); rebuild with `pip install --no-build-isolation -e .`: {e}"
-    ) from e
+load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 
 _forward = torch.ops.lltm.lltm_forward.default
 

@@ -4,16 +4,9 @@ import operator
 
 import torch
 
-from lltm._build import check_torch
+from lltm._build import load_library
 
-check_torch()  # a library built against another torch: one clear ImportError
-try:
-    from padding_ops import _C  # noqa: F401  (loading it registers torch.ops.padding_ops.*)
-except ImportError as e:  # pragma: no cover - only without a build
-    raise ImportError(
-        "padding_ops's compiled library is missing or does not match the installed torch "
-        f"({torch.__version__}); rebuild with `pip install --no-build-isolation -e .`: {e}"
-    ) from e
+load_library("padding_ops")  # registers torch.ops.padding_ops.* (after checking the torch)
 
 _tile_pad = torch.ops.padding_ops.tile_pad.default
 _tile_pad_backward = torch.ops.padding_ops.tile_pad_backward.default

@@ -59,15 +59,6 @@ def default_toeplitz(B):
 DEFAULT_WGRAD = "RS32 NLW2 NTWP2 TQ32 UG4"  # Tiles<float>::wgrad, every B
 
 
-def resident_groups(args, B, T):
-    """Channel groups whose time tiles and batch groups fill one wave of resident blocks."""
-    RT, RB, NB, NC, NWARP, UC, UG, MINB = (int(x) for x in args.split(","))
-    TT, BB = NWARP * (32 // (NB * NC)) * RT, NB * RB
-    per_group = -(-B // BB) * -(-T // TT)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return max(1, sms * MINB // per_group)
-
-
 def nr_for(B):
     return 16 if B > 8 else 8 if B > 4 else 4
 
@@ -80,8 +71,7 @@ HEADER = r"""
 using namespace rwkv::kernels;
 
 template <typename Cfg, bool CAUSAL>
-void run_toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
-                  int64_t group) {
+void run_toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps) {
   const int B = in.size(0), C = in.size(1), T = in.size(2);
   auto kernel = toeplitz_kernel<float, Cfg, CAUSAL>;
   if (Cfg::SMEM_BYTES > 48 * 1024)
@@ -90,7 +80,7 @@ void run_toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, do
   const bool vec = T % 4 == 0;
   kernel<<<blocks, Cfg::THREADS, Cfg::SMEM_BYTES, at::cuda::getCurrentCUDAStream()>>>(
       w.data_ptr<float>(), in.data_ptr<float>(), out.data_ptr<float>(), B, C, T, float(eps), vec, vec,
-      vec, int(group));
+      vec);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -125,9 +115,8 @@ def build():
     for i, (name, args) in enumerate(TOEPLITZ.items()):
         for causal in ("true", "false"):
             add(f"toeplitz_{i}_{causal}",
-                "const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps, "
-                "int64_t group",
-                f"run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(w, in, out, eps, group)")
+                "const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps",
+                f"run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(w, in, out, eps)")
     for i, (name, args) in enumerate(WGRAD.items()):
         for nr in NRS:
             add(f"wgrad_{i}_{nr}", "const at::Tensor& g, const at::Tensor& k, at::Tensor& gw",
@@ -166,25 +155,15 @@ def main():
             return ((got.double() - want).norm() / want.norm()).item()
 
         for i, name in enumerate(TOEPLITZ):
-            default = name == default_toeplitz(B)
-            # Block order (the kernel's `group`): one super-group (the launcher's order), and
-            # for the default tile also super-groups of about one wave of resident blocks.
-            groups = {"": 1 << 30}
-            if default:
-                wave = resident_groups(TOEPLITZ[name], B, T)
-                groups.update({f" group{g}": g for g in (wave // 2, wave, 2 * wave) if g >= 1})
             for causal in ("true", "false"):
                 fn = getattr(mod, f"toeplitz_{i}_{causal}")
                 src, want = (k, ref) if causal == "true" else (g, ref_k)
-                for label, group in groups.items():
-                    out.zero_()
-                    fn(w, src, out, 0.0, group)
-                    e = err(out[:, ch], want)
-                    ms = median_ms(lambda _: fn(w, src, out, 0.0, group), "cuda", warmup=5,
-                                   reps=20)
-                    tag = " (default)" if default and not label else ""
-                    kind = "fwd toeplitz" if causal == "true" else "grad_k toeplitz"
-                    rows.append(((B, C, T), kind, name + label + tag, ms, flops / ms / 1e9, e))
+                fn(w, src, out, 0.0)
+                e = err(out[:, ch], want)
+                ms = median_ms(lambda _: fn(w, src, out, 0.0), "cuda", warmup=5, reps=20)
+                tag = " (default)" if name == default_toeplitz(B) else ""
+                kind = "fwd toeplitz" if causal == "true" else "grad_k toeplitz"
+                rows.append(((B, C, T), kind, name + tag, ms, flops / ms / 1e9, e))
         gw = torch.empty_like(w)
         for i, name in enumerate(WGRAD):
             fn = getattr(mod, f"wgrad_{i}_{nr_for(B)}")

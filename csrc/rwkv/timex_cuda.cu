@@ -51,7 +51,7 @@ void toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double
   kernel<<<grid_size(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
       w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
       B, C, T, static_cast<acc_t>(eps), vector_ok<scalar_t>(w), vector_ok<scalar_t>(in),
-      vector_ok<scalar_t>(out), INT_MAX);
+      vector_ok<scalar_t>(out));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -171,12 +171,12 @@ struct ToeplitzConfig {
 // in (the forward); otherwise out = anti-causal product of in (grad_k from grad_out; eps is
 // then 0). vec_w / vec_in / vec_out: 16-byte vector access to w / in / out is allowed
 // (aligned, T % 4 == 0, no type conversion).
-// Grid: one block per (channel group, batch group, time tile); group: see the block order.
+// Grid: one block per (channel group, batch group, time tile), the heaviest tiles first.
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
                 scalar_t* __restrict__ out, int B, int C, int T, typename Cfg::acc_t eps,
-                bool vec_w, bool vec_in, bool vec_out, int group) {
+                bool vec_w, bool vec_in, bool vec_out) {
   using acc_t = typename Cfg::acc_t;
   constexpr int RT = Cfg::RT, RB = Cfg::RB, NB = Cfg::NB, NC = Cfg::NC, UC = Cfg::UC;
   constexpr int TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB, RING = Cfg::RING;
@@ -192,18 +192,12 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
   const int bl = lane % NB, cl = (lane / NB) % NC, tl = lane / (NB * NC);
 
   const int n_cg = cdiv(C, NC), n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
-  // Block order: super-groups of `group` channel groups one after another; within one, the
-  // time tiles heaviest first (causal: late tiles do the most work; anti-causal: early
-  // ones), then batch groups, then channel groups. group >= n_cg: one super-group.
-  const int G = imin(group, n_cg);
   int bid = static_cast<int>(blockIdx.x);
-  const int sg = bid / (G * n_bg * n_tiles);
-  bid -= sg * G * n_bg * n_tiles;
-  const int g_size = imin(G, n_cg - sg * G);
-  const int cg = sg * G + bid % g_size;
-  bid /= g_size;
+  const int cg = bid % n_cg;
+  bid /= n_cg;
   const int bg = bid % n_bg;
   bid /= n_bg;
+  // Causal: late tiles do the most work; anti-causal: early ones. Heaviest first.
   const int tile = CAUSAL ? n_tiles - 1 - bid : bid;
   const int c0 = cg * NC, b0 = bg * BB, ot0 = tile * TT;
   const int a = warp * TW + tl * RT;  // this thread's first output, relative to ot0

@@ -3,8 +3,8 @@ torch.compile of it.
 
 "fwd" is one forward; "bwd" is the backward alone (gradients of w and k from a retained
 graph). FLOPs = B*C*T*(T+1) per direction (the triangle's multiply-adds, 2 FLOPs each), so
-fwd+bwd does three times that; TFLOP/s and % of the float32 FMA peak (PEAK_TFLOPS, the H100
-figure) are given for each. Every variant's output and both gradients are checked against a
+fwd+bwd does three times that; TFLOP/s and % of the float32 FMA peak (PEAK_FP32_TFLOPS in
+timing.py, the H100 figure) are given for each. Every variant's output and both gradients are checked against a
 float64 reference before timing (on large shapes on a subset of channels: channels are
 independent); a variant that gives a wrong answer or raises is a row marked MISMATCH and
 the run goes on. Where taichi is importable, a Taichi forward (benchmarks/taichi_kernels.py)
@@ -26,7 +26,6 @@ SIZES = {
     "cpu": [(2, 64, 256)],
 }
 QUICK_SIZES = {"cuda": [(8, 64, 256)], "cpu": [(1, 8, 64)]}
-PEAK_TFLOPS = PEAK_FP32_TFLOPS  # float32 FMA peak of the H100 (non-tensor), ANCHORS.md
 TOLERANCE = 1e-4  # relative error of float32 results against float64 (TF32 off)
 CHECK_CHANNELS = 16  # channels compared with the float64 reference on large shapes
 EPS = 0.01
@@ -78,7 +77,7 @@ def run(device, quick=False, cases=None, use_taichi=True):
     torch._functorch.config.donated_buffer = False
     taichi = taichi_kernels.setup(device) if use_taichi else None
     rows, figures = [], []
-    notes = [f"FLOPs = B*C*T*(T+1) per direction; % peak: of {PEAK_TFLOPS:g} TFLOP/s "
+    notes = [f"FLOPs = B*C*T*(T+1) per direction; % peak: of {PEAK_FP32_TFLOPS:g} TFLOP/s "
              "(float32 FMA, H100); backward timed alone from a retained graph; vs eager / "
              "vs compile: the conv1d row's time over the row's time (>1: the row is faster); "
              "peak MiB: allocated during one call above what was allocated before it"]

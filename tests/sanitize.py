@@ -20,14 +20,10 @@ sys.path.insert(0, ROOT)
 
 import lltm  # noqa: E402,F401
 import padding_ops  # noqa: E402,F401
+from conftest import rel_err  # noqa: E402  (tests/, this script's folder, is on sys.path)
 import rwkv_ops  # noqa: E402,F401
 
 CHECKS = []
-
-
-def rel_err(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def check(name, got, want, tol):

@@ -21,6 +21,7 @@ import datetime
 import importlib.util
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -73,6 +74,10 @@ def write_if_changed(path: Path, text: str) -> None:
 
 
 CUDA = build_cuda()
+# The CPU kernels' threads come from at::parallel_for, a header template that is parallel
+# only where the extension itself is compiled with OpenMP (torch's backend on Linux);
+# csrc/common/parallel.h stops a build without it.
+OPENMP = torch.backends.openmp.is_available() and sys.platform.startswith("linux")
 CUBINS, PTX = targets.parse_arch_list(arch_list()) if CUDA else ([], [])
 CUDA_VERSION = torch.version.cuda if CUDA else None
 VERSION = f"{targets.BASE_VERSION}+{targets.local_tag(torch.__version__, CUDA_VERSION)}"
@@ -110,7 +115,10 @@ class BuildWithFacts(BuildExtension):
 
 
 def extensions():
-    cxx = ["-O3"]
+    cxx, link = ["-O3"], []
+    if OPENMP:
+        cxx.append("-fopenmp")
+        link.append("-fopenmp")
     nvcc = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
     if CUDA:
         check_nvcc_supports(CUBINS, PTX)
@@ -131,6 +139,7 @@ def extensions():
             name=f"{package}._C",
             sources=[str(s.relative_to(ROOT)) for s in sources + cu],
             include_dirs=[str(ROOT / "csrc")],
+            extra_link_args=link,
             extra_compile_args=(
                 {"cxx": cxx, "nvcc": nvcc + [f"--threads={threads}"]} if CUDA else {"cxx": cxx}
             ),

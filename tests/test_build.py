@@ -4,6 +4,8 @@ This is what keeps a .cu file that silently dropped out of the build from landin
 
 import importlib
 import os
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -54,3 +56,22 @@ def test_every_op_has_cuda_kernel(namespace):
             f"{name} has no CUDA kernel although torch {torch.__version__} and nvcc "
             f"({CUDA_HOME}) were there to build one"
         )
+
+
+openmp_build_expected = torch.backends.openmp.is_available() and os.uname().sysname == "Linux"
+
+
+@pytest.mark.skipif(not openmp_build_expected, reason="torch without OpenMP, or not Linux")
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf (binutils)")
+@pytest.mark.parametrize("namespace", built_families())
+def test_cpu_kernels_use_torchs_openmp(namespace):
+    """at::parallel_for runs in parallel only in code compiled with OpenMP (without it, on
+    one thread, silently): each library must link the OpenMP runtime, and the process must
+    hold one copy of it, torch's (two runtimes would each start a full thread pool)."""
+    library = importlib.import_module(f"{namespace}._C").__file__
+    dynamic = subprocess.run(["readelf", "-d", library], capture_output=True, text=True,
+                             check=True).stdout
+    assert "[libgomp.so.1]" in dynamic, f"{library} does not link libgomp: built without -fopenmp"
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
+    assert len(runtimes) == 1, runtimes

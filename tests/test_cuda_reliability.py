@@ -263,9 +263,9 @@ def test_timex_sizes_past_its_limit_raise(device):
              (w, k.expand(big, 1, 1)),
              (w.expand(1, big), k.expand(1, 1, big))]
     for ww, kk in cases:
-        with pytest.raises(ValueError, match=r"k's sizes must each be below 1073741823"):
+        with pytest.raises(ValueError, match=r"k's sizes must each be at most 1073741823"):
             rwkv_ops.timex(ww, kk)
-        with pytest.raises(ValueError, match=r"k's sizes must each be below 1073741823"):
+        with pytest.raises(ValueError, match=r"k's sizes must each be at most 1073741823"):
             torch.ops.rwkv_ops.timex_backward(kk, ww, kk)
 
 

@@ -21,6 +21,8 @@ well under a minute on 2 cores).
 
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -232,3 +234,18 @@ def test_lltm_matches_reference(B, F, S, dtype, seed, special, where):
     names = ["d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell"]
     for name, a, b in zip(names, got_grads, want_grads):
         assert_matches(a, b, f"lltm {name}", rtol, atol * B)
+
+
+@pytest.mark.skipif(os.environ.get("FUSED_OPS_NO_AVX2", "0") not in ("", "0"),
+                    reason="this is the baseline run")
+def test_baseline_cpu_kernels():
+    """The LLTM and TimeX CPU kernels come in an AVX2 + FMA build and a baseline build, which
+    CPUs without AVX2 run (csrc/common/cpu_features.h): rerun this file's LLTM and TimeX
+    tests with FUSED_OPS_NO_AVX2=1, which makes every CPU kernel take the baseline build."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+         "timex or lltm"],
+        env=dict(os.environ, FUSED_OPS_NO_AVX2="1"), capture_output=True, text=True,
+        timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-2000:]

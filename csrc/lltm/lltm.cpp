@@ -2,13 +2,14 @@
 #include "lltm/lltm.h"
 
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "common/cpu_features.h"
 #include "lltm/lltm_cpu_avx2.h"
 #include "common/module.h"
+#include "common/parallel.h"
 
 FUSED_OPS_PYTHON_MODULE()
 
@@ -33,7 +34,7 @@ bool vectorized_forward_rows(const T*, const T*, T*, T*, int64_t, int64_t, int64
 }
 bool vectorized_forward_rows(const float* gates, const float* old_cell, float* new_h,
                              float* new_cell, int64_t b0, int64_t b1, int64_t S) {
-  if (!avx2_supported()) return false;
+  if (!fused_ops::cpu_has_avx2()) return false;
   forward_rows_avx2(gates, old_cell, new_h, new_cell, b0, b1, S);
   return true;
 }
@@ -45,7 +46,7 @@ bool vectorized_backward_rows(const T*, const T*, const T*, const T*, T*, T*, in
 bool vectorized_backward_rows(const float* grad_h, const float* grad_cell, const float* new_cell,
                               const float* gates, float* d_gates, float* d_old_cell, int64_t b0,
                               int64_t b1, int64_t S) {
-  if (!avx2_supported()) return false;
+  if (!fused_ops::cpu_has_avx2()) return false;
   backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0, b1, S);
   return true;
 }

@@ -1,32 +1,14 @@
 // float32 LLTM pointwise kernels vectorised with AVX2 + FMA through ATen's Vectorized<float>
-// (SLEEF exp, expm1, tanh). This file alone is compiled for AVX2, through the target
-// pragma and the CPU_CAPABILITY macros that give ATen's vector types their own namespace
-// (as ATen does for its per-CPU kernels); lltm.cpp calls it only on CPUs that have AVX2
-// and FMA and keeps scalar loops for the rest. The math is cell_forward / cell_backward
-// of lltm.h, written on vectors.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define LLTM_HAVE_AVX2_KERNELS 1
-#pragma GCC target("avx2,fma")
-// The pragma enables the instructions but not the macros that headers (sleef.h) test.
-#ifndef __AVX__
-#define __AVX__ 1
-#endif
-#ifndef __AVX2__
-#define __AVX2__ 1
-#endif
-#ifndef __FMA__
-#define __FMA__ 1
-#endif
-#define CPU_CAPABILITY AVX2
-#define CPU_CAPABILITY_AVX2
-#include <ATen/cpu/vec/vec.h>
-#endif
+// (SLEEF exp, expm1, tanh); see common/avx2_target.h for how this file alone gets those
+// instructions. lltm.cpp calls it only where fused_ops::cpu_has_avx2() and keeps scalar loops
+// for the rest. The math is cell_forward / cell_backward of lltm.h, written on vectors.
+#include "common/avx2_target.h"
 
 #include <c10/util/Exception.h>
 
 #include "lltm/lltm_cpu_avx2.h"
 
-#ifdef LLTM_HAVE_AVX2_KERNELS
+#ifdef FUSED_OPS_AVX2
 
 namespace lltm {
 namespace {
@@ -47,11 +29,6 @@ inline void for_each_vector(int64_t S, const Body& body) {
 }
 
 }  // namespace
-
-bool avx2_supported() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
-}
 
 void forward_rows_avx2(const float* gates, const float* old_cell, float* new_h, float* new_cell,
                        int64_t b0, int64_t b1, int64_t S) {
@@ -97,7 +74,6 @@ void backward_rows_avx2(const float* grad_h, const float* grad_cell, const float
 #else  // not x86-64 with GCC/Clang: only the scalar loops exist.
 
 namespace lltm {
-bool avx2_supported() { return false; }
 void forward_rows_avx2(const float*, const float*, float*, float*, int64_t, int64_t, int64_t) {
   TORCH_CHECK(false, "lltm: AVX2 kernels are not built for this CPU");
 }

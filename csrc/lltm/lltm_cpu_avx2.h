@@ -1,12 +1,10 @@
 // float32 CPU kernels vectorised for AVX2 + FMA (lltm_cpu_avx2.cpp). Call them only when
-// avx2_supported(); rows [b0, b1) of contiguous (B, 3S) gates and (B, S) tensors.
+// fused_ops::cpu_has_avx2(); rows [b0, b1) of contiguous (B, 3S) gates and (B, S) tensors.
 #pragma once
 
 #include <cstdint>
 
 namespace lltm {
-
-bool avx2_supported();
 
 void forward_rows_avx2(const float* gates, const float* old_cell, float* new_h, float* new_cell,
                        int64_t b0, int64_t b1, int64_t S);

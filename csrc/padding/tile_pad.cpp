@@ -2,7 +2,6 @@
 #include "padding/tile_pad.h"
 
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <c10/util/safe_numerics.h>
 #include <torch/library.h>
 
@@ -13,6 +12,7 @@
 
 #include "common/checks.h"
 #include "common/module.h"
+#include "common/parallel.h"
 
 FUSED_OPS_PYTHON_MODULE()
 

@@ -27,7 +27,7 @@ inline void check_timex_inputs(const at::Tensor& w, const at::Tensor& k) {
   fused_ops::check_size(w, "w", 1, k.size(2), "length T, from k.shape[2]");
   constexpr int64_t limit = std::numeric_limits<int32_t>::max() / 2;
   TORCH_CHECK_VALUE(k.size(0) <= limit && k.size(1) <= limit && k.size(2) <= limit,
-                    "k's sizes must each be below ", fused_ops::num(limit), ", got shape ",
+                    "k's sizes must each be at most ", fused_ops::num(limit), ", got shape ",
                     fused_ops::shape_str(k));
 }
 

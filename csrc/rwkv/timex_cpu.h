@@ -1,0 +1,162 @@
+// RWKV TimeX on the CPU: the three products as one register-blocked tile, built twice from
+// this header: by timex.cpp for any x86-64 (or other) CPU, and by timex_cpu_avx2.cpp for
+// AVX2 + FMA (the *_avx2 entry points below; call them only where fused_ops::cpu_has_avx2()).
+//
+// Every product is, per row, a sum of shifted copies of a coefficient row p scaled by an
+// input row x: a tile of TILE consecutive outputs i keeps TILE / V vector accumulators and
+// adds p[i - n] * x[n] for each n in turn: one broadcast of x[n], TILE / V contiguous loads
+// of p and as many fused multiply-adds per n. The coefficient rows are zero-padded by TILE
+// on both sides, so the triangle's edge and a partial last tile need no special case:
+//   out[t]    = eps + sum_{u <= t} W[t-u] k[u]    p = Wrev + t0      (Wrev[d] = W[d] = w[T-1-d])
+//   grad_k[u] = sum_{t >= u} W[t-u] g[t]          p = Wfwd + T-1+u0  (Wfwd[j] = w[j])
+//   G[s]      = sum_{t >= s} g[t] k[t-s]          p = Krev + T-1+s0  (Krev[m] = k[T-1-m])
+// with grad_w[T-1-s] = sum over the batch of G[s]. Each output is summed over n in increasing
+// order (and grad_w over the batch in order): the results do not depend on the threads.
+//
+// The kernels live in an anonymous namespace on purpose: the two builds use different
+// at::vec::Vectorized types under the same names, and internal linkage keeps them apart.
+#pragma once
+
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace rwkv {
+
+// Layout of the zero-padded coefficient rows: kPad zeros, the row's T elements, kPad zeros.
+// kPad is the largest tile (TILE) of any build and element type.
+constexpr int64_t kPad = 32;
+inline int64_t padded_length(int64_t T) { return T + 2 * kPad; }
+
+// AVX2 + FMA builds of the kernels below, for float and double (timex_cpu_avx2.cpp).
+template <typename T>
+void forward_rows_avx2(const T* w_rev, const T* k, T* out, T eps, int64_t C, int64_t len,
+                       int64_t r0, int64_t r1);
+template <typename T>
+void grad_k_rows_avx2(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t len, int64_t r0,
+                      int64_t r1);
+template <typename T>
+void grad_w_channels_avx2(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, int64_t len,
+                          int64_t c0, int64_t c1);
+
+namespace {  // NOLINT(build/namespaces_headers): see the note at the top
+
+template <typename T>
+using Vec = at::vec::Vectorized<T>;
+constexpr int kTileVecs = 4;  // accumulators per tile: TILE = 4 vectors of outputs
+template <typename T>
+constexpr int64_t kTile = kTileVecs * Vec<T>::size();
+static_assert(kTile<float> <= kPad && kTile<double> <= kPad, "padding narrower than a tile");
+
+// acc[i] += p[i - n] * x[n] for n in [n0, n1), i in [0, TILE), n in increasing order.
+template <typename T>
+inline void tile_sum(const T* p, const T* x, int64_t n0, int64_t n1, Vec<T> (&acc)[kTileVecs]) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const Vec<T> xn(x[n]);
+    const T* q = p - n;
+    for (int v = 0; v < kTileVecs; ++v) {
+      acc[v] = at::vec::fmadd(Vec<T>::loadu(q + v * Vec<T>::size()), xn, acc[v]);
+    }
+  }
+}
+
+// tile_sum for the n at the triangle's edge, where only some outputs of the tile take
+// x[n]: i >= n - base (from_diagonal, the causal product) or i <= n - base (the others).
+// The rest keep their sums as they are: multiplying them by the padding's zeros instead
+// would turn an inf in x into NaN where the product has no such term.
+template <typename T>
+inline void tile_sum_edge(const T* p, const T* x, int64_t n0, int64_t n1, int64_t base,
+                          bool from_diagonal, Vec<T> (&acc)[kTileVecs]) {
+  constexpr int64_t V = Vec<T>::size();
+  for (int64_t n = n0; n < n1; ++n) {
+    const Vec<T> xn(x[n]), j(static_cast<T>(n - base));
+    const T* q = p - n;
+    for (int v = 0; v < kTileVecs; ++v) {
+      const Vec<T> i = Vec<T>::arange(static_cast<T>(v * V), T(1));
+      const Vec<T> sum = at::vec::fmadd(Vec<T>::loadu(q + v * V), xn, acc[v]);
+      acc[v] = Vec<T>::blendv(acc[v], sum, from_diagonal ? (i >= j) : (i <= j));
+    }
+  }
+}
+
+template <typename T>
+inline void tile_zero(Vec<T> (&acc)[kTileVecs]) {
+  for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>(T(0));
+}
+
+// Stores the first `count` outputs of a tile (count <= TILE), each plus `add`.
+template <typename T>
+inline void tile_store(const Vec<T> (&acc)[kTileVecs], T add, T* dst, int64_t count) {
+  constexpr int64_t V = Vec<T>::size();
+  for (int v = 0; v < kTileVecs && v * V < count; ++v) {
+    (acc[v] + Vec<T>(add)).store(dst + v * V, static_cast<int>(std::min(V, count - v * V)));
+  }
+}
+
+// out rows [r0, r1) of the (B*C, len) rows; w_rev: per channel, padded, Wrev (see the top).
+template <typename T>
+void forward_rows(const T* w_rev, const T* k, T* out, T eps, int64_t C, int64_t len, int64_t r0,
+                  int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* p = w_rev + (r % C) * padded_length(len) + kPad;
+    for (int64_t t0 = 0; t0 < len; t0 += kTile<T>) {
+      Vec<T> acc[kTileVecs];
+      tile_zero(acc);
+      // Input n reaches outputs t0 + i >= n: all of the tile up to n = t0, then fewer.
+      const int64_t end = std::min(t0 + kTile<T>, len);
+      tile_sum(p + t0, k + r * len, 0, t0 + 1, acc);
+      tile_sum_edge(p + t0, k + r * len, t0 + 1, end, t0, true, acc);
+      tile_store(acc, eps, out + r * len + t0, len - t0);
+    }
+  }
+}
+
+// grad_k rows [r0, r1); w_fwd: per channel, padded, w itself.
+template <typename T>
+void grad_k_rows(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t len, int64_t r0,
+                 int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* p = w_fwd + (r % C) * padded_length(len) + kPad + len - 1;
+    for (int64_t u0 = 0; u0 < len; u0 += kTile<T>) {
+      Vec<T> acc[kTileVecs];
+      tile_zero(acc);
+      // Input n reaches outputs u0 + i <= n: some of the tile up to n = u0 + TILE - 1.
+      const int64_t edge = std::min(u0 + kTile<T> - 1, len);
+      tile_sum_edge(p + u0, g + r * len, u0, edge, u0, false, acc);
+      tile_sum(p + u0, g + r * len, edge, len, acc);
+      tile_store(acc, T(0), grad_k + r * len + u0, len - u0);
+    }
+  }
+}
+
+// grad_w rows [c0, c1) of (C, len), each summed over the batch in order.
+template <typename T>
+void grad_w_channels(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, int64_t len,
+                     int64_t c0, int64_t c1) {
+  constexpr int64_t V = Vec<T>::size();
+  // Lag sums in whole tiles (the lags past len are computed and dropped).
+  std::vector<T> k_rev(padded_length(len), T(0)), lag_sum((len + kTile<T> - 1) / kTile<T> * kTile<T>);
+  T* const kr = k_rev.data() + kPad;
+  for (int64_t c = c0; c < c1; ++c) {
+    std::fill(lag_sum.begin(), lag_sum.end(), T(0));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t row = (b * C + c) * len;
+      for (int64_t m = 0; m < len; ++m) kr[m] = k[row + len - 1 - m];
+      for (int64_t s0 = 0; s0 < len; s0 += kTile<T>) {
+        Vec<T> acc[kTileVecs];
+        for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>::loadu(lag_sum.data() + s0 + v * V);
+        // Time t reaches lags s0 + i <= t: some of the tile up to t = s0 + TILE - 1.
+        const int64_t edge = std::min(s0 + kTile<T> - 1, len);
+        tile_sum_edge(kr + len - 1 + s0, g + row, s0, edge, s0, false, acc);
+        tile_sum(kr + len - 1 + s0, g + row, edge, len, acc);
+        for (int v = 0; v < kTileVecs; ++v) acc[v].store(lag_sum.data() + s0 + v * V);
+      }
+    }
+    for (int64_t s = 0; s < len; ++s) grad_w[c * len + len - 1 - s] = lag_sum[s];
+  }
+}
+
+}  // namespace
+}  // namespace rwkv

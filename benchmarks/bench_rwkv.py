@@ -77,10 +77,12 @@ def run(device, quick=False, cases=None, use_taichi=True):
     torch._functorch.config.donated_buffer = False
     taichi = taichi_kernels.setup(device) if use_taichi else None
     rows, figures = [], []
-    notes = [f"FLOPs = B*C*T*(T+1) per direction; % peak: of {PEAK_FP32_TFLOPS:g} TFLOP/s "
-             "(float32 FMA, H100); backward timed alone from a retained graph; vs eager / "
-             "vs compile: the conv1d row's time over the row's time (>1: the row is faster); "
-             "peak MiB: allocated during one call above what was allocated before it"]
+    peak = (f"; % peak: of {PEAK_FP32_TFLOPS:g} TFLOP/s (float32 FMA, H100)"
+            if device == "cuda" else "")
+    notes = [f"FLOPs = B*C*T*(T+1) per direction{peak}; backward timed alone from a retained "
+             "graph; vs eager / vs compile: the conv1d row's time over the row's time (>1: the "
+             "row is faster); peak MiB: allocated during one call above what was allocated "
+             "before it"]
     if use_taichi and taichi is None:
         notes.append(taichi_kernels.reason)
     elif taichi is not None:
@@ -134,8 +136,9 @@ def run(device, quick=False, cases=None, use_taichi=True):
                                                            "fwd_peak", "bwd_peak")}})
         if device == "cuda":
             notes.append(kernel_note(size, w, k, grad, flops))
-    header = ["(B, C, T)", "variant", "fwd ms", "bwd ms", "fwd+bwd ms", "fwd TFLOP/s (% peak)",
-              "bwd TFLOP/s (% peak)", "kernels fwd / bwd", "peak MiB fwd / bwd",
+    pct = " (% peak)" if device == "cuda" else ""
+    header = ["(B, C, T)", "variant", "fwd ms", "bwd ms", "fwd+bwd ms", f"fwd TFLOP/s{pct}",
+              f"bwd TFLOP/s{pct}", "kernels fwd / bwd", "peak MiB fwd / bwd",
               "vs eager (fwd / fwd+bwd)", "vs compile (fwd / fwd+bwd)",
               f"check (rel err < {TOLERANCE:g})"]
     return header, rows, notes, figures

@@ -8,7 +8,9 @@ backward) or the "cublas" path (cuBLAS GEMMs plus fused pointwise kernels). The 
 the package names the path it took (read from the kernels it ran), and a second row
 times the other path, forced through LLTM_CUDA_PATH, so that the size rule can be
 judged. A "GEMM only" row times just the four cuBLAS matrix products a step needs (the
-floor at large sizes); the notes give each size's kernel times against the step time
+floor at large sizes); on CUDA a note gives each variant's step with the autograd engine
+on the calling thread (its hand-off to the CUDA thread is a fixed cost of every
+backward), and notes give each size's kernel times against the step time
 (the step is host-bound where it is far above them), the small path's GEMM rate, and the
 cuBLAS path's pointwise kernels against the measured copy bandwidth. Every variant is
 checked against float64 before it is timed (a wrong answer or an exception is a row
@@ -134,8 +136,11 @@ def run(device, quick=False, cases=None):
                             "ok": r["check"] == "ok", "check": r["check"], "B": batch,
                             "F": features, "S": state, "rel_err": r["err"], "fwd_ms": r["fwd"],
                             "step_ms": r["step"], "step_tflops": tflops,
+                            "step_one_thread_ms": r.get("step_one_thread"),
                             **{key: r.get(key) for key in ("fwd_kernels", "step_kernels",
                                                            "fwd_peak", "step_peak")}})
+        if device == "cuda":
+            notes.append(engine_note(size, timed))
         ours = timed[variants[0][0]]["step"]
         if device == "cuda" and ours is not None:
             row, gemm_ms = gemm_only_row(size, sets, state, ours, reps)
@@ -162,7 +167,26 @@ def measure(fn, sets, want, device, reps):
          "fwd": median_ms(fwd, device, reps=reps), "step": median_ms(step, device, reps=reps)}
     r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
     r["step_kernels"], r["step_peak"] = call_stats(step, device)
+    if device == "cuda":
+        # The same step with the autograd engine on the calling thread instead of handing the
+        # backward to its CUDA device thread and back (a fixed cost of every CUDA backward).
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                r["step_one_thread"] = median_ms(step, device, reps=reps)
+        except Exception as exc:  # an extra figure: its failure must not fail the row
+            progress(f"step on the calling thread failed: {failure(exc)}")
     return r
+
+
+def engine_note(size, timed):
+    """Each variant's step against the same step with the autograd engine on the calling
+    thread: the difference is the engine's hand-off to its CUDA thread and back."""
+    parts = []
+    for name, r in timed.items():
+        if r.get("step") and r.get("step_one_thread"):
+            parts.append(f"{name} {r['step']:.3f} -> {r['step_one_thread']:.3f}")
+    return (f"{size} step ms with the autograd engine on the calling thread "
+            f"(torch.autograd.set_multithreading_enabled(False)): " + "; ".join(parts))
 
 
 def gemm_only_row(size, sets, state, fused_step_ms, reps):

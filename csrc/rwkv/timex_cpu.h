@@ -137,7 +137,8 @@ void grad_w_channels(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, in
                      int64_t c0, int64_t c1) {
   constexpr int64_t V = Vec<T>::size();
   // Lag sums in whole tiles (the lags past len are computed and dropped).
-  std::vector<T> k_rev(padded_length(len), T(0)), lag_sum((len + kTile<T> - 1) / kTile<T> * kTile<T>);
+  const int64_t tiles = (len + kTile<T> - 1) / kTile<T>;
+  std::vector<T> k_rev(padded_length(len), T(0)), lag_sum(tiles * kTile<T>);
   T* const kr = k_rev.data() + kPad;
   for (int64_t c = c0; c < c1; ++c) {
     std::fill(lag_sum.begin(), lag_sum.end(), T(0));

@@ -3,7 +3,7 @@
 // CPU_CAPABILITY macros that give ATen's vector types (at::vec::Vectorized, with SLEEF math)
 // their own namespace, as ATen does for its per-CPU kernels. Its callers choose it at run
 // time with fused_ops::cpu_has_avx2() (cpu_features.h). FUSED_OPS_AVX2 is defined where
-// this works (x86-64, GCC or Clang); elsewhere the file must provide stubs.
+// this works (x86-64, GCC or Clang); elsewhere the file is built for the baseline CPU.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -20,10 +20,11 @@ namespace {
 // Rows of T elements per parallel_for task: about 64k multiply-adds each.
 int64_t grain(int64_t T) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, T * T / 2)); }
 
-// w's rows in the kernels' zero-padded layout (timex_cpu.h), reversed in time or as they are.
-at::Tensor padded_rows(const at::Tensor& w, bool reversed) {
+// w's rows in the kernels' zero-padded layout (timex_cpu.h), as `type`, reversed in time or
+// as they are (copy_ converts the dtype on the way).
+at::Tensor padded_rows(const at::Tensor& w, at::ScalarType type, bool reversed) {
   const int64_t T = w.size(1);
-  at::Tensor rows = at::zeros({w.size(0), padded_length(T)}, w.options());
+  at::Tensor rows = at::zeros({w.size(0), padded_length(T)}, w.options().dtype(type));
   rows.narrow(1, kPad, T).copy_(reversed ? w.flip({1}) : w);
   return rows;
 }
@@ -34,7 +35,7 @@ at::Tensor forward_cpu(const at::Tensor& w, const at::Tensor& k, double eps) {
   const auto acc_type = at::toOpMathType(k.scalar_type());
   at::Tensor out = at::empty({B, C, T}, k.options().dtype(acc_type));
   if (out.numel() == 0) return out.to(k.scalar_type());
-  const at::Tensor w_rev = padded_rows(w.to(acc_type), /*reversed=*/true);
+  const at::Tensor w_rev = padded_rows(w, acc_type, /*reversed=*/true);
   const at::Tensor ka = k.to(acc_type).contiguous();
   AT_DISPATCH_FLOATING_TYPES(acc_type, "timex_forward_cpu", [&] {
     const auto kernel =
@@ -56,9 +57,12 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, cons
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto acc_type = at::toOpMathType(k.scalar_type());
   at::Tensor grad_k = at::empty({B, C, T}, k.options().dtype(acc_type));
-  at::Tensor grad_w = at::zeros({C, T}, k.options().dtype(acc_type));
-  if (grad_k.numel() > 0) {
-    const at::Tensor w_fwd = padded_rows(w.to(acc_type), /*reversed=*/false);
+  // The kernels write every element of grad_w; with B == 0 it is an empty sum, zeros.
+  at::Tensor grad_w = at::empty({C, T}, k.options().dtype(acc_type));
+  if (grad_k.numel() == 0) {
+    grad_w.zero_();
+  } else {
+    const at::Tensor w_fwd = padded_rows(w, acc_type, /*reversed=*/false);
     const at::Tensor ka = k.to(acc_type).contiguous();
     const at::Tensor ga = grad_out.to(acc_type).contiguous();
     AT_DISPATCH_FLOATING_TYPES(acc_type, "timex_backward_cpu", [&] {

@@ -24,9 +24,11 @@ def _forward_fake(input, weights, bias, old_h, old_cell):
 
 @torch.library.register_fake("lltm::lltm_backward")
 def _backward_fake(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask):
-    shapes = [tuple(X.shape), tuple(weights.shape), (weights.shape[0],)]
+    # (d_input, d_weights, d_bias, d_old_h, d_old_cell); output_mask: the first four.
+    batch, state = new_cell.shape
+    shapes = [(batch, X.shape[1] - state), tuple(weights.shape), (weights.shape[0],), (batch, state)]
     grads = [new_cell.new_empty(s if need else (0,)) for s, need in zip(shapes, output_mask)]
-    return (*grads, new_cell.new_empty(new_cell.shape))
+    return (*grads, new_cell.new_empty(batch, state))
 
 
 # The autograd formula is registered in C++ (csrc/lltm/lltm.cpp, CellFunction) so that the

@@ -26,8 +26,7 @@ def backward(grad_h, grad_cell, new_cell, input_gate, output_gate, candidate_cel
     # The fused kernel recomputes the activations from gate_weights; the tutorial's CUDA
     # module hands gate_weights over as (B, 3, S), which is the same memory as (B, 3S).
     gate_weights = gate_weights.reshape(new_cell.shape[0], -1)
-    d_X, d_weights, d_bias, d_old_cell = torch.ops.lltm.lltm_backward(
-        grad_h, grad_cell, new_cell, gate_weights, X, weights, [True] * 3
+    d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.lltm_backward(
+        grad_h, grad_cell, new_cell, gate_weights, X, weights, [True] * 4
     )
-    state_size = new_cell.shape[1]
-    return [d_X[:, :state_size], d_X[:, state_size:], d_weights, d_bias, d_old_cell]
+    return [d_old_h, d_input, d_weights, d_bias, d_old_cell]

@@ -120,8 +120,10 @@ def run_rwkv(gen):
 
 # ---- LLTM ----------------------------------------------------------------------------------
 
-MASKS = [[True, True, True], [True, False, False], [False, True, False], [False, False, True],
-         [False, True, True]]
+# lltm_backward's output_mask: gradients of (input, weights, bias, old_h).
+MASKS = [[True] * 4, [True, False, False, False], [False, False, False, True],
+         [False, True, False, False], [False, False, True, False], [False, True, True, False],
+         [True, False, False, True]]
 
 
 def lltm_check(B, F, S, dtype, path, gen):

@@ -129,7 +129,7 @@ def test_half_types_against_float64(device, dtype):
 
 def test_parameter_gradients_only(device):
     # The usual training step: only the parameters require grad (the op's backward is then
-    # asked for no d_X at all).
+    # asked for neither d_input nor d_old_h).
     x, W, b, h, c = make_inputs(5, 4, 7, device, requires_grad=False)
     W.requires_grad_()
     b.requires_grad_()
@@ -138,6 +138,55 @@ def test_parameter_gradients_only(device):
     want = torch.autograd.grad(lltm_cell_reference(x, W, b, h, c), [W, b], (grad_h, grad_cell))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+def check_backward_output_masks(device, batch, features=5, state=35):
+    """lltm_backward under each of the 16 output masks: the wanted gradients match the
+    reference, contiguous; the others come back empty; d_old_cell always."""
+    inputs = make_inputs(batch, features, state, device)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    *want, want_cell = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)[2:]
+    new_h, new_cell, X, gates = torch.ops.lltm.lltm_forward(*[t.detach() for t in inputs])
+    names = ["d_input", "d_weights", "d_bias", "d_old_h"]
+    for bits in range(16):
+        mask = [bool(bits & (1 << i)) for i in range(4)]
+        *got, got_cell = torch.ops.lltm.lltm_backward(
+            grad_h, grad_cell, new_cell, gates, X, inputs[1].detach(), mask)
+        torch.testing.assert_close(got_cell, want_cell, msg=f"d_old_cell, mask {mask}")
+        for name, need, g, w in zip(names, mask, got, want):
+            if need:
+                assert g.is_contiguous(), f"{name}, mask {mask}"
+                torch.testing.assert_close(g, w, msg=f"{name}, mask {mask}")
+            else:
+                assert g.shape == (0,), f"{name}, mask {mask}"
+
+
+def test_backward_output_masks(device):
+    check_backward_output_masks(device, 20)
+
+
+def test_state_gradients_are_contiguous(device):
+    # d_old_h and d_input come from their own GEMMs, not as views of one [d_old_h, d_input]
+    # buffer: in a recurrence d_old_h is the next step back's grad_h, which would otherwise
+    # be copied to make it contiguous.
+    inputs = make_inputs(6, 5, 7, device)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    grads = outputs_and_grads(lltm.lltm_cell, inputs, grad_h, grad_cell)[2:]
+    assert all(g.is_contiguous() for g in grads)
+
+
+def test_create_graph_then_double_backward_raises(device):
+    # One backward with create_graph=True gives the usual gradients; differentiating those
+    # again is not implemented and must say so (not return zeros).
+    inputs = make_inputs(3, 4, 5, device)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    want = torch.autograd.grad(lltm_cell_reference(*inputs), inputs, (grad_h, grad_cell))
+    got = torch.autograd.grad(lltm.lltm_cell(*inputs), inputs, (grad_h, grad_cell),
+                              create_graph=True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    with pytest.raises(RuntimeError, match="lltm_cell is differentiable once"):
+        torch.autograd.grad(sum(g.sum() for g in got), inputs)
 
 
 def test_module_matches_reference(device):
@@ -182,7 +231,7 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.lltm.lltm_forward.default, inputs)
     new_h, new_cell, X, gates = torch.ops.lltm.lltm_forward(*[t.detach() for t in inputs])
     grads = [torch.randn_like(new_h), torch.randn_like(new_cell)]
-    for mask in ([True] * 3, [False, True, False]):
+    for mask in ([True] * 4, [False, True, False, False], [True, False, True, True]):
         torch.library.opcheck(
             torch.ops.lltm.lltm_backward.default, (*grads, new_cell, gates, X, inputs[1].detach(), mask)
         )
@@ -337,22 +386,7 @@ def test_cuda_paths_medium_size_float32(monkeypatch, path):
 @pytest.mark.parametrize("batch", [70, 20])  # the small path's d_X tiles of 32 and 64 rows
 def test_cuda_backward_output_masks(monkeypatch, path, batch):
     monkeypatch.setenv("LLTM_CUDA_PATH", path)
-    inputs = make_inputs(batch, 5, 35, "cuda")
-    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
-    d_input, d_W, d_b, d_old_h, d_old_cell = outputs_and_grads(
-        lltm_cell_reference, inputs, grad_h, grad_cell)[2:]
-    want = [torch.cat([d_old_h, d_input], 1), d_W, d_b]
-    new_h, new_cell, X, gates = torch.ops.lltm.lltm_forward(*[t.detach() for t in inputs])
-    for bits in range(8):
-        mask = [bool(bits & 1), bool(bits & 2), bool(bits & 4)]
-        *got, got_cell = torch.ops.lltm.lltm_backward(
-            grad_h, grad_cell, new_cell, gates, X, inputs[1].detach(), mask)
-        torch.testing.assert_close(got_cell, d_old_cell, msg=f"d_old_cell, mask {mask}")
-        for need, g, w in zip(mask, got, want):
-            if need:
-                torch.testing.assert_close(g, w, msg=f"mask {mask}")
-            else:
-                assert g.shape == (0,), f"mask {mask}"
+    check_backward_output_masks("cuda", batch)
 
 
 @needs_cuda

@@ -3,7 +3,13 @@
 
 #include <ATen/OpMathType.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
+
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "common/checks.h"
 #include "common/cpu_features.h"
@@ -114,10 +120,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(
   return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cpu);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cpu(
-    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask) {
+CellGrads backward_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                       const at::Tensor& new_cell, const at::Tensor& gate_weights,
+                       const at::Tensor& X, const at::Tensor& weights, GradMask output_mask) {
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
   return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
@@ -198,11 +203,11 @@ CellSizes check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_c
   return {B, F, S};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_gemm(
-    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask, const CellSizes& sizes, BackwardPointwise pointwise) {
-  const int64_t B = sizes.batch, S = sizes.state;
+CellGrads backward_gemm(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                        const at::Tensor& new_cell, const at::Tensor& gate_weights,
+                        const at::Tensor& X, const at::Tensor& weights, GradMask output_mask,
+                        const CellSizes& sizes, BackwardPointwise pointwise) {
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
   at::Tensor d_gates = at::empty({B, 3 * S}, new_cell.options());
   at::Tensor d_old_cell = at::empty({B, S}, new_cell.options());
   if (d_old_cell.numel() > 0) {
@@ -210,16 +215,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_gemm(
               gate_weights.contiguous(), d_gates, d_old_cell);
   }
   auto skipped = [&] { return at::empty({0}, new_cell.options()); };
-  at::Tensor d_X = output_mask[0] ? at::mm(d_gates, weights) : skipped();
+  // d_X = d_gates @ weights = [d_old_h, d_input]: one GEMM per half (over weights' column
+  // slices, no copy), so that each gradient is contiguous and an unwanted half costs nothing.
+  at::Tensor d_input = output_mask[0] ? at::mm(d_gates, weights.narrow(1, S, F)) : skipped();
   at::Tensor d_weights = output_mask[1] ? at::mm(d_gates.t(), X) : skipped();
   at::Tensor d_bias = output_mask[2] ? d_gates.sum(0) : skipped();
-  return {d_X, d_weights, d_bias, d_old_cell};
+  at::Tensor d_old_h = output_mask[3] ? at::mm(d_gates, weights.narrow(1, 0, S)) : skipped();
+  return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// A new autograd node, held the way this torch holds them (std::shared_ptr in older
+// releases, c10::intrusive_ptr in newer ones).
+using NodePtr =
+    std::invoke_result_t<torch::autograd::function_constructor, torch::autograd::edge_list&&>;
+template <typename NodeT, typename... Args>
+NodePtr make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<NodeT>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<NodeT>(std::forward<Args>(args)...);
+  }
+}
 
 // Autograd for lltm_forward, in C++ so that a training step runs no Python in the
 // backward (on a GPU at small sizes the step is bound by host overhead). Both halves go
@@ -250,20 +271,34 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
     const at::Tensor &new_cell = saved[0], &gates = saved[1], &X = saved[2], &weights = saved[3];
     const at::Tensor grad_h = grads[0].defined() ? grads[0] : at::zeros_like(new_cell);
     const at::Tensor grad_cell = grads[1].defined() ? grads[1] : at::zeros_like(new_cell);
-    // Inputs: 0 input, 1 weights, 2 bias, 3 old_h, 4 old_cell.
-    const bool need_X = ctx->needs_input_grad(0) || ctx->needs_input_grad(3);
-    auto [d_X, d_weights, d_bias, d_old_cell] =
-        op.call(grad_h, grad_cell, new_cell, gates, X, weights,
-                {need_X, ctx->needs_input_grad(1), ctx->needs_input_grad(2)});
-    // d_X = [d_old_h, d_input]: split only the halves that are wanted (each view is an op,
-    // and without need_X the op returns d_X empty).
-    const int64_t S = new_cell.size(1);
-    at::Tensor d_input, d_old_h;
-    if (ctx->needs_input_grad(0)) d_input = d_X.narrow(1, S, X.size(1) - S);
-    if (ctx->needs_input_grad(3)) d_old_h = d_X.narrow(1, 0, S);
-    return {d_input, ctx->needs_input_grad(1) ? d_weights : at::Tensor(),
-            ctx->needs_input_grad(2) ? d_bias : at::Tensor(), d_old_h,
-            ctx->needs_input_grad(4) ? d_old_cell : at::Tensor()};
+    // Inputs, and the op's outputs: 0 input, 1 weights, 2 bias, 3 old_h, 4 old_cell.
+    const GradMask mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                           ctx->needs_input_grad(2), ctx->needs_input_grad(3)};
+    variable_list out(5);
+    {
+      // lltm_backward has no autograd formula: go straight to its kernel instead of through
+      // the Autograd key's boxed fallback (host time, which small problems are bound by).
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(out[0], out[1], out[2], out[3], out[4]) =
+          op.call(grad_h, grad_cell, new_cell, gates, X, weights, mask);
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!ctx->needs_input_grad(i)) out[i] = at::Tensor();
+    }
+    if (at::GradMode::is_enabled()) {
+      // create_graph=True: these gradients have no derivative of their own. A node that raises
+      // when a second backward reaches it keeps them from passing as constants (which would
+      // give silently wrong second derivatives).
+      return torch::autograd::wrap_outputs(
+          {grad_h, grad_cell, new_cell, weights}, std::move(out),
+          [](torch::autograd::edge_list&& next_edges) {
+            return make_node<torch::autograd::Error>(
+                "lltm_cell is differentiable once: the gradients of its backward (a second "
+                "backward after create_graph=True) are not implemented",
+                std::move(next_edges));
+          });
+    }
+    return out;
   }
 };
 
@@ -282,8 +317,8 @@ TORCH_LIBRARY(lltm, m) {
       "-> (Tensor new_h, Tensor new_cell, Tensor X, Tensor gate_weights)");
   m.def(
       "lltm_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor gate_weights, "
-      "Tensor X, Tensor weights, bool[3] output_mask) "
-      "-> (Tensor d_X, Tensor d_weights, Tensor d_bias, Tensor d_old_cell)");
+      "Tensor X, Tensor weights, bool[4] output_mask) "
+      "-> (Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_h, Tensor d_old_cell)");
 }
 
 TORCH_LIBRARY_IMPL(lltm, Autograd, m) { m.impl("lltm_forward", &forward_autograd); }

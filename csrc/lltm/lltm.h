@@ -84,12 +84,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_gemm(
     const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes,
     ForwardPointwise pointwise);
 
-// lltm::lltm_backward -> (d_X, d_weights, d_bias, d_old_cell), d_X = [d_old_h, d_input];
-// an entry whose output_mask flag (X, weights, bias) is false comes back empty. Through
-// ATen's GEMM and a device-specific pointwise kernel; the arguments have passed the checks.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_gemm(
+// Which gradients lltm::lltm_backward computes, in the forward's argument order: input,
+// weights, bias, old_h (d_old_cell, a by-product of the pointwise pass, always comes back).
+using GradMask = std::array<bool, 4>;
+// (d_input, d_weights, d_bias, d_old_h, d_old_cell).
+using CellGrads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// lltm::lltm_backward -> (d_input, d_weights, d_bias, d_old_h, d_old_cell), the gradients of
+// the forward's five arguments in their order, each contiguous; an entry whose mask flag is
+// false comes back empty. Through ATen's GEMM and a device-specific pointwise kernel; the
+// arguments have passed the checks.
+CellGrads backward_gemm(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask, const CellSizes& sizes, BackwardPointwise pointwise);
+    GradMask output_mask, const CellSizes& sizes, BackwardPointwise pointwise);
 
 }  // namespace lltm

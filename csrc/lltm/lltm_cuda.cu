@@ -143,10 +143,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
   return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cuda);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
-    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
-    const at::Tensor& gate_weights, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask) {
+CellGrads backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                        const at::Tensor& new_cell, const at::Tensor& gate_weights,
+                        const at::Tensor& X, const at::Tensor& weights, GradMask output_mask) {
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
   fused_ops::check_kernel_image(new_cell);
@@ -157,9 +156,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     at::Tensor d_old_cell = new_empty_cuda({B, S}, new_cell);
     backward_pointwise_cuda(grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
                             gate_weights.contiguous(), d_gates, d_old_cell);
-    auto [d_X, d_weights, d_bias] =
+    auto [d_input, d_weights, d_bias, d_old_h] =
         small_backward_gemms_cuda(d_gates, X, weights, output_mask, sizes);
-    return {d_X, d_weights, d_bias, d_old_cell};
+    return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
   }
   return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
                        backward_pointwise_cuda);

@@ -6,7 +6,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/EmptyTensor.h>
 
-#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -137,28 +136,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
   return {new_h, new_cell, X, gates};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
     const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask, const CellSizes& sizes) {
+    GradMask output_mask, const CellSizes& sizes) {
   const c10::cuda::CUDAGuard guard(d_gates.device());
-  const int64_t B = sizes.batch, N = 3 * sizes.state, K = sizes.state + sizes.features;
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
+  const int64_t N = 3 * S, K = S + F;
   // A gradient that output_mask leaves out comes back empty, as on the cuBLAS path.
   auto gradient = [&](bool wanted, at::IntArrayRef size) {
     return wanted ? new_empty_cuda(size, d_gates) : new_empty_cuda({0}, d_gates);
   };
-  at::Tensor d_X = gradient(output_mask[0], {B, K});
-  at::Tensor d_weights = gradient(output_mask[1], {N, K});
-  at::Tensor d_bias = gradient(output_mask[2], {N});
+  const bool want_input = output_mask[0], want_dw = output_mask[1], want_bias = output_mask[2],
+             want_old_h = output_mask[3];
+  at::Tensor d_input = gradient(want_input, {B, F});
+  at::Tensor d_weights = gradient(want_dw, {N, K});
+  at::Tensor d_bias = gradient(want_bias, {N});
+  at::Tensor d_old_h = gradient(want_old_h, {B, S});
+  // The d_X role's columns of X: [0, S) for d_old_h, [S, K) for d_input.
+  const int64_t dx_k0 = want_old_h ? 0 : S, dx_k1 = want_input ? K : S;
   // use_small_path admitted these sizes: every count below fits in an int.
-  const int dx_col_tiles = static_cast<int>(ceil_div<int64_t>(K, kDxCols));
-  const int dx_tm = output_mask[0] ? rows_per_thread(B, dx_col_tiles) : kRowsPerThreadLarge;
-  const int dx_blocks =
-      output_mask[0] ? static_cast<int>(ceil_div<int64_t>(B, kGroups * dx_tm)) * dx_col_tiles : 0;
-  const int p_col_tiles = output_mask[1] ? static_cast<int>(ceil_div<int64_t>(K, kPK)) : 1;
-  const int p_blocks = output_mask[1] || output_mask[2]
-                           ? static_cast<int>(ceil_div<int64_t>(N, kPN)) * p_col_tiles
-                           : 0;
-  if (dx_blocks + p_blocks == 0) return {d_X, d_weights, d_bias};
+  const int dx_col_tiles = static_cast<int>(ceil_div<int64_t>(dx_k1 - dx_k0, kDxCols));
+  const int dx_tm = dx_col_tiles > 0 ? rows_per_thread(B, dx_col_tiles) : kRowsPerThreadLarge;
+  const int dx_blocks = static_cast<int>(ceil_div<int64_t>(B, kGroups * dx_tm)) * dx_col_tiles;
+  const int p_col_tiles = want_dw ? static_cast<int>(ceil_div<int64_t>(K, kPK)) : 1;
+  const int p_blocks =
+      want_dw || want_bias ? static_cast<int>(ceil_div<int64_t>(N, kPN)) * p_col_tiles : 0;
+  if (dx_blocks + p_blocks == 0) return {d_input, d_weights, d_bias, d_old_h};
   const auto z = d_gates.expect_contiguous(), x = X.expect_contiguous(),
              w = weights.expect_contiguous();
   const auto stream = at::cuda::getCurrentCUDAStream();
@@ -167,12 +170,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
     args.d_gates = z->const_data_ptr<scalar_t>();
     args.X = x->const_data_ptr<scalar_t>();
     args.weights = w->const_data_ptr<scalar_t>();
-    args.d_X = output_mask[0] ? d_X.mutable_data_ptr<scalar_t>() : nullptr;
-    args.d_weights = output_mask[1] ? d_weights.mutable_data_ptr<scalar_t>() : nullptr;
-    args.d_bias = output_mask[2] ? d_bias.mutable_data_ptr<scalar_t>() : nullptr;
+    args.d_old_h = want_old_h ? d_old_h.mutable_data_ptr<scalar_t>() : nullptr;
+    args.d_input = want_input ? d_input.mutable_data_ptr<scalar_t>() : nullptr;
+    args.d_weights = want_dw ? d_weights.mutable_data_ptr<scalar_t>() : nullptr;
+    args.d_bias = want_bias ? d_bias.mutable_data_ptr<scalar_t>() : nullptr;
     args.B = static_cast<int>(B);
     args.N = static_cast<int>(N);
     args.K = static_cast<int>(K);
+    args.S = static_cast<int>(S);
+    args.dx_k0 = static_cast<int>(dx_k0);
+    args.dx_k1 = static_cast<int>(dx_k1);
     args.dx_blocks = dx_blocks;
     args.dx_col_tiles = dx_col_tiles;
     args.p_col_tiles = p_col_tiles;
@@ -182,7 +189,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
     kernel<<<dx_blocks + p_blocks, kThreads, 0, stream>>>(args);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return {d_X, d_weights, d_bias};
+  return {d_input, d_weights, d_bias, d_old_h};
 }
 
 }  // namespace lltm

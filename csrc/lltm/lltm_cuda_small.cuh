@@ -11,9 +11,10 @@
 // backward, two launches: the cuBLAS path's pointwise kernel (lltm_cuda.cu) writes d_gates
 //   and d_old_cell, then small_backward_kernel computes every parameter and input gradient
 //   from d_gates with two block roles:
-//   - d_X role (the first dx_blocks blocks; none without d_X): a block owns kDxRows batch
-//     rows x kDxCols columns of X: d_X = d_gates @ weights, reducing over the 3S gate
-//     columns in chunks of kDxChunk.
+//   - d_X role (the first dx_blocks blocks; none without d_old_h and d_input): a block owns
+//     kDxRows batch rows x kDxCols columns of X: d_X = d_gates @ weights = [d_old_h, d_input],
+//     reducing over the 3S gate columns in chunks of kDxChunk. Its tiles cover only the
+//     wanted halves' columns, and each column goes straight to its own output.
 //   - parameter role (none without d_weights and d_bias): a block owns kPN gate columns
 //     (rows of weights) x kPK columns of X: d_weights = d_gates^T @ X, reducing over the
 //     batch rows in chunks of kPChunk; the blocks of the first column tile also sum the
@@ -293,18 +294,21 @@ struct BackwardArgs {
   const scalar_t* d_gates;  // (B, 3S)
   const scalar_t* X;        // (B, K)
   const scalar_t* weights;  // (3S, K)
-  scalar_t* d_X;            // (B, K); nullptr when not wanted
+  scalar_t* d_old_h;        // (B, S): d_X's columns [0, S); nullptr when not wanted
+  scalar_t* d_input;        // (B, K - S): d_X's columns [S, K); nullptr when not wanted
   scalar_t* d_weights;      // (3S, K); nullptr when not wanted
   scalar_t* d_bias;         // (3S,); nullptr when not wanted
-  int B, N, K;              // N = 3S
+  int B, N, K, S;           // N = 3S, K = S + F
+  int dx_k0, dx_k1;         // the d_X role's columns [dx_k0, dx_k1) of X: the wanted halves
   int dx_blocks;            // blocks of the d_X role (0 without d_X); they come first
-  int dx_col_tiles;         // tiles of kDxCols columns of X in the d_X role
+  int dx_col_tiles;         // tiles of kDxCols columns of [dx_k0, dx_k1) in the d_X role
   int p_col_tiles;          // tiles of kPK columns of X in the parameter role (1 without d_weights)
 };
 
-// d_X[b0 : b0 + kDxRows, k0 : k0 + kDxCols] = d_gates[b-tile, :] @ weights[:, k-tile].
+// d_X[b0 : b0 + kDxRows, k0 : k0 + kDxCols] = d_gates[b-tile, :] @ weights[:, k-tile], for
+// the columns in [dx_k0, dx_k1); column k < S is written to d_old_h, column k >= S to d_input.
 template <int TM, typename scalar_t, typename acc_t>
-__device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a,
+__device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
                                              DxSmem<acc_t, TM>& sm, int block) {
   constexpr int kDxRows = dx_rows<TM>;
   constexpr int kDxLdZ = dx_ld_z<TM>;
@@ -313,13 +317,14 @@ __device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a,
   constexpr int kWStep = kThreads / kDxCols;   // 4
   constexpr int kWLoads = kDxChunk / kWStep;   // 4
   const int t = threadIdx.x;
-  const int b0 = block / a.dx_col_tiles * kDxRows, k0 = block % a.dx_col_tiles * kDxCols;
+  const int b0 = block / a.dx_col_tiles * kDxRows;
+  const int k0 = a.dx_k0 + block % a.dx_col_tiles * kDxCols;
 
   // d_gates: thread t loads column zn of each chunk for the tile rows zb + l * kZStep.
   // weights: thread t loads column k0 + wk of the chunk's rows wr + l * kWStep.
   const int zn = t % kDxChunk, zb = t / kDxChunk;
   const int wk = t % kDxCols, wr = t / kDxCols;
-  const bool k_in = k0 + wk < a.K;
+  const bool k_in = k0 + wk < a.dx_k1;
   int z_row[kZLoads];  // offset of the d_gates row, -1 outside the problem
 #pragma unroll
   for (int l = 0; l < kZLoads; ++l) {
@@ -368,7 +373,12 @@ __device__ __forceinline__ void d_input_role(const BackwardArgs<scalar_t>& a,
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int k = k0 + n0 + c;
-      if (k < a.K) a.d_X[b * a.K + k] = acc[i][0][c];
+      if (k >= a.dx_k1) continue;
+      if (k < a.S) {
+        a.d_old_h[b * a.S + k] = acc[i][0][c];
+      } else {
+        a.d_input[b * (a.K - a.S) + (k - a.S)] = acc[i][0][c];
+      }
     }
   }
 }
@@ -476,7 +486,7 @@ __global__ void __launch_bounds__(kThreads) small_backward_kernel(const Backward
   // The role is uniform over a block, so every __syncthreads() inside is reached by all.
   const int block = static_cast<int>(blockIdx.x);
   if (block < a.dx_blocks) {
-    d_input_role<DX_TM>(a, sm.dx, block);
+    d_x_role<DX_TM>(a, sm.dx, block);
   } else {
     param_role(a, sm.param, block - a.dx_blocks);
   }

@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <array>
 #include <tuple>
 
 #include "lltm/lltm.h"
@@ -24,11 +23,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
     const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes);
 
 // The GEMM part of lltm::lltm_backward on CUDA in one launch: from d_gates (B, 3S, as the
-// pointwise kernel writes it) and the checked X and weights, (d_X, d_weights, d_bias), each
-// empty where output_mask leaves it out.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
+// pointwise kernel writes it) and the checked X and weights, (d_input, d_weights, d_bias,
+// d_old_h), each empty where output_mask leaves it out.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
     const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights,
-    std::array<bool, 3> output_mask, const CellSizes& sizes);
+    GradMask output_mask, const CellSizes& sizes);
 
 // A contiguous tensor of like's dtype and device straight from the CUDA caching allocator
 // (no dispatcher round trip: at these sizes each op's host time counts).

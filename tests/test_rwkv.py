@@ -61,6 +61,28 @@ def test_gradcheck(device, shape):
     assert torch.autograd.gradcheck(lambda w, k: rwkv_ops.timex(w, k, 0.5), (w, k))
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (3, 2, 9)])
+def test_gradgradcheck(device, shape):
+    # timex_backward has its own derivatives (TimeX products again), so second derivatives
+    # (create_graph=True, Hessian-vector products, gradient penalties) are exact.
+    w, k = make(*shape, device)
+    assert torch.autograd.gradgradcheck(lambda w, k: rwkv_ops.timex(w, k, 0.5), (w, k))
+
+
+def test_double_backward_matches_formula(device):
+    w, k = make(2, 3, 13, device)
+    v = torch.randn_like(k)
+
+    def grad_norm(fn):  # a gradient penalty: differentiates the gradients again
+        grads = torch.autograd.grad((fn(w, k) * v).sum(), (w, k), create_graph=True)
+        penalty = sum((g * g).sum() for g in grads)
+        return torch.autograd.grad(penalty, (w, k))
+
+    for g, x in zip(grad_norm(rwkv_ops.timex), grad_norm(timex_formula)):
+        assert x.abs().max() > 0
+        torch.testing.assert_close(g, x)
+
+
 def test_only_one_gradient(device):
     w, k = make(2, 3, 11, device)
     out = rwkv_ops.timex(w, k.detach())
@@ -167,6 +189,8 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.rwkv_ops.timex_forward.default, (w, k))
     grad = torch.randn_like(k)
     torch.library.opcheck(torch.ops.rwkv_ops.timex_backward.default, (grad, w.detach(), k.detach()))
+    # With inputs that require grad: the backward op's own autograd formula.
+    torch.library.opcheck(torch.ops.rwkv_ops.timex_backward.default, (grad.requires_grad_(), w, k))
 
 
 def test_backward_op_matches_autograd(device):

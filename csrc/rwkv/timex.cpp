@@ -92,36 +92,93 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Autograd for timex_forward, in C++ as for the LLTM cell: a Python autograd wrapper costs
-// tens of microseconds of host time a call, as much as the kernels at small sizes. Both
-// halves go through the dispatcher, so torch.compile traces them as the two ops.
+using ForwardOp = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+using BackwardOp = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                      const at::Tensor&);
+
+c10::TypedOperatorHandle<ForwardOp> forward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("rwkv_ops::timex_forward", "")
+                             .typed<ForwardOp>();
+  return op;
+}
+
+c10::TypedOperatorHandle<BackwardOp> backward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("rwkv_ops::timex_backward", "")
+                             .typed<BackwardOp>();
+  return op;
+}
+
+// Autograd for timex_forward and timex_backward, in C++ as for the LLTM cell: a Python
+// autograd wrapper costs tens of microseconds of host time a call, as much as the kernels at
+// small sizes. Every call goes through the dispatcher, so torch.compile traces the ops.
 class TimexFunction : public torch::autograd::Function<TimexFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& k,
                             double eps) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("rwkv_ops::timex_forward", "")
-                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     ctx->save_for_backward({w, k});
-    return op.call(w, k, eps);
+    return forward_op().call(w, k, eps);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("rwkv_ops::timex_backward", "")
-            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                      const at::Tensor&)>();
     const auto saved = ctx->get_saved_variables();
-    auto [grad_w, grad_k] = op.call(grads[0], saved[0], saved[1]);
+    // With autograd (timex_backward has its own formula below), so create_graph=True works.
+    auto [grad_w, grad_k] = backward_op().call(grads[0], saved[0], saved[1]);
     return {ctx->needs_input_grad(0) ? grad_w : at::Tensor(),
             ctx->needs_input_grad(1) ? grad_k : at::Tensor(), at::Tensor()};
   }
 };
 
+// The derivatives of timex_backward (double backward). TimeX is bilinear in (w, k), and each
+// of its gradients is bilinear in grad_out and the other argument, so their derivatives are
+// TimeX products again. With gg_w and gg_k the gradients arriving for grad_w and grad_k:
+//   d grad_out = timex(w, gg_k) + timex(gg_w, k)
+//   d w        = grad_w of timex_backward(grad_out, w, gg_k)   (k replaced by gg_k)
+//   d k        = grad_k of timex_backward(grad_out, gg_w, k)   (w replaced by gg_w)
+// Computed with autograd, so they can be differentiated again.
+class TimexBackwardFunction : public torch::autograd::Function<TimexBackwardFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& grad_out,
+                               const at::Tensor& w, const at::Tensor& k) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({grad_out, w, k});
+    ctx->set_materialize_grads(false);  // an unused gradient arrives undefined: no zeros
+    auto [grad_w, grad_k] = backward_op().call(grad_out, w, k);
+    return {grad_w, grad_k};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &grad_out = saved[0], &w = saved[1], &k = saved[2];
+    const at::Tensor &gg_w = grads[0], &gg_k = grads[1];
+    at::Tensor d_grad_out, d_w, d_k;
+    if (ctx->needs_input_grad(0)) {
+      if (gg_k.defined()) d_grad_out = forward_op().call(w, gg_k, 0.0);
+      if (gg_w.defined()) {
+        const at::Tensor term = forward_op().call(gg_w, k, 0.0);
+        d_grad_out = d_grad_out.defined() ? d_grad_out + term : term;
+      }
+    }
+    if (ctx->needs_input_grad(1) && gg_k.defined()) {
+      d_w = std::get<0>(backward_op().call(grad_out, w, gg_k));
+    }
+    if (ctx->needs_input_grad(2) && gg_w.defined()) {
+      d_k = std::get<1>(backward_op().call(grad_out, gg_w, k));
+    }
+    return {d_grad_out, d_w, d_k};
+  }
+};
+
 at::Tensor forward_autograd(const at::Tensor& w, const at::Tensor& k, double eps) {
   return TimexFunction::apply(w, k, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor> backward_autograd(const at::Tensor& grad_out,
+                                                     const at::Tensor& w, const at::Tensor& k) {
+  auto outs = TimexBackwardFunction::apply(grad_out, w, k);
+  return {outs[0], outs[1]};
 }
 
 }  // namespace
@@ -131,7 +188,10 @@ TORCH_LIBRARY(rwkv_ops, m) {
   m.def("timex_backward(Tensor grad_out, Tensor w, Tensor k) -> (Tensor grad_w, Tensor grad_k)");
 }
 
-TORCH_LIBRARY_IMPL(rwkv_ops, Autograd, m) { m.impl("timex_forward", &forward_autograd); }
+TORCH_LIBRARY_IMPL(rwkv_ops, Autograd, m) {
+  m.impl("timex_forward", &forward_autograd);
+  m.impl("timex_backward", &backward_autograd);
+}
 
 TORCH_LIBRARY_IMPL(rwkv_ops, CPU, m) {
   m.impl("timex_forward", &forward_cpu);

@@ -1,5 +1,10 @@
+import os
+import shutil
+import subprocess
+
 import pytest
 import torch
+from torch.utils.cpp_extension import include_paths
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -15,3 +20,22 @@ def rel_err(out, ref):
     denom = ref.norm().item()
     diff = (out - ref).norm().item()
     return diff / denom if denom > 0 else diff
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join(os.path.dirname(TESTS), "csrc")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
+
+
+def run_emulator(source, tmp_path):
+    """Builds a C++ program that runs CUDA kernels on the CPU (tests/cuda_emulation.h) and
+    runs it; it prints a line per configuration and exits non-zero on any failure."""
+    path = tmp_path / "emulate.cpp"
+    path.write_text(source)
+    binary = tmp_path / "emulate"
+    flags = [f"-I{p}" for p in include_paths()] + [f"-I{CSRC}", f"-I{TESTS}"]
+    build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", *flags, str(path), "-o",
+                            str(binary)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout

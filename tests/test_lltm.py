@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from conftest import DEVICES, rel_err
+from conftest import DEVICES, needs_gxx, rel_err, run_emulator
 
 import lltm
 import lltm_cpp
@@ -475,3 +475,192 @@ def test_cuda_path_env_must_be_known(monkeypatch):
     monkeypatch.setenv("LLTM_CUDA_PATH", "fast")
     with pytest.raises(ValueError, match="LLTM_CUDA_PATH must be 'small', 'cublas' or 'auto'"):
         lltm.lltm_cell(*make_inputs(2, 3, 4, "cuda", requires_grad=False))
+
+
+# ---- The small path's CUDA kernels, checked without a GPU ---------------------------------
+
+EMULATOR = r"""
+// Runs the kernels of csrc/lltm/lltm_cuda_small.cuh on the CPU (tests/cuda_emulation.h) with
+// the grids that lltm_cuda_small.cu launches, and checks every output against float64 and
+// the guard elements after each output (nothing written past the end).
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "lltm/lltm_cuda_small.cuh"
+
+using namespace lltm::small;
+
+std::mt19937 rng(1234);
+int failures = 0;
+
+template <typename S>
+std::vector<S> random_vector(size_t n, double scale) {
+  std::normal_distribution<double> normal;
+  std::vector<S> v(n);
+  for (auto& x : v) x = static_cast<S>(normal(rng) * scale);
+  return v;
+}
+
+const double kGuard = 777.0;  // in S: 777 rounded (to 776 in bfloat16)
+
+// The first n elements as double; false if an element after them lost its guard value.
+template <typename S>
+bool take(const std::vector<S>& v, size_t n, std::vector<double>& out) {
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) out[i] = as_double(v[i]);
+  for (size_t i = n; i < v.size(); ++i) {
+    if (as_double(v[i]) != as_double(static_cast<S>(kGuard))) return false;
+  }
+  return true;
+}
+
+template <typename S>
+void report(const char* what, int B, int F, int S_, int extra, double err, bool guards,
+            double tol) {
+  const bool ok = err < tol && guards;
+  failures += !ok;
+  std::printf("%s %s %zu-byte B=%d F=%d S=%d (%d): %.1e%s\n", ok ? "ok  " : "FAIL", what,
+              sizeof(S), B, F, S_, extra, err, guards ? "" : " (wrote past the end)");
+}
+
+template <typename S, int TM>
+void check_forward(int B, int F, int S_, double tol) {
+  using acc_t = at::opmath_type<S>;
+  const int K = S_ + F, N = 3 * S_;
+  const auto input = random_vector<S>(size_t(B) * F, 1.0), old_h = random_vector<S>(size_t(B) * S_, 1.0),
+             old_cell = random_vector<S>(size_t(B) * S_, 1.0), bias = random_vector<S>(N, 0.3),
+             weights = random_vector<S>(size_t(N) * K, 1.0 / std::sqrt(double(K)));
+  const S g = static_cast<S>(kGuard);
+  std::vector<S> new_h(size_t(B) * S_ + 4, g), new_cell(size_t(B) * S_ + 4, g),
+      X(size_t(B) * K + 4, g), gates(size_t(B) * N + 4, g);
+  const int blocks = ceil_div(B, fwd_rows<TM>) * ceil_div(S_, kFwdCols);
+  launch(blocks, kThreads, 0, [&] {
+    small_forward_kernel<S, TM>(input.data(), weights.data(), bias.data(), old_h.data(),
+                                old_cell.data(), new_h.data(), new_cell.data(), X.data(),
+                                gates.data(), B, F, S_);
+  });
+  std::vector<double> x_ref(size_t(B) * K), z_ref(size_t(B) * N), h_ref(size_t(B) * S_),
+      c_ref(size_t(B) * S_);
+  for (int b = 0; b < B; ++b) {
+    for (int k = 0; k < K; ++k) {
+      x_ref[size_t(b) * K + k] = as_double(k < S_ ? old_h[size_t(b) * S_ + k] : input[size_t(b) * F + k - S_]);
+    }
+    for (int n = 0; n < N; ++n) {
+      double z = as_double(bias[n]);
+      for (int k = 0; k < K; ++k) z += x_ref[size_t(b) * K + k] * as_double(weights[size_t(n) * K + k]);
+      z_ref[size_t(b) * N + n] = z;
+    }
+    for (int j = 0; j < S_; ++j) {
+      const double* z = &z_ref[size_t(b) * N];
+      lltm::cell_forward<double>(z[j], z[S_ + j], z[2 * S_ + j], as_double(old_cell[size_t(b) * S_ + j]),
+                                 h_ref[size_t(b) * S_ + j], c_ref[size_t(b) * S_ + j]);
+    }
+  }
+  std::vector<double> got;
+  bool guards = take(new_h, h_ref.size(), got);
+  report<S>("forward new_h", B, F, S_, TM, rel_err(got, h_ref), guards, tol);
+  guards = take(new_cell, c_ref.size(), got);
+  report<S>("forward new_cell", B, F, S_, TM, rel_err(got, c_ref), guards, tol);
+  guards = take(gates, z_ref.size(), got);
+  report<S>("forward gates", B, F, S_, TM, rel_err(got, z_ref), guards, tol);
+  guards = take(X, x_ref.size(), got);
+  report<S>("forward X", B, F, S_, TM, got == x_ref ? 0.0 : 1.0, guards, tol);
+}
+
+// mask: bits 0 input, 1 weights, 2 bias, 3 old_h (lltm_backward's output_mask).
+template <typename S, int TM>
+void check_backward(int B, int F, int S_, int mask, double tol) {
+  const int K = S_ + F, N = 3 * S_;
+  const bool want_input = mask & 1, want_dw = mask & 2, want_bias = mask & 4, want_old_h = mask & 8;
+  const auto d_gates = random_vector<S>(size_t(B) * N, 1.0), X = random_vector<S>(size_t(B) * K, 1.0),
+             weights = random_vector<S>(size_t(N) * K, 1.0 / std::sqrt(double(K)));
+  const S g = static_cast<S>(kGuard);
+  std::vector<S> d_input(size_t(B) * F + 4, g), d_old_h(size_t(B) * S_ + 4, g),
+      d_weights(size_t(N) * K + 4, g), d_bias(N + 4, g);
+  // The grid of small_backward_gemms_cuda.
+  const int dx_k0 = want_old_h ? 0 : S_, dx_k1 = want_input ? K : S_;
+  const int dx_col_tiles = ceil_div(dx_k1 - dx_k0, kDxCols);
+  const int dx_blocks = ceil_div(B, kGroups * TM) * dx_col_tiles;
+  const int p_col_tiles = want_dw ? ceil_div(K, kPK) : 1;
+  const int p_blocks = want_dw || want_bias ? ceil_div(N, kPN) * p_col_tiles : 0;
+  BackwardArgs<S> args;
+  args.d_gates = d_gates.data();
+  args.X = X.data();
+  args.weights = weights.data();
+  args.d_old_h = want_old_h ? d_old_h.data() : nullptr;
+  args.d_input = want_input ? d_input.data() : nullptr;
+  args.d_weights = want_dw ? d_weights.data() : nullptr;
+  args.d_bias = want_bias ? d_bias.data() : nullptr;
+  args.B = B;
+  args.N = N;
+  args.K = K;
+  args.S = S_;
+  args.dx_k0 = dx_k0;
+  args.dx_k1 = dx_k1;
+  args.dx_blocks = dx_blocks;
+  args.dx_col_tiles = dx_col_tiles;
+  args.p_col_tiles = p_col_tiles;
+  if (dx_blocks + p_blocks > 0) {
+    launch(dx_blocks + p_blocks, kThreads, 0, [&] { small_backward_kernel<S, TM>(args); });
+  }
+  std::vector<double> dx_ref(size_t(B) * K, 0.0), dw_ref(size_t(N) * K, 0.0), db_ref(N, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int n = 0; n < N; ++n) {
+      const double z = as_double(d_gates[size_t(b) * N + n]);
+      db_ref[n] += z;
+      for (int k = 0; k < K; ++k) {
+        dx_ref[size_t(b) * K + k] += z * as_double(weights[size_t(n) * K + k]);
+        dw_ref[size_t(n) * K + k] += z * as_double(X[size_t(b) * K + k]);
+      }
+    }
+  }
+  std::vector<double> want_h, want_in, got;
+  for (int b = 0; b < B; ++b) {
+    for (int k = 0; k < K; ++k) (k < S_ ? want_h : want_in).push_back(dx_ref[size_t(b) * K + k]);
+  }
+  // An output that is not wanted must stay untouched (all guard values).
+  auto untouched = [&](const std::vector<S>& v) {
+    std::vector<double> none;
+    return take(v, 0, none);
+  };
+  bool guards;
+  guards = want_input ? take(d_input, want_in.size(), got) : untouched(d_input);
+  report<S>("backward d_input", B, F, S_, mask, want_input ? rel_err(got, want_in) : 0.0, guards, tol);
+  guards = want_old_h ? take(d_old_h, want_h.size(), got) : untouched(d_old_h);
+  report<S>("backward d_old_h", B, F, S_, mask, want_old_h ? rel_err(got, want_h) : 0.0, guards, tol);
+  guards = want_dw ? take(d_weights, dw_ref.size(), got) : untouched(d_weights);
+  report<S>("backward d_weights", B, F, S_, mask, want_dw ? rel_err(got, dw_ref) : 0.0, guards, tol);
+  guards = want_bias ? take(d_bias, db_ref.size(), got) : untouched(d_bias);
+  report<S>("backward d_bias", B, F, S_, mask, want_bias ? rel_err(got, db_ref) : 0.0, guards, tol);
+}
+
+int main() {
+  // One tile; every tile edge crossed (B > 64 rows, K > 64 columns, 3S > 96 gate columns,
+  // S > 32 state columns); F = 0; the d_X role's column range starting inside a tile (S odd).
+  const int shapes[][3] = {{1, 1, 1}, {5, 7, 9}, {70, 20, 50}, {3, 0, 33}, {66, 65, 3}};
+  for (const auto& s : shapes) {
+    check_forward<float, kRowsPerThreadLarge>(s[0], s[1], s[2], 2e-6);
+    for (int mask = 0; mask < 16; ++mask) {
+      check_backward<float, kRowsPerThreadLarge>(s[0], s[1], s[2], mask, 2e-6);
+      check_backward<float, kRowsPerThreadSmall>(s[0], s[1], s[2], mask, 2e-6);
+    }
+  }
+  check_forward<float, kRowsPerThreadSmall>(40, 3, 21, 2e-6);
+  check_forward<double, kRowsPerThreadLarge>(70, 20, 50, 1e-12);
+  check_backward<double, kRowsPerThreadLarge>(70, 20, 50, 15, 1e-12);
+  check_forward<c10::Half, kRowsPerThreadLarge>(9, 7, 40, 2e-3);
+  check_backward<c10::Half, kRowsPerThreadSmall>(9, 7, 40, 15, 2e-3);
+  check_forward<c10::BFloat16, kRowsPerThreadLarge>(9, 7, 40, 1e-2);
+  check_backward<c10::BFloat16, kRowsPerThreadLarge>(9, 7, 40, 15, 1e-2);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@needs_gxx
+def test_small_path_kernels_emulated_on_cpu(tmp_path):
+    """Compiles csrc/lltm/lltm_cuda_small.cuh as host C++ and runs its kernels on the CPU (a
+    thread per CUDA thread) with every backward output mask, so that tiling, staging and
+    index errors (the d_X role's column range, writes past an output) fail here, GPU or not."""
+    run_emulator(EMULATOR, tmp_path)

@@ -1,11 +1,6 @@
-import os
-import shutil
-import subprocess
-
 import pytest
 import torch
-from conftest import DEVICES, rel_err
-from torch.utils.cpp_extension import include_paths
+from conftest import DEVICES, needs_gxx, rel_err, run_emulator
 
 import rwkv_ops
 from rwkv_ops.reference import timex_conv1d, timex_formula
@@ -328,33 +323,14 @@ def test_second_gpu():
 
 # ---- The CUDA kernels' index arithmetic, checked without a GPU --------------------------
 
-CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 
 EMULATOR = r"""
-// Runs the CUDA kernels of csrc/rwkv/timex_kernels.cuh on the CPU: one std::thread per CUDA
-// thread, std::barrier for __syncthreads, shared memory filled with garbage, copies
-// synchronous. Checks outputs, both gradients and untouched guard elements against a
-// float64 reference for the configurations that timex_cuda.cu picks by batch size.
-#include <barrier>
-#include <cmath>
+// Runs the CUDA kernels of csrc/rwkv/timex_kernels.cuh on the CPU (tests/cuda_emulation.h)
+// and checks outputs, both gradients and untouched guard elements against a float64
+// reference for the configurations that timex_cuda.cu picks by batch size.
 #include <cstdio>
-#include <cstring>
-#include <functional>
-#include <random>
-#include <thread>
-#include <type_traits>
-#include <vector>
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
-struct Dim3 {
-  unsigned x = 0, y = 0, z = 0;
-};
-thread_local Dim3 threadIdx, blockIdx;
-Dim3 blockDim, gridDim;
-thread_local unsigned char* emu_smem;
-std::barrier<>* emu_barrier;
+#include "cuda_emulation.h"
 
 #define TIMEX_EMULATE
 #define TIMEX_DEVICE inline
@@ -364,44 +340,6 @@ std::barrier<>* emu_barrier;
 #include "rwkv/timex_kernels.cuh"
 
 using namespace rwkv::kernels;
-
-void launch(int grid, int threads, int smem_bytes, const std::function<void()>& body) {
-  std::vector<double> store(smem_bytes / 8 + 2);
-  auto* base = reinterpret_cast<unsigned char*>(store.data());
-  blockDim.x = threads;
-  gridDim.x = grid;
-  for (int b = 0; b < grid; ++b) {
-    std::memset(base, 0x7f, smem_bytes);  // huge values: a read of unstaged memory shows
-    std::barrier<> bar(threads);
-    emu_barrier = &bar;
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t, b] {
-        threadIdx.x = t;
-        blockIdx.x = b;
-        emu_smem = base;
-        body();
-      });
-    }
-    for (auto& t : pool) t.join();
-  }
-}
-
-template <typename S>
-double as_double(S v) {
-  if constexpr (std::is_same_v<S, double>) return v;
-  else return static_cast<double>(static_cast<float>(v));
-}
-
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
-}
 
 std::mt19937 rng(1234);
 int failures = 0;
@@ -501,17 +439,9 @@ int main() {
 """
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
+@needs_gxx
 def test_cuda_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_kernels.cuh as host C++ (a thread per CUDA thread, a barrier
     per __syncthreads, synchronous copies) and runs the configurations timex_cuda.cu picks,
     so that tiling, staging and register-window index errors fail here, GPU or not."""
-    source = tmp_path / "emulate.cpp"
-    source.write_text(EMULATOR)
-    binary = tmp_path / "emulate"
-    flags = [f"-I{p}" for p in include_paths()] + [f"-I{CSRC}"]
-    build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", *flags, str(source), "-o",
-                            str(binary)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout
+    run_emulator(EMULATOR, tmp_path)

@@ -1,4 +1,4 @@
-// CUDA helpers shared by every family: vector packs and a 2-D launch shape for kernels
+// CUDA helpers shared by every family: vector packs (pack.h) and a 2-D launch shape for kernels
 // that walk a (rows, row_length) array.
 #pragma once
 
@@ -9,17 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/pack.h"
+
 namespace fused_ops {
-
-// V elements of T loaded or stored as one aligned access (16 bytes at most).
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-// Elements of T in one 16-byte access.
-template <typename T>
-constexpr int pack16 = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 

@@ -31,12 +31,13 @@
 // than 2^31 elements here, and no offset below is formed for a row or column outside the
 // problem (those are tested first), so none passes a tensor's size.
 //
-// This header holds only device code and its constants; lltm_cuda_small.cu launches it.
+// This header holds only device code and its constants; lltm_cuda_small.cu launches it, and
+// tests/test_lltm.py compiles it as host C++ to run the kernels on a CPU (no GPU needed).
 #pragma once
 
 #include <ATen/OpMathType.h>
 
-#include "common/cuda_utils.cuh"
+#include "common/pack.h"
 #include "lltm/lltm.h"
 
 namespace lltm::small {

@@ -2,6 +2,8 @@
 
 GPU: warm-up calls, then each call between two CUDA events, median of the repeats.
 CPU: warm-up calls, then each call on a monotonic clock, median of the repeats.
+Functions whose times are compared (a speedup claim) can be timed in alternating rounds
+(`medians_ms`), so that a busy spell of the machine reaches all of them alike.
 The timed function gets the repeat index so that it can rotate round-robin between
 several input sets (`input_sets` says how many): small inputs would otherwise sit in
 cache and flatter every variant. `call_stats` gives, on GPU, the kernel launches of
@@ -24,43 +26,71 @@ import torch
 PEAK_FP32_TFLOPS = 60.0
 CPU_CACHE_BYTES = 32 << 20  # a generous last-level cache for the CPU machines
 MAX_SETS = 8
+MAX_REPS = 5000
 
 
-def median_ms(fn, device, warmup=10, reps=50, budget_s=None):
+def median_ms(fn, device, warmup=10, reps=50, budget_s=None, min_s=None):
     """Median wall time of fn(i) in milliseconds; fn(i) gets the repeat index.
 
-    At least one warm-up call; reps is the most repeats; with budget_s, fewer (at least 3)
-    so that the repeats take about budget_s seconds, judged from the last warm-up call.
+    At least one warm-up call; reps repeats, judged from the last warm-up call: with
+    budget_s, fewer (at least 3) so that they take about budget_s seconds; with min_s, more
+    (at most MAX_REPS) so that they take at least min_s seconds (calls of a fraction of a
+    millisecond need thousands of repeats for a stable median on a busy machine).
     """
-    warmup = max(1, warmup)
-    for i in range(warmup - 1):
-        fn(i)
+    return medians_ms([fn], device, warmup, reps, budget_s, min_s)[0]
+
+
+def medians_ms(fns, device, warmup=10, reps=50, budget_s=None, min_s=None, rounds=1):
+    """median_ms of each function of fns, their repeats split into `rounds` rounds that
+    time each function in turn: a change of machine load during the measurement then
+    reaches them alike, so their ratios hold (timing one after the other, a busy spell
+    can land on one of them only)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
-    fn(warmup - 1)
-    sync()
-    if budget_s is not None:
+    warmup = max(1, warmup)
+    counts = []
+    for fn in fns:
+        for i in range(warmup - 1):
+            fn(i)
+        sync()
+        t0 = time.perf_counter()
+        fn(warmup - 1)
+        sync()
         one_s = max(time.perf_counter() - t0, 1e-6)
-        reps = max(3, min(reps, int(budget_s / one_s)))
-    times = []
+        n = reps
+        if budget_s is not None:
+            n = max(3, min(n, int(budget_s / one_s)))
+        if min_s is not None:
+            n = max(n, min(MAX_REPS, int(min_s / one_s)))
+        counts.append(n)
+    samples = [[] for _ in fns]
+    done = [0] * len(fns)
+    for r in range(rounds):
+        for k, fn in enumerate(fns):
+            n = counts[k] * (r + 1) // rounds - done[k]  # this round's share of the repeats
+            samples[k] += _time_calls(fn, device, warmup + done[k], n)
+            done[k] += n
+    return [statistics.median(ms) for ms in samples]
+
+
+def _time_calls(fn, device, first, n):
+    """Milliseconds of each of the calls fn(first), ..., fn(first + n - 1)."""
     if device == "cuda":
-        for i in range(reps):
+        events = []
+        for i in range(first, first + n):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(warmup + i)
+            fn(i)
             end.record()
-            times.append((start, end))
+            events.append((start, end))
         torch.cuda.synchronize()
-        ms = [s.elapsed_time(e) for s, e in times]
-    else:
-        for i in range(reps):
-            t0 = time.perf_counter()
-            fn(warmup + i)
-            times.append((time.perf_counter() - t0) * 1e3)
-        ms = times
-    return statistics.median(ms)
+        return [s.elapsed_time(e) for s, e in events]
+    times = []
+    for i in range(first, first + n):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
 
 
 def input_sets(make, set_bytes, device):

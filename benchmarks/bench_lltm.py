@@ -127,18 +127,25 @@ def run(device, quick=False, cases=None):
                 timed[name] = {"check": failure(exc), "err": None, "fwd": None, "step": None}
             timed[name]["role"] = role
         # The steps (the speedup claims): the variants on their own paths in alternating
-        # rounds, a forced path on its own (it needs the environment variable set).
+        # rounds; a forced path, or any variant if that fails, on its own.
         alike = [(name, fn) for name, _, fn, force in variants
                  if force is None and timed[name]["err"] is not None]
-        steps = medians_ms([step_of(fn, sets) for _, fn in alike], device, reps=reps,
-                           min_s=min_s, rounds=1 if quick else ROUNDS)
-        for (name, _), ms in zip(alike, steps):
-            timed[name]["step"] = ms
+        try:
+            steps = medians_ms([step_of(fn, sets) for _, fn in alike], device, reps=reps,
+                               min_s=min_s, rounds=1 if quick else ROUNDS)
+            for (name, _), ms in zip(alike, steps):
+                timed[name]["step"] = ms
+        except Exception as exc:
+            progress(f"alternating step timing failed ({failure(exc)}); one variant at a time")
         for name, _, fn, force in variants:
-            if force is not None and timed[name]["err"] is not None:
+            r = timed[name]
+            if r["err"] is None or r["step"] is not None:
+                continue
+            try:
                 with cuda_path(force):
-                    timed[name]["step"] = median_ms(step_of(fn, sets), device, reps=reps,
-                                                    min_s=min_s)
+                    r["step"] = median_ms(step_of(fn, sets), device, reps=reps, min_s=min_s)
+            except Exception as exc:  # the row says what happened; the run goes on
+                r["check"] = failure(exc)
         eager, compiled = timed["eager PyTorch"]["step"], timed["torch.compile"]["step"]
         for name, r in timed.items():
             tflops = flops / r["step"] / 1e9 if r["step"] else None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import bench_padding, report, timing
+from benchmarks import bench_lltm, bench_padding, report, timing
 from padding_ops.reference import tile_pad_reference
 from rwkv_ops.reference import timex_conv1d
 
@@ -104,6 +104,35 @@ def test_wrong_and_failing_variants_are_mismatch_rows(monkeypatch):
                   "torch.compile(published)": False, "raises": False}
     timed = {f["variant"]: f["fwd_ms"] for f in figures}
     assert timed["torch.compile(published)"] > 0 and timed["raises"] is None
+
+
+def test_lltm_variant_failing_while_timed(monkeypatch):
+    """A variant that passes the check and then raises while its steps are timed (in the
+    alternating rounds) gets a MISMATCH row with the reason; the others are still timed."""
+    real, calls = bench_lltm.lltm.lltm_cell, [0]
+
+    def flaky(*args):
+        calls[0] += 1
+        if calls[0] > 25:  # after the check and the forward's timing
+            raise ValueError("boom")
+        return real(*args)
+
+    monkeypatch.setattr(bench_lltm.lltm, "lltm_cell", flaky)
+    header, rows, notes, figures = bench_lltm.run("cpu", quick=True)
+    checks = {r[1]: r[-1] for r in rows}
+    assert checks["torch-fused-ops"] == "MISMATCH (raised ValueError: boom)"
+    steps = {f["variant"]: f["step_ms"] for f in figures}
+    assert steps["torch-fused-ops"] is None
+    assert steps["eager PyTorch"] > 0 and steps["torch.compile"] > 0
+
+
+def test_medians_ms_alternates_rounds():
+    order = []
+    fns = [lambda i: order.append(("a", i)), lambda i: order.append(("b", i))]
+    timing.medians_ms(fns, "cpu", warmup=1, reps=6, rounds=3)
+    timed = order[2:]  # after one warm-up call each
+    assert [name for name, _ in timed] == ["a", "a", "b", "b"] * 3
+    assert [i for name, i in timed if name == "a"] == list(range(1, 7))
 
 
 def test_case_filter_and_input_rotation():

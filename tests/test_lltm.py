@@ -161,8 +161,9 @@ def check_backward_output_masks(device, batch, features=5, state=35):
                 assert g.shape == (0,), f"{name}, mask {mask}"
 
 
-def test_backward_output_masks(device):
-    check_backward_output_masks(device, 20)
+@pytest.mark.parametrize("features", [5, 0])  # F = 0: d_input is (B, 0)
+def test_backward_output_masks(device, features):
+    check_backward_output_masks(device, 20, features)
 
 
 def test_state_gradients_are_contiguous(device):

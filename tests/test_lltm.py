@@ -515,16 +515,17 @@ bool take(const std::vector<S>& v, size_t n, std::vector<double>& out) {
   return true;
 }
 
+// extra: TM (forward) or the output mask (backward); ch: the chunk depth.
 template <typename S>
-void report(const char* what, int B, int F, int S_, int extra, double err, bool guards,
+void report(const char* what, int B, int F, int S_, int extra, int ch, double err, bool guards,
             double tol) {
   const bool ok = err < tol && guards;
   failures += !ok;
-  std::printf("%s %s %zu-byte B=%d F=%d S=%d (%d): %.1e%s\n", ok ? "ok  " : "FAIL", what,
-              sizeof(S), B, F, S_, extra, err, guards ? "" : " (wrote past the end)");
+  std::printf("%s %s %zu-byte B=%d F=%d S=%d (%d, CH=%d): %.1e%s\n", ok ? "ok  " : "FAIL",
+              what, sizeof(S), B, F, S_, extra, ch, err, guards ? "" : " (wrote past the end)");
 }
 
-template <typename S, int TM>
+template <typename S, int TM, int CH = kChunk>
 void check_forward(int B, int F, int S_, double tol) {
   using acc_t = at::opmath_type<S>;
   const int K = S_ + F, N = 3 * S_;
@@ -536,7 +537,7 @@ void check_forward(int B, int F, int S_, double tol) {
       X(size_t(B) * K + 4, g), gates(size_t(B) * N + 4, g);
   const int blocks = ceil_div(B, fwd_rows<TM>) * ceil_div(S_, kFwdCols);
   launch(blocks, kThreads, 0, [&] {
-    small_forward_kernel<S, TM>(input.data(), weights.data(), bias.data(), old_h.data(),
+    small_forward_kernel<S, TM, CH>(input.data(), weights.data(), bias.data(), old_h.data(),
                                 old_cell.data(), new_h.data(), new_cell.data(), X.data(),
                                 gates.data(), B, F, S_);
   });
@@ -559,17 +560,17 @@ void check_forward(int B, int F, int S_, double tol) {
   }
   std::vector<double> got;
   bool guards = take(new_h, h_ref.size(), got);
-  report<S>("forward new_h", B, F, S_, TM, rel_err(got, h_ref), guards, tol);
+  report<S>("forward new_h", B, F, S_, TM, CH, rel_err(got, h_ref), guards, tol);
   guards = take(new_cell, c_ref.size(), got);
-  report<S>("forward new_cell", B, F, S_, TM, rel_err(got, c_ref), guards, tol);
+  report<S>("forward new_cell", B, F, S_, TM, CH, rel_err(got, c_ref), guards, tol);
   guards = take(gates, z_ref.size(), got);
-  report<S>("forward gates", B, F, S_, TM, rel_err(got, z_ref), guards, tol);
+  report<S>("forward gates", B, F, S_, TM, CH, rel_err(got, z_ref), guards, tol);
   guards = take(X, x_ref.size(), got);
-  report<S>("forward X", B, F, S_, TM, got == x_ref ? 0.0 : 1.0, guards, tol);
+  report<S>("forward X", B, F, S_, TM, CH, got == x_ref ? 0.0 : 1.0, guards, tol);
 }
 
 // mask: bits 0 input, 1 weights, 2 bias, 3 old_h (lltm_backward's output_mask).
-template <typename S, int TM>
+template <typename S, int TM, int CH = kChunk>
 void check_backward(int B, int F, int S_, int mask, double tol) {
   const int K = S_ + F, N = 3 * S_;
   const bool want_input = mask & 1, want_dw = mask & 2, want_bias = mask & 4, want_old_h = mask & 8;
@@ -602,7 +603,7 @@ void check_backward(int B, int F, int S_, int mask, double tol) {
   args.dx_col_tiles = dx_col_tiles;
   args.p_col_tiles = p_col_tiles;
   if (dx_blocks + p_blocks > 0) {
-    launch(dx_blocks + p_blocks, kThreads, 0, [&] { small_backward_kernel<S, TM>(args); });
+    launch(dx_blocks + p_blocks, kThreads, 0, [&] { small_backward_kernel<S, TM, CH>(args); });
   }
   std::vector<double> dx_ref(size_t(B) * K, 0.0), dw_ref(size_t(N) * K, 0.0), db_ref(N, 0.0);
   for (int b = 0; b < B; ++b) {
@@ -626,13 +627,13 @@ void check_backward(int B, int F, int S_, int mask, double tol) {
   };
   bool guards;
   guards = want_input ? take(d_input, want_in.size(), got) : untouched(d_input);
-  report<S>("backward d_input", B, F, S_, mask, want_input ? rel_err(got, want_in) : 0.0, guards, tol);
+  report<S>("backward d_input", B, F, S_, mask, CH, want_input ? rel_err(got, want_in) : 0.0, guards, tol);
   guards = want_old_h ? take(d_old_h, want_h.size(), got) : untouched(d_old_h);
-  report<S>("backward d_old_h", B, F, S_, mask, want_old_h ? rel_err(got, want_h) : 0.0, guards, tol);
+  report<S>("backward d_old_h", B, F, S_, mask, CH, want_old_h ? rel_err(got, want_h) : 0.0, guards, tol);
   guards = want_dw ? take(d_weights, dw_ref.size(), got) : untouched(d_weights);
-  report<S>("backward d_weights", B, F, S_, mask, want_dw ? rel_err(got, dw_ref) : 0.0, guards, tol);
+  report<S>("backward d_weights", B, F, S_, mask, CH, want_dw ? rel_err(got, dw_ref) : 0.0, guards, tol);
   guards = want_bias ? take(d_bias, db_ref.size(), got) : untouched(d_bias);
-  report<S>("backward d_bias", B, F, S_, mask, want_bias ? rel_err(got, db_ref) : 0.0, guards, tol);
+  report<S>("backward d_bias", B, F, S_, mask, CH, want_bias ? rel_err(got, db_ref) : 0.0, guards, tol);
 }
 
 int main() {
@@ -647,6 +648,12 @@ int main() {
     }
   }
   check_forward<float, kRowsPerThreadSmall>(40, 3, 21, 2e-6);
+  // 32-deep chunks (a tile variant; the launcher uses kChunk).
+  for (const auto& s : shapes) {
+    check_forward<float, kRowsPerThreadLarge, 32>(s[0], s[1], s[2], 2e-6);
+    check_backward<float, kRowsPerThreadLarge, 32>(s[0], s[1], s[2], 15, 2e-6);
+    check_backward<float, kRowsPerThreadSmall, 32>(s[0], s[1], s[2], 9, 2e-6);
+  }
   check_forward<double, kRowsPerThreadLarge>(70, 20, 50, 1e-12);
   check_backward<double, kRowsPerThreadLarge>(70, 20, 50, 15, 1e-12);
   check_forward<c10::Half, kRowsPerThreadLarge>(9, 7, 40, 2e-3);

@@ -13,11 +13,11 @@
 //   from d_gates with two block roles:
 //   - d_X role (the first dx_blocks blocks; none without d_old_h and d_input): a block owns
 //     kDxRows batch rows x kDxCols columns of X: d_X = d_gates @ weights = [d_old_h, d_input],
-//     reducing over the 3S gate columns in chunks of kDxChunk. Its tiles cover only the
+//     reducing over the 3S gate columns in chunks. Its tiles cover only the
 //     wanted halves' columns, and each column goes straight to its own output.
 //   - parameter role (none without d_weights and d_bias): a block owns kPN gate columns
 //     (rows of weights) x kPK columns of X: d_weights = d_gates^T @ X, reducing over the
-//     batch rows in chunks of kPChunk; the blocks of the first column tile also sum the
+//     batch rows in chunks; the blocks of the first column tile also sum the
 //     d_gates they staged into d_bias. Without d_weights there is one block per gate
 //     column tile and no GEMM.
 //   Every sum runs in a fixed order inside one block: no atomics, results deterministic.
@@ -55,39 +55,37 @@ constexpr int kThreads = 256;
 constexpr int kGroups = 16;
 constexpr int kRowsPerThreadLarge = 4, kRowsPerThreadSmall = 2;  // the two values of TM
 
-// Forward: fwd_rows<TM> batch rows x kFwdCols state columns (x 3 gates) per block; reduction
-// over the S + F columns of X in chunks of kFwdChunk. Micro-tile TM rows x 3 gates x 2.
+// Every reduction runs in chunks of CH (a kernel template parameter, kChunk by default):
+// CH columns of X (forward), CH gate columns (d_X role) or CH batch rows (parameter role)
+// are staged in shared memory, double-buffered, per step.
+constexpr int kChunk = 16;
+// Forward: fwd_rows<TM> batch rows x kFwdCols state columns (x 3 gates) per block, reducing
+// over the S + F columns of X. Micro-tile TM rows x 3 gates x 2.
 template <int TM>
 constexpr int fwd_rows = kGroups * TM;
-constexpr int kFwdCols = 32, kFwdChunk = 16;
-// Backward d_X role: dx_rows<TM> batch rows x kDxCols columns of X per block; reduction over
-// gate columns in chunks of kDxChunk. Micro-tile TM x 4.
+constexpr int kFwdCols = 32;
+// Backward d_X role: dx_rows<TM> batch rows x kDxCols columns of X per block, reducing over
+// the gate columns. Micro-tile TM x 4.
 template <int TM>
 constexpr int dx_rows = kGroups * TM;
-constexpr int kDxCols = 64, kDxChunk = 16;
+constexpr int kDxCols = 64;
 // Backward parameter role: kPN gate columns (3 segments of 32) x kPK columns of X per
-// block; reduction over batch rows in chunks of kPChunk. Micro-tile 4 columns of X x 3 x 2.
-constexpr int kPSeg = 32, kPN = 3 * kPSeg, kPK = 64, kPChunk = 16;
+// block, reducing over the batch rows. Micro-tile 4 columns of X x 3 x 2.
+constexpr int kPSeg = 32, kPN = 3 * kPSeg, kPK = 64;
 
 static_assert(kFwdCols == kGroups * 2, "forward micro-tile");
 static_assert(kDxCols == kGroups * 4, "d_X micro-tile");
 static_assert(kPK == kGroups * 4 && kPSeg == kGroups * 2, "parameter micro-tile");
-// Staging of the tiles of either TM: whole loads per thread.
-template <int TM>
-constexpr bool fwd_staging_ok = kThreads % kFwdChunk == 0 &&
-                                fwd_rows<TM> % (kThreads / kFwdChunk) == 0 &&
-                                3 * kFwdCols % (kThreads / kFwdChunk) == 0;
-template <int TM>
-constexpr bool dx_staging_ok = kThreads % kDxChunk == 0 &&
-                               dx_rows<TM> % (kThreads / kDxChunk) == 0 &&
-                               kDxChunk % (kThreads / kDxCols) == 0;
-static_assert(fwd_staging_ok<kRowsPerThreadLarge> && fwd_staging_ok<kRowsPerThreadSmall>,
-              "forward staging: whole loads per thread");
-static_assert(dx_staging_ok<kRowsPerThreadLarge> && dx_staging_ok<kRowsPerThreadSmall>,
-              "d_X staging: whole loads per thread");
-static_assert(kPChunk % (kThreads / kPK) == 0 && kPChunk % (kThreads / kPSeg) == 0,
-              "parameter staging: whole loads per thread");
 static_assert(kPN <= kThreads, "one thread per d_bias entry of a tile");
+// Staging of the tiles: whole loads per thread (checked in each kernel for its TM and CH).
+template <int TM, int CH>
+constexpr bool fwd_staging_ok = kThreads % CH == 0 && fwd_rows<TM> % (kThreads / CH) == 0 &&
+                                3 * kFwdCols % (kThreads / CH) == 0;
+template <int TM, int CH>
+constexpr bool dx_staging_ok = kThreads % CH == 0 && dx_rows<TM> % (kThreads / CH) == 0 &&
+                               CH % (kThreads / kDxCols) == 0;
+template <int CH>
+constexpr bool param_staging_ok = CH % (kThreads / kPK) == 0 && CH % (kThreads / kPSeg) == 0;
 
 // Shared-memory row strides: a multiple of 4 elements keeps the vector reads of TM = 4
 // (and TN = 2 or 4) elements aligned; the +4 on the rows that are stored transposed
@@ -107,34 +105,34 @@ static_assert(fwd_ld_x<kRowsPerThreadLarge> % 4 == 0 && fwd_ld_x<kRowsPerThreadS
                   kPLdX % 4 == 0 && kPLdZ % 4 == 0,
               "aligned vector reads");
 
-template <typename acc_t, int TM>
+template <typename acc_t, int TM, int CH>
 struct alignas(32) ForwardSmem {
-  acc_t x[2][kFwdChunk][fwd_ld_x<TM>];  // X^T, double-buffered
-  acc_t w[2][kFwdChunk][kFwdLdW];       // weights^T, double-buffered
+  acc_t x[2][CH][fwd_ld_x<TM>];  // X^T, double-buffered
+  acc_t w[2][CH][kFwdLdW];       // weights^T, double-buffered
 };
 
-template <typename acc_t, int TM>
+template <typename acc_t, int TM, int CH>
 struct alignas(32) DxSmem {
-  acc_t dz[2][kDxChunk][dx_ld_z<TM>];  // d_gates^T
-  acc_t w[2][kDxChunk][kDxLdW];        // weights rows
+  acc_t dz[2][CH][dx_ld_z<TM>];  // d_gates^T
+  acc_t w[2][CH][kDxLdW];        // weights rows
 };
 
-template <typename acc_t>
+template <typename acc_t, int CH>
 struct alignas(32) ParamSmem {
-  acc_t x[2][kPChunk][kPLdX];   // X rows
-  acc_t dz[2][kPChunk][kPLdZ];  // d_gates rows
+  acc_t x[2][CH][kPLdX];   // X rows
+  acc_t dz[2][CH][kPLdZ];  // d_gates rows
 };
 
-template <typename acc_t, int TM>
+template <typename acc_t, int TM, int CH>
 union BackwardSmem {
-  DxSmem<acc_t, TM> dx;
-  ParamSmem<acc_t> param;
+  DxSmem<acc_t, TM, CH> dx;
+  ParamSmem<acc_t, CH> param;
 };
 
-// The TM = 4 tiles are the larger ones.
-static_assert(sizeof(ForwardSmem<double, kRowsPerThreadLarge>) <= 48 * 1024,
-              "static shared memory");
-static_assert(sizeof(BackwardSmem<double, kRowsPerThreadLarge>) <= 48 * 1024,
+// Static shared memory is at most 48 KiB a block (checked in each kernel); with the default
+// chunks, the largest tiles (TM = 4, float64) fit.
+static_assert(sizeof(ForwardSmem<double, kRowsPerThreadLarge, kChunk>) <= 48 * 1024 &&
+                  sizeof(BackwardSmem<double, kRowsPerThreadLarge, kChunk>) <= 48 * 1024,
               "static shared memory");
 
 template <typename T>
@@ -169,11 +167,11 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
 // ---------------------------------------------------------------------------------------
 // Forward.
 //
-// Staging: of each kFwdChunk-column chunk of X (and of the weights rows), thread t loads
-// column kk = t % kFwdChunk of the tile rows rr + l * kRowStep, rr = t / kFwdChunk, so
+// Staging: of each CH-column chunk of X (and of the weights rows), thread t loads
+// column kk = t % CH of the tile rows rr + l * kRowStep, rr = t / CH, so
 // consecutive threads read consecutive columns; the per-row offsets are worked out once.
 
-template <typename scalar_t, int TM>
+template <typename scalar_t, int TM, int CH = kChunk>
 __global__ void __launch_bounds__(kThreads)
     small_forward_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ weights,
                          const scalar_t* __restrict__ bias, const scalar_t* __restrict__ old_h,
@@ -181,12 +179,14 @@ __global__ void __launch_bounds__(kThreads)
                          scalar_t* __restrict__ new_cell, scalar_t* __restrict__ X,
                          scalar_t* __restrict__ gates, int B, int F, int S) {
   using acc_t = at::opmath_type<scalar_t>;
+  static_assert(fwd_staging_ok<TM, CH>, "forward staging: whole loads per thread");
+  static_assert(sizeof(ForwardSmem<acc_t, TM, CH>) <= 48 * 1024, "static shared memory");
   constexpr int kFwdRows = fwd_rows<TM>;
   constexpr int kFwdLdX = fwd_ld_x<TM>;
-  constexpr int kRowStep = kThreads / kFwdChunk;    // 16
-  constexpr int kXLoads = kFwdRows / kRowStep;      // TM
-  constexpr int kWLoads = 3 * kFwdCols / kRowStep;  // 6
-  __shared__ ForwardSmem<acc_t, TM> sm;
+  constexpr int kRowStep = kThreads / CH;           // 16 for CH = 16
+  constexpr int kXLoads = kFwdRows / kRowStep;      // TM for CH = 16
+  constexpr int kWLoads = 3 * kFwdCols / kRowStep;  // 6 for CH = 16
+  __shared__ ForwardSmem<acc_t, TM, CH> sm;
 
   const int t = threadIdx.x;
   const int K = S + F;
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreads)
   const int b0 = static_cast<int>(blockIdx.x) / col_tiles * kFwdRows, j0 = col_tile * kFwdCols;
   const bool write_X = col_tile == 0;
 
-  const int kk = t % kFwdChunk, rr = t / kFwdChunk;
+  const int kk = t % CH, rr = t / CH;
   int x_row[kXLoads];  // batch row of X, -1 outside the problem
 #pragma unroll
   for (int l = 0; l < kXLoads; ++l) {
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
     w_row[l] = j < S ? (row / kFwdCols * S + j) * K : -1;
   }
 
-  // Global -> registers for the chunk of X's columns [k0, k0 + kFwdChunk), zeros outside.
+  // Global -> registers for the chunk of X's columns [k0, k0 + CH), zeros outside.
   acc_t rx[kXLoads], rw[kWLoads];
   auto load = [&](int k0) {
     const int k = k0 + kk;
@@ -242,14 +242,14 @@ __global__ void __launch_bounds__(kThreads)
   // acc[i][g][c]: gate g's pre-activation for batch row b0 + m0 + i, column j0 + n0 + c.
   const int m0 = t / kGroups * TM, n0 = t % kGroups * 2;
   acc_t acc[TM][3][2] = {};
-  const int steps = ceil_div(K, kFwdChunk);
+  const int steps = ceil_div(K, CH);
   load(0);
   store(0);
   __syncthreads();
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
-    if (s + 1 < steps) load((s + 1) * kFwdChunk);
-    multiply_tile<kFwdChunk, kFwdLdX, kFwdLdW, kFwdCols>(acc, &sm.x[cur][0][0], &sm.w[cur][0][0],
+    if (s + 1 < steps) load((s + 1) * CH);
+    multiply_tile<CH, kFwdLdX, kFwdLdW, kFwdCols>(acc, &sm.x[cur][0][0], &sm.w[cur][0][0],
                                                          m0, n0);
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
@@ -308,22 +308,22 @@ struct BackwardArgs {
 
 // d_X[b0 : b0 + kDxRows, k0 : k0 + kDxCols] = d_gates[b-tile, :] @ weights[:, k-tile], for
 // the columns in [dx_k0, dx_k1); column k < S is written to d_old_h, column k >= S to d_input.
-template <int TM, typename scalar_t, typename acc_t>
+template <int TM, int CH, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
-                                             DxSmem<acc_t, TM>& sm, int block) {
+                                         DxSmem<acc_t, TM, CH>& sm, int block) {
   constexpr int kDxRows = dx_rows<TM>;
   constexpr int kDxLdZ = dx_ld_z<TM>;
-  constexpr int kZStep = kThreads / kDxChunk;  // 16
-  constexpr int kZLoads = kDxRows / kZStep;    // TM
-  constexpr int kWStep = kThreads / kDxCols;   // 4
-  constexpr int kWLoads = kDxChunk / kWStep;   // 4
+  constexpr int kZStep = kThreads / CH;       // 16 for CH = 16
+  constexpr int kZLoads = kDxRows / kZStep;   // TM for CH = 16
+  constexpr int kWStep = kThreads / kDxCols;  // 4
+  constexpr int kWLoads = CH / kWStep;        // 4 for CH = 16
   const int t = threadIdx.x;
   const int b0 = block / a.dx_col_tiles * kDxRows;
   const int k0 = a.dx_k0 + block % a.dx_col_tiles * kDxCols;
 
   // d_gates: thread t loads column zn of each chunk for the tile rows zb + l * kZStep.
   // weights: thread t loads column k0 + wk of the chunk's rows wr + l * kWStep.
-  const int zn = t % kDxChunk, zb = t / kDxChunk;
+  const int zn = t % CH, zb = t / CH;
   const int wk = t % kDxCols, wr = t / kDxCols;
   const bool k_in = k0 + wk < a.dx_k1;
   int z_row[kZLoads];  // offset of the d_gates row, -1 outside the problem
@@ -333,7 +333,7 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
     z_row[l] = b < a.B ? b * a.N : -1;
   }
   acc_t rz[kZLoads], rw[kWLoads];
-  auto load = [&](int c0) {  // gate columns [c0, c0 + kDxChunk)
+  auto load = [&](int c0) {  // gate columns [c0, c0 + CH)
     const int n = c0 + zn;
 #pragma unroll
     for (int l = 0; l < kZLoads; ++l) {
@@ -354,14 +354,14 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
 
   const int m0 = t / kGroups * TM, n0 = t % kGroups * 4;
   acc_t acc[TM][1][4] = {};
-  const int steps = ceil_div(a.N, kDxChunk);
+  const int steps = ceil_div(a.N, CH);
   load(0);
   store(0);
   __syncthreads();
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
-    if (s + 1 < steps) load((s + 1) * kDxChunk);
-    multiply_tile<kDxChunk, kDxLdZ, kDxLdW, kDxCols>(acc, &sm.dz[cur][0][0], &sm.w[cur][0][0], m0,
+    if (s + 1 < steps) load((s + 1) * CH);
+    multiply_tile<CH, kDxLdZ, kDxLdW, kDxCols>(acc, &sm.dz[cur][0][0], &sm.w[cur][0][0], m0,
                                                      n0);
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
@@ -385,14 +385,14 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
 }
 
 // d_weights[nb : nb + kPN, k0 : k0 + kPK] = d_gates[:, n-tile]^T @ X[:, k-tile], reducing over
-// batch rows in chunks of kPChunk; the blocks of the first k tile also write d_bias.
-template <typename scalar_t, typename acc_t>
-__device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a, ParamSmem<acc_t>& sm,
-                                           int block) {
-  constexpr int kZStep = kThreads / kPSeg;   // 8
-  constexpr int kZLoads = kPChunk / kZStep;  // 2 (x 3 segments)
-  constexpr int kXStep = kThreads / kPK;     // 4
-  constexpr int kXLoads = kPChunk / kXStep;  // 4
+// batch rows in chunks of CH; the blocks of the first k tile also write d_bias.
+template <int CH, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
+                                           ParamSmem<acc_t, CH>& sm, int block) {
+  constexpr int kZStep = kThreads / kPSeg;  // 8
+  constexpr int kZLoads = CH / kZStep;      // 2 (x 3 segments) for CH = 16
+  constexpr int kXStep = kThreads / kPK;    // 4
+  constexpr int kXLoads = CH / kXStep;      // 4 for CH = 16
   const int t = threadIdx.x;
   const int nb = block / a.p_col_tiles * kPN, k0 = block % a.p_col_tiles * kPK;
   const bool want_dw = a.d_weights != nullptr;
@@ -442,20 +442,20 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a, Para
   const int m0 = t / kGroups * 4, n0 = t % kGroups * 2;
   acc_t acc[4][3][2] = {};
   acc_t bias_sum = 0;  // thread t < kPN: gate column nb + t
-  const int steps = ceil_div(a.B, kPChunk);
+  const int steps = ceil_div(a.B, CH);
   load(0);
   store(0);
   __syncthreads();
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
-    if (s + 1 < steps) load((s + 1) * kPChunk);
+    if (s + 1 < steps) load((s + 1) * CH);
     if (want_dw) {
-      multiply_tile<kPChunk, kPLdX, kPLdZ, kPSeg>(acc, &sm.x[cur][0][0], &sm.dz[cur][0][0], m0,
+      multiply_tile<CH, kPLdX, kPLdZ, kPSeg>(acc, &sm.x[cur][0][0], &sm.dz[cur][0][0], m0,
                                                   n0);
     }
     if (want_bias && t < kPN) {
 #pragma unroll
-      for (int r = 0; r < kPChunk; ++r) bias_sum += sm.dz[cur][r][t];
+      for (int r = 0; r < CH; ++r) bias_sum += sm.dz[cur][r][t];
     }
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
@@ -479,17 +479,20 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a, Para
   if (want_bias && t < kPN && nb + t < a.N) a.d_bias[nb + t] = bias_sum;
 }
 
-// DX_TM: the d_X role's TM (the parameter role's tiles are fixed).
-template <typename scalar_t, int DX_TM>
+// DX_TM: the d_X role's TM (the parameter role's tiles are fixed); CH: both roles' chunks.
+template <typename scalar_t, int DX_TM, int CH = kChunk>
 __global__ void __launch_bounds__(kThreads) small_backward_kernel(const BackwardArgs<scalar_t> a) {
   using acc_t = at::opmath_type<scalar_t>;
-  __shared__ BackwardSmem<acc_t, DX_TM> sm;
+  static_assert(dx_staging_ok<DX_TM, CH> && param_staging_ok<CH>,
+                "backward staging: whole loads per thread");
+  static_assert(sizeof(BackwardSmem<acc_t, DX_TM, CH>) <= 48 * 1024, "static shared memory");
+  __shared__ BackwardSmem<acc_t, DX_TM, CH> sm;
   // The role is uniform over a block, so every __syncthreads() inside is reached by all.
   const int block = static_cast<int>(blockIdx.x);
   if (block < a.dx_blocks) {
-    d_x_role<DX_TM>(a, sm.dx, block);
+    d_x_role<DX_TM, CH>(a, sm.dx, block);
   } else {
-    param_role(a, sm.param, block - a.dx_blocks);
+    param_role<CH>(a, sm.param, block - a.dx_blocks);
   }
 }
 

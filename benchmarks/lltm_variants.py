@@ -20,6 +20,7 @@ from torch.utils.cpp_extension import load
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.report import markdown  # noqa: E402
 from benchmarks.timing import PEAK_FP32_TFLOPS, median_ms  # noqa: E402
 
 SHAPES = [(256, 256, 1024), (512, 512, 1024), (16, 32, 128)]
@@ -144,12 +145,11 @@ def main():
                          4 * macs / ms / 1e9, err))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; kernel time alone, "
           f"median of 50; TFLOP/s = 2 * B*(S+F)*3S per GEMM / time; % of {PEAK_FP32_TFLOPS:g}\n")
-    print("| (B, F, S) | kernel | variant | ms | TFLOP/s | % peak | rel err |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
-    for shape, kind, name, ms, tf, e in rows:
-        flag = "" if e < 1e-5 else " MISMATCH"
-        print(f"| {shape} | {kind} | {name} | {ms:.4f} | {tf:.1f} | "
-              f"{100 * tf / PEAK_FP32_TFLOPS:.0f}% | {e:.1e}{flag} |")
+    header = ["(B, F, S)", "kernel", "variant", "ms", "TFLOP/s", "% peak", "rel err"]
+    print(markdown(header, [
+        [shape, kind, name, f"{ms:.4f}", f"{tf:.1f}", f"{100 * tf / PEAK_FP32_TFLOPS:.0f}%",
+         f"{e:.1e}" + ("" if e < 1e-5 else " MISMATCH")]
+        for shape, kind, name, ms, tf, e in rows]))
 
 
 if __name__ == "__main__":

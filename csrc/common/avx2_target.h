@@ -4,6 +4,10 @@
 // their own namespace, as ATen does for its per-CPU kernels. Its callers choose it at run
 // time with fused_ops::cpu_has_avx2() (cpu_features.h). FUSED_OPS_AVX2 is defined where
 // this works (x86-64, GCC or Clang); elsewhere the file is built for the baseline CPU.
+// Code built this way keeps no standard containers: GCC 13 refuses to inline their
+// always-inline members across the pragma ("inlining failed in call to 'always_inline'
+// ... target specific option mismatch" for a std::vector; GCC 12 accepts it). Buffers come
+// from the baseline-built caller.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)

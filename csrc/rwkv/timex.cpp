@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "common/cpu_features.h"
 #include "common/module.h"
 #include "common/parallel.h"
@@ -79,7 +81,10 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, cons
       });
       // One task per channel owns its row of grad_w and sums over the batch in order.
       at::parallel_for(0, C, std::max<int64_t>(1, grain(T) / std::max<int64_t>(1, B)),
-                       [&](int64_t c0, int64_t c1) { w_kernel(gp, kp, gw, B, C, T, c0, c1); });
+                       [&](int64_t c0, int64_t c1) {
+                         std::vector<scalar_t> scratch(grad_w_scratch_length(T));  // zeros
+                         w_kernel(gp, kp, gw, B, C, T, c0, c1, scratch.data());
+                       });
     });
   }
   return {grad_w.to(w.scalar_type()), grad_k.to(k.scalar_type())};

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 namespace rwkv {
 
@@ -29,6 +28,10 @@ namespace rwkv {
 // kPad is the largest tile (TILE) of any build and element type.
 constexpr int64_t kPad = 32;
 inline int64_t padded_length(int64_t T) { return T + 2 * kPad; }
+// The scratch buffer of grad_w_channels, in elements (enough for any build's tile): a
+// zero-padded reversed k row, then one row of lag sums in whole tiles. The caller allocates
+// it, zeroed, because code built for AVX2 keeps no standard containers (common/avx2_target.h).
+inline int64_t grad_w_scratch_length(int64_t T) { return padded_length(T) + T + kPad; }
 
 // AVX2 + FMA builds of the kernels below, for float and double (timex_cpu_avx2.cpp).
 template <typename T>
@@ -39,7 +42,7 @@ void grad_k_rows_avx2(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t 
                       int64_t r1);
 template <typename T>
 void grad_w_channels_avx2(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, int64_t len,
-                          int64_t c0, int64_t c1);
+                          int64_t c0, int64_t c1, T* scratch);
 
 namespace {  // NOLINT(build/namespaces_headers): see the note at the top
 
@@ -131,28 +134,29 @@ void grad_k_rows(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t len, 
   }
 }
 
-// grad_w rows [c0, c1) of (C, len), each summed over the batch in order.
+// grad_w rows [c0, c1) of (C, len), each summed over the batch in order. scratch:
+// grad_w_scratch_length(len) elements, zero on entry.
 template <typename T>
 void grad_w_channels(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, int64_t len,
-                     int64_t c0, int64_t c1) {
+                     int64_t c0, int64_t c1, T* scratch) {
   constexpr int64_t V = Vec<T>::size();
   // Lag sums in whole tiles (the lags past len are computed and dropped).
-  const int64_t tiles = (len + kTile<T> - 1) / kTile<T>;
-  std::vector<T> k_rev(padded_length(len), T(0)), lag_sum(tiles * kTile<T>);
-  T* const kr = k_rev.data() + kPad;
+  const int64_t lags = (len + kTile<T> - 1) / kTile<T> * kTile<T>;
+  T* const kr = scratch + kPad;  // the reversed k row, kPad zeros on either side
+  T* const lag_sum = scratch + padded_length(len);
   for (int64_t c = c0; c < c1; ++c) {
-    std::fill(lag_sum.begin(), lag_sum.end(), T(0));
+    for (int64_t s = 0; s < lags; ++s) lag_sum[s] = T(0);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t row = (b * C + c) * len;
       for (int64_t m = 0; m < len; ++m) kr[m] = k[row + len - 1 - m];
       for (int64_t s0 = 0; s0 < len; s0 += kTile<T>) {
         Vec<T> acc[kTileVecs];
-        for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>::loadu(lag_sum.data() + s0 + v * V);
+        for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>::loadu(lag_sum + s0 + v * V);
         // Time t reaches lags s0 + i <= t: some of the tile up to t = s0 + TILE - 1.
         const int64_t edge = std::min(s0 + kTile<T> - 1, len);
         tile_sum_edge(kr + len - 1 + s0, g + row, s0, edge, s0, false, acc);
         tile_sum(kr + len - 1 + s0, g + row, edge, len, acc);
-        for (int v = 0; v < kTileVecs; ++v) acc[v].store(lag_sum.data() + s0 + v * V);
+        for (int v = 0; v < kTileVecs; ++v) acc[v].store(lag_sum + s0 + v * V);
       }
     }
     for (int64_t s = 0; s < len; ++s) grad_w[c * len + len - 1 - s] = lag_sum[s];

@@ -21,8 +21,8 @@ void grad_k_rows_avx2(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t 
 
 template <typename T>
 void grad_w_channels_avx2(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, int64_t len,
-                          int64_t c0, int64_t c1) {
-  grad_w_channels(g, k, grad_w, B, C, len, c0, c1);
+                          int64_t c0, int64_t c1, T* scratch) {
+  grad_w_channels(g, k, grad_w, B, C, len, c0, c1, scratch);
 }
 
 #define TIMEX_AVX2_INSTANTIATE(T)                                                          \
@@ -31,7 +31,7 @@ void grad_w_channels_avx2(const T* g, const T* k, T* grad_w, int64_t B, int64_t 
   template void grad_k_rows_avx2<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,     \
                                     int64_t);                                              \
   template void grad_w_channels_avx2<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, \
-                                        int64_t, int64_t);
+                                        int64_t, int64_t, T*);
 TIMEX_AVX2_INSTANTIATE(float)
 TIMEX_AVX2_INSTANTIATE(double)
 #undef TIMEX_AVX2_INSTANTIATE

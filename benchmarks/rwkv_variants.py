@@ -26,24 +26,21 @@ SHAPES = [(32, 768, 768), (8, 1024, 1024), (64, 768, 256), (4, 1024, 4096)]
 
 # name: ToeplitzConfig<float, RT, RB, NB, NC, NWARP, UC, UG, MINB> arguments.
 TOEPLITZ = {
-    "RT8 RB8 NB4 NC2 w4 UC32 UG2": "8, 8, 4, 2, 4, 32, 2, 4",
+    "RT8 RB8 NB4 NC2 w4 UC32 UG4": "8, 8, 4, 2, 4, 32, 4, 4",
     "RT8 RB8 NB2 NC4 w4 UC32 UG2": "8, 8, 2, 4, 4, 32, 2, 4",
     "RT8 RB8 NB1 NC8 w4 UC32 UG2": "8, 8, 1, 8, 4, 32, 2, 4",
     "RT8 RB4 NB1 NC8 w4 UC32 UG2": "8, 4, 1, 8, 4, 32, 2, 4",
-    "RT8 RB8 NB4 NC2 w4 UC32 UG4": "8, 8, 4, 2, 4, 32, 4, 4",
-    # Third sweep (not yet timed; each passed the CPU emulation of tests/test_rwkv.py):
-    # NB * NC = 16, so that a warp spans 16 outputs and skips the zero triangle in half the
-    # steps (about 4% of the work at T = 768 is in that triangle with 32-output warps), for
-    # 2 distinct k rows per broadcast group instead of 1; chunks of 64 inputs (half the
-    # barriers); 4 outputs x 16 rows per thread.
-    "RT8 RB8 NB4 NC4 w4 UC32 UG4": "8, 8, 4, 4, 4, 32, 4, 4",
-    "RT8 RB8 NB4 NC4 w8 UC32 UG4 MINB2": "8, 8, 4, 4, 8, 32, 4, 2",
-    "RT8 RB8 NB4 NC4 w4 UC64 UG4": "8, 8, 4, 4, 4, 64, 4, 4",
-    "RT8 RB8 NB4 NC2 w4 UC64 UG4": "8, 8, 4, 2, 4, 64, 4, 4",
-    "RT4 RB16 NB2 NC4 w4 UC32 UG4": "4, 16, 2, 4, 4, 32, 4, 4",
-    "RT8 RB8 NB2 NC8 w4 UC32 UG4": "8, 8, 2, 8, 4, 32, 4, 4",
-    "RT8 RB8 NB1 NC16 w4 UC32 UG2": "8, 8, 1, 16, 4, 32, 2, 4",
-    "RT8 RB4 NB1 NC16 w4 UC32 UG2": "8, 4, 1, 16, 4, 32, 2, 4",
+}
+# name: ToeplitzTCConfig<NT, NWARP, UC, MINB> arguments (float32 tensor-core kernel, 3xTF32;
+# 8 * NT batch rows per block).
+TOEPLITZ_TC = {
+    "TC NT4 w4 UC32": "4, 4, 32, 4",
+    "TC NT4 w4 UC32 MINB5": "4, 4, 32, 5",
+    "TC NT4 w2 UC32 MINB8": "4, 2, 32, 8",
+    "TC NT4 w8 UC32 MINB2": "4, 8, 32, 2",
+    "TC NT4 w4 UC64": "4, 4, 64, 4",
+    "TC NT2 w4 UC32": "2, 4, 32, 4",
+    "TC NT1 w4 UC32": "1, 4, 32, 4",
 }
 # name: WgradConfig<float, RS, NR, NLW, NTWP, TQ, UG, MINB> arguments, NR filled in per B.
 WGRAD = {
@@ -57,10 +54,9 @@ NRS = [16, 8, 4]
 
 
 def default_toeplitz(B):
-    """The configuration Tiles<float>::toeplitz (csrc/rwkv/timex_kernels.cuh) picks."""
+    """The configuration timex_cuda.cu launches for float32 on sm_80+ (Tiles<float>)."""
     return ("RT8 RB4 NB1 NC8 w4 UC32 UG2" if B <= 4 else "RT8 RB8 NB1 NC8 w4 UC32 UG2"
-            if B <= 8 else "RT8 RB8 NB2 NC4 w4 UC32 UG2" if B <= 16 else
-            "RT8 RB8 NB4 NC2 w4 UC32 UG4")
+            if B <= 8 else "RT8 RB8 NB2 NC4 w4 UC32 UG2" if B <= 16 else "TC NT4 w4 UC64")
 
 
 DEFAULT_WGRAD = "RS32 NLW2 NTWP2 TQ32 UG4"  # Tiles<float>::wgrad, every B
@@ -87,6 +83,18 @@ void run_toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, do
   const bool vec = T % 4 == 0;
   kernel<<<blocks, Cfg::THREADS, Cfg::SMEM_BYTES, at::cuda::getCurrentCUDAStream()>>>(
       w.data_ptr<float>(), in.data_ptr<float>(), out.data_ptr<float>(), B, C, T, float(eps), vec, vec,
+      vec);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename Cfg, bool CAUSAL>
+void run_toeplitz_tc(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps) {
+  const int B = in.size(0), C = in.size(1), T = in.size(2);
+  auto kernel = toeplitz_tc_kernel<Cfg, CAUSAL>;
+  const unsigned blocks = unsigned(C * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT));
+  const bool vec = T % 4 == 0;
+  kernel<<<blocks, Cfg::THREADS, Cfg::SMEM_BYTES, at::cuda::getCurrentCUDAStream()>>>(
+      w.data_ptr<float>(), in.data_ptr<float>(), out.data_ptr<float>(), B, C, T, float(eps), vec,
       vec);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -124,6 +132,11 @@ def build():
             add(f"toeplitz_{i}_{causal}",
                 "const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps",
                 f"run_toeplitz<ToeplitzConfig<float, {args}>, {causal}>(w, in, out, eps)")
+    for i, (name, args) in enumerate(TOEPLITZ_TC.items()):
+        for causal in ("true", "false"):
+            add(f"toeplitz_tc_{i}_{causal}",
+                "const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps",
+                f"run_toeplitz_tc<ToeplitzTCConfig<{args}>, {causal}>(w, in, out, eps)")
     for i, (name, args) in enumerate(WGRAD.items()):
         for nr in NRS:
             add(f"wgrad_{i}_{nr}", "const at::Tensor& g, const at::Tensor& k, at::Tensor& gw",
@@ -161,9 +174,11 @@ def main():
         def err(got, want):
             return ((got.double() - want).norm() / want.norm()).item()
 
-        for i, name in enumerate(TOEPLITZ):
+        toeplitz = [(f"toeplitz_{i}", name) for i, name in enumerate(TOEPLITZ)]
+        toeplitz += [(f"toeplitz_tc_{i}", name) for i, name in enumerate(TOEPLITZ_TC)]
+        for fn_name, name in toeplitz:
             for causal in ("true", "false"):
-                fn = getattr(mod, f"toeplitz_{i}_{causal}")
+                fn = getattr(mod, f"{fn_name}_{causal}")
                 src, want = (k, ref) if causal == "true" else (g, ref_k)
                 fn(w, src, out, 0.0)
                 e = err(out[:, ch], want)

@@ -6,10 +6,13 @@
 // tests' reference computations use.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 #include <type_traits>
@@ -35,6 +38,15 @@ inline Dim3 blockDim, gridDim;
 inline thread_local unsigned char* emu_smem;
 inline std::barrier<>* emu_barrier;
 
+// A warp's meeting point for the warp-wide operations below (mma): its own barrier and the
+// fragments its lanes hand in.
+struct EmuWarp {
+  explicit EmuWarp(int lanes) : barrier(lanes) {}
+  std::barrier<> barrier;
+  float a[32][4], b[32][2];
+};
+inline thread_local EmuWarp* emu_warp;
+
 // Runs body() as `grid` blocks of `threads` threads with smem_bytes of dynamic shared memory,
 // filled with huge values before each block so that a read of unstaged memory shows.
 inline void launch(int grid, int threads, int smem_bytes, const std::function<void()>& body) {
@@ -46,17 +58,59 @@ inline void launch(int grid, int threads, int smem_bytes, const std::function<vo
     std::memset(base, 0x7f, smem_bytes);
     std::barrier<> bar(threads);
     emu_barrier = &bar;
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    for (int w = 0; w < (threads + 31) / 32; ++w) {
+      warps.push_back(std::make_unique<EmuWarp>(std::min(32, threads - 32 * w)));
+    }
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t, b] {
         threadIdx.x = t;
         blockIdx.x = b;
         emu_smem = base;
+        emu_warp = warps[t / 32].get();
         body();
       });
     }
     for (auto& t : pool) t.join();
   }
+}
+
+// float32 bits <-> float.
+inline float emu_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint32_t emu_as_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// mma.sync.m16n8k8 .tf32 with float accumulation for the calling warp (every lane calls it):
+// c += A * B with the fragment layout of PTX (g = lane / 4, q = lane % 4): a = A[g][q],
+// A[g+8][q], A[g][q+4], A[g+8][q+4]; b = B[q][g], B[q+4][g]; c = C[g][2q], C[g][2q+1],
+// C[g+8][2q], C[g+8][2q+1]. Operands are read as tf32 (low 13 bits dropped, as the tensor
+// cores do), so products are exact in float; the sum runs in k order.
+inline void emu_mma_m16n8k8_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  EmuWarp& w = *emu_warp;
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  for (int e = 0; e < 4; ++e) w.a[lane][e] = emu_as_float(a[e] & 0xffffe000u);
+  for (int e = 0; e < 2; ++e) w.b[lane][e] = emu_as_float(b[e] & 0xffffe000u);
+  w.barrier.arrive_and_wait();
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
+    float sum = c[e];
+    for (int k = 0; k < 8; ++k) {
+      const float av = w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
+      const float bv = w.b[col * 4 + k % 4][k >= 4];
+      sum += av * bv;
+    }
+    c[e] = sum;
+  }
+  w.barrier.arrive_and_wait();
 }
 
 template <typename S>

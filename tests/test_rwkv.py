@@ -251,7 +251,7 @@ CUDA_SHAPES = [(1, 9, 129), (3, 17, 255), (5, 3, 257), (8, 10, 384), (9, 5, 130)
 
 
 @cuda_only
-@pytest.mark.parametrize("shape", CUDA_SHAPES + [(2, 3, 4100)])
+@pytest.mark.parametrize("shape", CUDA_SHAPES + [(2, 3, 4100), (20, 2, 4100)])
 def test_cuda_tiles_and_long_t_against_conv1d(shape):
     w, k = make(*shape, "cuda")
     grad = torch.randn_like(k)
@@ -376,6 +376,7 @@ void check(int B, int C, int T, double eps, int offset, double tol) {
     }
   }
   const S guard = static_cast<S>(777.0);
+  bool guards = true;
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard);
   const bool vec = std::is_same_v<S, acc_t> && T % 4 == 0 && offset % 4 == 0;
   const bool vec_w = std::is_same_v<S, acc_t> && T % 4 == 0;
@@ -391,13 +392,45 @@ void check(int B, int C, int T, double eps, int offset, double tol) {
                                      vec_w, vec, vec);
     });
   });
+  // float32: the tensor-core kernels too (every tile shape, whatever B), into out2 / gk2.
+  std::vector<S> out2(k.size(), guard), gk2(k.size(), guard);
+  double e4 = 0, e5 = 0;
+  if constexpr (std::is_same_v<S, float>) {
+    auto tc = [&](auto cfg) {
+      using Cfg = decltype(cfg);
+      const int blocks = C * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
+      std::fill(out2.begin(), out2.end(), guard);
+      std::fill(gk2.begin(), gk2.end(), guard);
+      launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+        toeplitz_tc_kernel<Cfg, true>(w.data(), kp, out2.data() + offset, B, C, T, float(eps),
+                                      vec_w, vec);
+      });
+      launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+        toeplitz_tc_kernel<Cfg, false>(w.data(), gp, gk2.data() + offset, B, C, T, 0.f, vec_w,
+                                       vec);
+      });
+      std::vector<double> o2(n), dk2(n);
+      for (size_t i = 0; i < out2.size(); ++i) {
+        if (i >= size_t(offset) && i < offset + n) {
+          o2[i - offset] = out2[i];
+          dk2[i - offset] = gk2[i];
+        } else {
+          guards &= out2[i] == guard && gk2[i] == guard;
+        }
+      }
+      e4 = std::max(e4, rel_err(o2, out_ref));
+      e5 = std::max(e5, rel_err(dk2, gk_ref));
+    };
+    tc(ToeplitzTCConfig<1, 4, 32, 4>{});
+    tc(ToeplitzTCConfig<2, 2, 16, 4>{});
+    Tiles<float>::toeplitz_tc(B, tc);
+  }
   Tiles<acc_t>::wgrad(B, [&](auto cfg) {
     using Cfg = decltype(cfg);
     launch(cdiv(C, Cfg::NCH) * cdiv(T, Cfg::ST), Cfg::THREADS, Cfg::SMEM_BYTES,
            [&] { wgrad_kernel<S, Cfg>(gp, kp, gw.data(), B, C, T, vec); });
   });
   std::vector<double> o(n), dk(n), dw(gw.size());
-  bool guards = true;
   for (size_t i = 0; i < out.size(); ++i) {
     const bool inside = i >= size_t(offset) && i < offset + n;
     if (inside) {
@@ -410,10 +443,11 @@ void check(int B, int C, int T, double eps, int offset, double tol) {
   }
   for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
   const double e1 = rel_err(o, out_ref), e2 = rel_err(dk, gk_ref), e3 = rel_err(dw, gw_ref);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards;
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && e4 < tol && e5 < tol && guards;
   failures += !ok;
-  std::printf("%s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: out %.1e grad_k %.1e grad_w %.1e%s\n",
-              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, offset, int(vec), e1, e2, e3,
+  std::printf("%s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: out %.1e grad_k %.1e grad_w %.1e"
+              " tensor cores: out %.1e grad_k %.1e%s\n",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, offset, int(vec), e1, e2, e3, e4, e5,
               guards ? "" : " (wrote outside the output)");
 }
 

@@ -55,11 +55,37 @@ void toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The tensor-core (3xTF32) kernel: float32 only.
+template <typename Cfg, bool CAUSAL>
+void toeplitz_tc(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
+                 cudaStream_t stream) {
+  const int B = static_cast<int>(in.size(0)), C = static_cast<int>(in.size(1));
+  const int T = static_cast<int>(in.size(2));
+  const int64_t blocks = int64_t{C} * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
+  auto kernel = kernels::toeplitz_tc_kernel<Cfg, CAUSAL>;
+  allow_shared_memory(kernel, Cfg::SMEM_BYTES);
+  kernel<<<grid_size(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
+      w.const_data_ptr<float>(), in.const_data_ptr<float>(), out.mutable_data_ptr<float>(), B, C,
+      T, static_cast<float>(eps), vector_ok<float>(w), vector_ok<float>(in));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// float32 on sm_80 and newer takes the tensor-core kernel where Tiles has one for the batch
+// size; everything else the FMA kernel.
 template <typename scalar_t, bool CAUSAL>
 void toeplitz_for_batch(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
                         cudaStream_t stream) {
   using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
-  Tiles::toeplitz(static_cast<int>(in.size(0)), [&](auto cfg) {
+  const int B = static_cast<int>(in.size(0));
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    if (at::cuda::getCurrentDeviceProperties()->major >= 8 &&
+        Tiles::toeplitz_tc(B, [&](auto cfg) {
+          toeplitz_tc<decltype(cfg), CAUSAL>(w, in, out, eps, stream);
+        })) {
+      return;
+    }
+  }
+  Tiles::toeplitz(B, [&](auto cfg) {
     toeplitz<scalar_t, decltype(cfg), CAUSAL>(w, in, out, eps, stream);
   });
 }

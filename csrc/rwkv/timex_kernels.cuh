@@ -93,41 +93,49 @@ TIMEX_DEVICE void copy_wait() {
 // is src[n0 + x] as acc_t, with zeros outside [0, T) and in rows that row_of marks invalid.
 // row_of(r, src, dst) sets src to the row's first element (any valid pointer when it returns
 // false) and dst to its first element in shared memory (aligned to 4 elements). Each thread
-// copies GPT consecutive groups of 4 of one row, so one row address serves GPT copies. vec
+// copies GPT consecutive groups of 4 of one row, so one row address serves GPT copies (and
+// whole rows in PASSES passes when the tile has more than GPR groups per thread; one group
+// or none when it has fewer groups than threads). vec
 // promises 16-byte aligned rows, T % 4 == 0 and n0 % 4 == 0: the 4 elements of a group are
 // then all inside or all outside [0, T), and one vector copy does.
 template <int THREADS, int ROWS, int GPR, typename scalar_t, typename acc_t, typename RowFn>
 TIMEX_DEVICE void stage_tile(int tid, int n0, int T, bool vec, const RowFn& row_of) {
-  constexpr int GPT = ROWS * GPR / THREADS;
-  static_assert(ROWS * GPR % THREADS == 0 && GPT >= 1 && GPR % GPT == 0, "tile split");
-  const int r = tid / (GPR / GPT), x = (tid % (GPR / GPT)) * GPT * 4;
-  const scalar_t* src;
-  acc_t* dst;
-  const bool row_ok = row_of(r, src, dst);
-  dst += x;
-  const int n = n0 + x;
-  if constexpr (std::is_same_v<scalar_t, acc_t>) {
-    if (vec) {
-      const scalar_t* p = row_ok ? src + n : src;
+  constexpr int GPT = ROWS * GPR < THREADS ? 1 : imin(ROWS * GPR / THREADS, GPR);
+  constexpr int PASSES = ROWS * GPR < THREADS ? 1 : ROWS * GPR / (THREADS * GPT);
+  static_assert((ROWS * GPR < THREADS || ROWS * GPR % (THREADS * GPT) == 0) && GPR % GPT == 0,
+                "tile split");
+  if (ROWS * GPR < THREADS && tid >= ROWS * GPR) return;  // a small tile: some threads idle
 #pragma unroll
-      for (int g = 0; g < GPT; ++g) {
-        const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
-#pragma unroll
-        for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
-          const int e = 4 * g + h * 16 / int(sizeof(acc_t));
-          copy_async<16>(dst + e, ok ? p + e : src, ok);
-        }
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < 4 * GPT; ++e) {
-    const bool ok = row_ok && n + e >= 0 && n + e < T;
+  for (int pass = 0; pass < PASSES; ++pass) {
+    const int r = pass * THREADS + tid / (GPR / GPT), x = (tid % (GPR / GPT)) * GPT * 4;
+    const scalar_t* src;
+    acc_t* dst;
+    const bool row_ok = row_of(r, src, dst);
+    dst += x;
+    const int n = n0 + x;
     if constexpr (std::is_same_v<scalar_t, acc_t>) {
-      copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
-    } else {
-      dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
+      if (vec) {
+        const scalar_t* p = row_ok ? src + n : src;
+#pragma unroll
+        for (int g = 0; g < GPT; ++g) {
+          const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
+#pragma unroll
+          for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+            const int e = 4 * g + h * 16 / int(sizeof(acc_t));
+            copy_async<16>(dst + e, ok ? p + e : src, ok);
+          }
+        }
+        continue;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4 * GPT; ++e) {
+      const bool ok = row_ok && n + e >= 0 && n + e < T;
+      if constexpr (std::is_same_v<scalar_t, acc_t>) {
+        copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
+      } else {
+        dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
+      }
     }
   }
 }
@@ -167,6 +175,66 @@ struct ToeplitzConfig {
   static_assert(RT % 4 == 0 && UC % (4 * UG) == 0 && TT % UC == 0, "tile sizes");
 };
 
+// Stages chunk `chunk` of a Toeplitz block into buffer `buf`: the input rows [NC][BB][UC] from
+// input nc0 = chunk * UC and the window of W that the chunk needs, [NC][W_LEN] (see below).
+template <typename scalar_t, typename Cfg, bool CAUSAL>
+TIMEX_DEVICE void stage_toeplitz_chunk(typename Cfg::acc_t* k_smem, typename Cfg::acc_t* w_smem,
+                                       int tid, const scalar_t* __restrict__ w,
+                                       const scalar_t* __restrict__ in, int B, int C, int T,
+                                       int c0, int b0, int ot0, int chunk, int buf, bool vec_w,
+                                       bool vec_in) {
+  using acc_t = typename Cfg::acc_t;
+  constexpr int NC = Cfg::NC, BB = Cfg::BB, UC = Cfg::UC, TT = Cfg::TT, THREADS = Cfg::THREADS;
+  constexpr int K_ROW = Cfg::K_ROW, K_CH = Cfg::K_CH, W_LEN = Cfg::W_LEN, W_CH = Cfg::W_CH;
+  const int nc0 = chunk * UC;
+  acc_t* ks = k_smem + buf * Cfg::K_BUF;
+  acc_t* ws = w_smem + buf * Cfg::W_BUF;
+  // Tile row rc = (channel ch, batch row): input row (b0 + row, c0 + ch), from nc0.
+  stage_tile<THREADS, NC * BB, UC / 4, scalar_t, acc_t>(
+      tid, nc0, T, vec_in, [&](int rc, const scalar_t*& src, acc_t*& dst) {
+        const int ch = rc / BB, row = rc % BB;
+        const int c = c0 + ch, b = b0 + row;
+        dst = ks + ch * K_CH + row * K_ROW;
+        const bool ok = c < C && b < B;
+        src = ok ? in + (static_cast<int64_t>(b) * C + c) * T : in;
+        return ok;
+      });
+  // W[e] = w[c, T-1-e] (zero outside [0, T)) for e = wbase + x, x in [0, W_LEN): the
+  // coefficients of outputs ot0.. and inputs nc0.. (d = t - n causal, n - t anti-causal).
+  // Stored reversed, x at W_LEN-1-x, so that w is read forwards: the group x in
+  // [4*x4, 4*x4 + 4) is w[f0 .. f0 + 3], f0 = T-4-wbase-4*x4, in order. With vec_w
+  // (T % 4 == 0, aligned rows) f0 % 4 == 0 and a group is all inside or all outside w.
+  const int wbase = CAUSAL ? ot0 - nc0 - UC : nc0 - ot0 - TT;
+  constexpr int WG = NC * W_LEN / 4;
+#pragma unroll 1
+  for (int gi = tid; gi < WG; gi += THREADS) {
+    const int x4 = gi % (W_LEN / 4), ch = gi / (W_LEN / 4);
+    const int c = c0 + ch, f0 = T - 4 - wbase - 4 * x4;
+    acc_t* dst = ws + ch * W_CH + W_LEN - 4 - 4 * x4;
+    const scalar_t* row = c < C ? w + static_cast<int64_t>(c) * T : w;
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      if (vec_w) {
+        const bool ok = c < C && f0 >= 0 && f0 < T;
+#pragma unroll
+        for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+          const int e = h * 16 / int(sizeof(acc_t));
+          copy_async<16>(dst + e, ok ? row + f0 + e : w, ok);
+        }
+        continue;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool ok = c < C && f0 + i >= 0 && f0 + i < T;
+      if constexpr (std::is_same_v<scalar_t, acc_t>) {
+        copy_async<sizeof(acc_t)>(dst + i, ok ? row + f0 + i : w, ok);
+      } else {
+        dst[i] = ok ? static_cast<acc_t>(row[f0 + i]) : acc_t(0);
+      }
+    }
+  }
+}
+
 // w: (C, T) contiguous; in, out: (B, C, T) contiguous. CAUSAL: out = eps + causal product of
 // in (the forward); otherwise out = anti-causal product of in (grad_k from grad_out; eps is
 // then 0). vec_w / vec_in / vec_out: 16-byte vector access to w / in / out is allowed
@@ -181,7 +249,6 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
   constexpr int RT = Cfg::RT, RB = Cfg::RB, NB = Cfg::NB, NC = Cfg::NC, UC = Cfg::UC;
   constexpr int TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB, RING = Cfg::RING;
   constexpr int K_ROW = Cfg::K_ROW, K_CH = Cfg::K_CH, W_LEN = Cfg::W_LEN, W_CH = Cfg::W_CH;
-  constexpr int THREADS = Cfg::THREADS;
 
   TIMEX_SHARED_BYTES(smem_raw);
   acc_t* const k_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NC][BB][K_ROW]
@@ -208,53 +275,8 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
   const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
 
   auto stage = [&](int chunk, int buf) {
-    const int nc0 = chunk * UC;
-    acc_t* ks = k_smem + buf * Cfg::K_BUF;
-    acc_t* ws = w_smem + buf * Cfg::W_BUF;
-    // Tile row rc = (channel ch, batch row): input row (b0 + row, c0 + ch), from nc0.
-    stage_tile<THREADS, NC * BB, UC / 4, scalar_t, acc_t>(
-        tid, nc0, T, vec_in, [&](int rc, const scalar_t*& src, acc_t*& dst) {
-          const int ch = rc / BB, row = rc % BB;
-          const int c = c0 + ch, b = b0 + row;
-          dst = ks + ch * K_CH + row * K_ROW;
-          const bool ok = c < C && b < B;
-          src = ok ? in + (static_cast<int64_t>(b) * C + c) * T : in;
-          return ok;
-        });
-    // W[e] = w[c, T-1-e] (zero outside [0, T)) for e = wbase + x, x in [0, W_LEN): the
-    // coefficients of outputs ot0.. and inputs nc0.. (d = t - n causal, n - t anti-causal).
-    // Stored reversed, x at W_LEN-1-x, so that w is read forwards: the group x in
-    // [4*x4, 4*x4 + 4) is w[f0 .. f0 + 3], f0 = T-4-wbase-4*x4, in order. With vec_w
-    // (T % 4 == 0, aligned rows) f0 % 4 == 0 and a group is all inside or all outside w.
-    const int wbase = CAUSAL ? ot0 - nc0 - UC : nc0 - ot0 - TT;
-    constexpr int WG = NC * W_LEN / 4;
-#pragma unroll 1
-    for (int gi = tid; gi < WG; gi += THREADS) {
-      const int x4 = gi % (W_LEN / 4), ch = gi / (W_LEN / 4);
-      const int c = c0 + ch, f0 = T - 4 - wbase - 4 * x4;
-      acc_t* dst = ws + ch * W_CH + W_LEN - 4 - 4 * x4;
-      const scalar_t* row = c < C ? w + static_cast<int64_t>(c) * T : w;
-      if constexpr (std::is_same_v<scalar_t, acc_t>) {
-        if (vec_w) {
-          const bool ok = c < C && f0 >= 0 && f0 < T;
-#pragma unroll
-          for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
-            const int e = h * 16 / int(sizeof(acc_t));
-            copy_async<16>(dst + e, ok ? row + f0 + e : w, ok);
-          }
-          continue;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const bool ok = c < C && f0 + i >= 0 && f0 + i < T;
-        if constexpr (std::is_same_v<scalar_t, acc_t>) {
-          copy_async<sizeof(acc_t)>(dst + i, ok ? row + f0 + i : w, ok);
-        } else {
-          dst[i] = ok ? static_cast<acc_t>(row[f0 + i]) : acc_t(0);
-        }
-      }
-    }
+    stage_toeplitz_chunk<scalar_t, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
+                                                chunk, buf, vec_w, vec_in);
   };
 
   acc_t acc[RT][RB];
@@ -355,6 +377,201 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
 #pragma unroll
     for (int i = 0; i < RT; ++i) {
       if (o0 + i < T) orow[o0 + i] = static_cast<scalar_t>(acc[i][j] + eps);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The same Toeplitz products on tensor cores, float32 only, sm_80 and newer: "3xTF32".
+//
+// Each float32 operand x is split into a tf32 part big (10 explicit mantissa bits) and the
+// rest, small, and a product is accumulated as big*small + small*big + big*big in float32 by
+// mma.sync m16n8k8: the dropped small*small term and small's truncation to tf32 are below
+// 2^-20 relative, so results match the float32 FMA kernel to within float32 rounding noise
+// (tests/test_rwkv.py bounds both against float64).
+//
+// A block computes one channel x TT = 32 * NWARP outputs x BB = 8 * NT batch rows; a warp
+// owns 32 outputs (two 16-row MMA tiles) x BB rows (NT 8-column tiles). The Toeplitz matrix
+// is never formed: each A fragment element W[t - n] is read from the staged window of W, and
+// each B fragment element from the staged input rows. Staging, the chunk loop and the skip
+// of the zero triangle (per 8 inputs) are those of toeplitz_kernel.
+template <int NT_, int NWARP_, int UC_, int MINB_>
+struct ToeplitzTCConfig {
+  using acc_t = float;
+  static constexpr int NT = NT_, NWARP = NWARP_, UC = UC_, MINB = MINB_;
+  static constexpr int NC = 1;
+  static constexpr int THREADS = 32 * NWARP;
+  static constexpr int TW = 32;
+  static constexpr int TT = NWARP * TW;
+  static constexpr int BB = 8 * NT;
+  static constexpr int K_ROW = UC + 4;  // 4 mod 32 words: the 8 x 4 lanes of a B load hit 32 banks
+  static constexpr int K_CH = BB * K_ROW;
+  static constexpr int W_LEN = TT + UC;
+  static constexpr int W_CH = W_LEN;
+  static constexpr int K_BUF = K_CH;
+  static constexpr int W_BUF = W_CH;
+  static constexpr int SMEM_BYTES = 2 * (K_BUF + W_BUF) * int(sizeof(float));
+  static_assert(UC % 8 == 0 && TT % UC == 0, "tile sizes");
+};
+
+// x = big + small: big is x with the low 13 mantissa bits cleared (a tf32 value), small =
+// x - big exactly (at most 13 significant bits). The tensor cores read a .tf32 operand's top
+// 19 bits, so small enters its products truncated to tf32: an error below 2^-21 |x|.
+TIMEX_DEVICE void split_tf32(float x, uint32_t& big, uint32_t& small) {
+#if defined(TIMEX_EMULATE)
+  big = emu_as_bits(x) & 0xffffe000u;
+  small = emu_as_bits(x - emu_as_float(big));
+#else
+  big = __float_as_uint(x) & 0xffffe000u;
+  small = __float_as_uint(x - __uint_as_float(big));
+#endif
+}
+
+// c += A (16 x 8) * B (8 x 8), one warp; fragments as PTX's mma.m16n8k8 .tf32 lays them out
+// (g = lane / 4, q = lane % 4): a = A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4];
+// b = B[q][g], B[q+4][g]; c = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1].
+TIMEX_DEVICE void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(TIMEX_EMULATE)
+  emu_mma_m16n8k8_tf32(c, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();
+#endif
+}
+
+template <typename Cfg, bool CAUSAL>
+TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
+toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
+                   float* __restrict__ out, int B, int C, int T, float eps, bool vec_w,
+                   bool vec_in) {
+  constexpr int NT = Cfg::NT, UC = Cfg::UC, TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB;
+  constexpr int K_ROW = Cfg::K_ROW;
+
+  TIMEX_SHARED_BYTES(smem_raw);
+  float* const k_smem = reinterpret_cast<float*>(smem_raw);  // [2][BB][K_ROW]
+  float* const w_smem = k_smem + 2 * Cfg::K_BUF;              // [2][W_LEN]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3;
+
+  const int n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
+  int bid = static_cast<int>(blockIdx.x);
+  const int c0 = bid % C;
+  bid /= C;
+  const int bg = bid % n_bg;
+  bid /= n_bg;
+  const int tile = CAUSAL ? n_tiles - 1 - bid : bid;  // heaviest first
+  const int b0 = bg * BB, ot0 = tile * TT;
+  const int ow0 = ot0 + warp * TW;  // this warp's first output
+
+  const int first = CAUSAL ? 0 : ot0 / UC;
+  const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
+
+  float acc[2][NT][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+    }
+  }
+
+  stage_toeplitz_chunk<float, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
+                                           first, 0, vec_w, vec_in);
+  copy_commit();
+  for (int chunk = first; chunk < last; ++chunk) {
+    const int buf = (chunk - first) & 1;
+    if (chunk + 1 < last) {
+      stage_toeplitz_chunk<float, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0,
+                                               ot0, chunk + 1, buf ^ 1, vec_w, vec_in);
+    }
+    copy_commit();
+    copy_wait<1>();
+    TIMEX_SYNC();
+    // Steps of 8 inputs of this chunk that reach this warp's outputs.
+    const int nc0 = chunk * UC;
+    int s_begin = 0, s_end = UC / 8;
+    if (ow0 >= T) {
+      s_end = 0;
+    } else if (CAUSAL) {
+      s_end = imin(s_end, cdiv(ow0 + TW - nc0, 8));
+    } else if (ow0 > nc0) {
+      s_begin = (ow0 - nc0) / 8;
+    }
+    const float* ks = k_smem + buf * Cfg::K_BUF + g * K_ROW + q;
+    const float* ws = w_smem + buf * Cfg::W_BUF;
+    // The tensor cores round their float32 sums toward zero: a chunk's products are summed in
+    // its own fragments, then added to acc with round-to-nearest, so that the bias of those
+    // roundings stays that of 3 * UC / 8 sums, whatever T.
+    float part[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[m][n][e] = 0.f;
+      }
+    }
+#pragma unroll 1
+    for (int s = s_begin; s < s_end; ++s) {
+      const int j = 8 * s + q;  // this lane's input (column of A, row of B), relative to nc0
+      // A[r][j] = W[t - n] (causal) or W[n - t]: the staged window holds it at
+      // TT - 1 - r + j (causal) or UC - 1 - j + r, r = output relative to ot0.
+      uint32_t ab[2][4], as[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int r = warp * TW + 16 * m + g;
+        const int i0 = CAUSAL ? TT - 1 - r + j : UC - 1 - j + r;
+        const int d8 = CAUSAL ? -8 : 8;  // row r + 8
+        const int d4 = CAUSAL ? 4 : -4;  // column j + 4
+        split_tf32(ws[i0], ab[m][0], as[m][0]);
+        split_tf32(ws[i0 + d8], ab[m][1], as[m][1]);
+        split_tf32(ws[i0 + d4], ab[m][2], as[m][2]);
+        split_tf32(ws[i0 + d8 + d4], ab[m][3], as[m][3]);
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        uint32_t bb[2], bs[2];
+        split_tf32(ks[n * 8 * K_ROW + 8 * s], bb[0], bs[0]);
+        split_tf32(ks[n * 8 * K_ROW + 8 * s + 4], bb[1], bs[1]);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma_tf32(part[m][n], ab[m], bs);
+          mma_tf32(part[m][n], as[m], bb);
+          mma_tf32(part[m][n], ab[m], bb);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][n][e] += part[m][n][e];
+      }
+    }
+    TIMEX_SYNC();
+  }
+
+  if (ow0 >= T) return;
+  const int64_t chan = static_cast<int64_t>(c0) * T;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = ow0 + 16 * m + g + 8 * (e >> 1);
+        const int b = b0 + 8 * n + 2 * q + (e & 1);
+        if (t < T && b < B) out[static_cast<int64_t>(b) * C * T + chan + t] = acc[m][n][e] + eps;
+      }
     }
   }
 }
@@ -535,6 +752,18 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 // benchmarks/results/rwkv_variants_h100.md).
 template <typename acc_t>
 struct Tiles {
+  // float32 on sm_80 and newer: the tensor-core (3xTF32) configuration for batch size B, or
+  // false where the FMA kernel is faster (few rows leave the 8-row MMA tiles part empty).
+  template <typename F>
+  static bool toeplitz_tc(int B, F&& f) {
+    if constexpr (std::is_same_v<acc_t, float>) {
+      if (B > 16) {
+        f(ToeplitzTCConfig<4, 4, 64, 4>{});
+        return true;
+      }
+    }
+    return false;
+  }
   template <typename F>
   static void toeplitz(int B, F&& f) {
     if (B <= 4) {
@@ -566,6 +795,10 @@ struct Tiles {
 // float64: one configuration each, with half the register tile (a double takes two registers).
 template <>
 struct Tiles<double> {
+  template <typename F>
+  static bool toeplitz_tc(int, F&&) {
+    return false;
+  }
   template <typename F>
   static void toeplitz(int, F&& f) {
     f(ToeplitzConfig<double, 4, 4, 1, 8, 4, 32, 2, 2>{});

@@ -43,7 +43,7 @@ inline std::barrier<>* emu_barrier;
 struct EmuWarp {
   explicit EmuWarp(int lanes) : barrier(lanes) {}
   std::barrier<> barrier;
-  float a[32][4], b[32][2];
+  float a[2][32][4], b[2][32][2];  // consecutive operations alternate between two slots
 };
 inline thread_local EmuWarp* emu_warp;
 
@@ -95,22 +95,27 @@ inline uint32_t emu_as_bits(float f) {
 // C[g+8][2q], C[g+8][2q+1]. Operands are read as tf32 (low 13 bits dropped, as the tensor
 // cores do), so products are exact in float; the sum runs in k order.
 inline void emu_mma_m16n8k8_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  // One barrier per operation: a lane writes the other slot next time, which no lane reads
+  // before every lane has passed this operation's barrier, i.e. finished the previous one.
   EmuWarp& w = *emu_warp;
+  thread_local int slot = 0;
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
-  for (int e = 0; e < 4; ++e) w.a[lane][e] = emu_as_float(a[e] & 0xffffe000u);
-  for (int e = 0; e < 2; ++e) w.b[lane][e] = emu_as_float(b[e] & 0xffffe000u);
+  float (&wa)[32][4] = w.a[slot];
+  float (&wb)[32][2] = w.b[slot];
+  slot ^= 1;
+  for (int e = 0; e < 4; ++e) wa[lane][e] = emu_as_float(a[e] & 0xffffe000u);
+  for (int e = 0; e < 2; ++e) wb[lane][e] = emu_as_float(b[e] & 0xffffe000u);
   w.barrier.arrive_and_wait();
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
     float sum = c[e];
     for (int k = 0; k < 8; ++k) {
-      const float av = w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
-      const float bv = w.b[col * 4 + k % 4][k >= 4];
+      const float av = wa[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
+      const float bv = wb[col * 4 + k % 4][k >= 4];
       sum += av * bv;
     }
     c[e] = sum;
   }
-  w.barrier.arrive_and_wait();
 }
 
 template <typename S>

@@ -93,49 +93,44 @@ TIMEX_DEVICE void copy_wait() {
 // is src[n0 + x] as acc_t, with zeros outside [0, T) and in rows that row_of marks invalid.
 // row_of(r, src, dst) sets src to the row's first element (any valid pointer when it returns
 // false) and dst to its first element in shared memory (aligned to 4 elements). Each thread
-// copies GPT consecutive groups of 4 of one row, so one row address serves GPT copies (and
-// whole rows in PASSES passes when the tile has more than GPR groups per thread; one group
-// or none when it has fewer groups than threads). vec
-// promises 16-byte aligned rows, T % 4 == 0 and n0 % 4 == 0: the 4 elements of a group are
-// then all inside or all outside [0, T), and one vector copy does.
+// copies GPT consecutive groups of 4 of one row, so one row address serves GPT copies (one
+// group or none in a tile of fewer groups than threads). vec promises 16-byte aligned rows,
+// T % 4 == 0 and n0 % 4 == 0: the 4 elements of a group are then all inside or all outside
+// [0, T), and one vector copy does.
 template <int THREADS, int ROWS, int GPR, typename scalar_t, typename acc_t, typename RowFn>
 TIMEX_DEVICE void stage_tile(int tid, int n0, int T, bool vec, const RowFn& row_of) {
-  constexpr int GPT = ROWS * GPR < THREADS ? 1 : imin(ROWS * GPR / THREADS, GPR);
-  constexpr int PASSES = ROWS * GPR < THREADS ? 1 : ROWS * GPR / (THREADS * GPT);
-  static_assert((ROWS * GPR < THREADS || ROWS * GPR % (THREADS * GPT) == 0) && GPR % GPT == 0,
-                "tile split");
-  if (ROWS * GPR < THREADS && tid >= ROWS * GPR) return;  // a small tile: some threads idle
+  constexpr bool SMALL = ROWS * GPR < THREADS;
+  constexpr int GPT = SMALL ? 1 : ROWS * GPR / THREADS;
+  static_assert((SMALL || ROWS * GPR % THREADS == 0) && GPR % GPT == 0, "tile split");
+  if (SMALL && tid >= ROWS * GPR) return;
+  const int r = tid / (GPR / GPT), x = (tid % (GPR / GPT)) * GPT * 4;
+  const scalar_t* src;
+  acc_t* dst;
+  const bool row_ok = row_of(r, src, dst);
+  dst += x;
+  const int n = n0 + x;
+  if constexpr (std::is_same_v<scalar_t, acc_t>) {
+    if (vec) {
+      const scalar_t* p = row_ok ? src + n : src;
 #pragma unroll
-  for (int pass = 0; pass < PASSES; ++pass) {
-    const int r = pass * THREADS + tid / (GPR / GPT), x = (tid % (GPR / GPT)) * GPT * 4;
-    const scalar_t* src;
-    acc_t* dst;
-    const bool row_ok = row_of(r, src, dst);
-    dst += x;
-    const int n = n0 + x;
-    if constexpr (std::is_same_v<scalar_t, acc_t>) {
-      if (vec) {
-        const scalar_t* p = row_ok ? src + n : src;
+      for (int g = 0; g < GPT; ++g) {
+        const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
 #pragma unroll
-        for (int g = 0; g < GPT; ++g) {
-          const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
-#pragma unroll
-          for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
-            const int e = 4 * g + h * 16 / int(sizeof(acc_t));
-            copy_async<16>(dst + e, ok ? p + e : src, ok);
-          }
+        for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+          const int e = 4 * g + h * 16 / int(sizeof(acc_t));
+          copy_async<16>(dst + e, ok ? p + e : src, ok);
         }
-        continue;
       }
+      return;
     }
+  }
 #pragma unroll
-    for (int e = 0; e < 4 * GPT; ++e) {
-      const bool ok = row_ok && n + e >= 0 && n + e < T;
-      if constexpr (std::is_same_v<scalar_t, acc_t>) {
-        copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
-      } else {
-        dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
-      }
+  for (int e = 0; e < 4 * GPT; ++e) {
+    const bool ok = row_ok && n + e >= 0 && n + e < T;
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
+    } else {
+      dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
     }
   }
 }

@@ -449,9 +449,12 @@ void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_
   const double e1 = rel_err(o, out_ref), e2 = rel_err(dk, gk_ref), e3 = rel_err(dw, gw_ref);
   const bool ok = e1 < tol && e2 < tol && e3 < tol && e4 < tol && e5 < tol && guards;
   failures += !ok;
-  std::printf("%s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: out %.1e grad_k %.1e grad_w %.1e"
-              " tensor cores: out %.1e grad_k %.1e%s\n",
-              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, offset, int(vec), e1, e2, e3, e4, e5,
+  char tc_errors[64] = "";
+  if (tensor_cores) {
+    std::snprintf(tc_errors, sizeof tc_errors, "; tensor cores: out %.1e grad_k %.1e", e4, e5);
+  }
+  std::printf("%s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: out %.1e grad_k %.1e grad_w %.1e%s%s\n",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, offset, int(vec), e1, e2, e3, tc_errors,
               guards ? "" : " (wrote outside the output)");
 }
 

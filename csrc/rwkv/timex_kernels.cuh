@@ -468,15 +468,7 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
   const int first = CAUSAL ? 0 : ot0 / UC;
   const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
 
-  float acc[2][NT][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-    }
-  }
+  float acc[2][NT][4] = {};  // [m tile][n tile][fragment element]
 
   stage_toeplitz_chunk<float, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
                                            first, 0, vec_w, vec_in);
@@ -505,15 +497,7 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
     // The tensor cores round their float32 sums toward zero: a chunk's products are summed in
     // its own fragments, then added to acc with round-to-nearest, so that the bias of those
     // roundings stays that of 3 * UC / 8 sums, whatever T.
-    float part[2][NT][4];
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[m][n][e] = 0.f;
-      }
-    }
+    float part[2][NT][4] = {};
 #pragma unroll 1
     for (int s = s_begin; s < s_end; ++s) {
       const int j = 8 * s + q;  // this lane's input (column of A, row of B), relative to nc0

@@ -382,8 +382,8 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
 // Each float32 operand x is split into a tf32 part big (10 explicit mantissa bits) and the
 // rest, small, and a product is accumulated as big*small + small*big + big*big in float32 by
 // mma.sync m16n8k8: the dropped small*small term and small's truncation to tf32 are below
-// 2^-20 relative, so results match the float32 FMA kernel to within float32 rounding noise
-// (tests/test_rwkv.py bounds both against float64).
+// 2^-20 relative; measured against float64 the error is about twice the FMA kernel's (7.8e-7
+// against 4.1e-7 at (32, 768, 768)), and tests/test_rwkv.py bounds both.
 //
 // A block computes one channel x TT = 32 * NWARP outputs x BB = 8 * NT batch rows; a warp
 // owns 32 outputs (two 16-row MMA tiles) x BB rows (NT 8-column tiles). The Toeplitz matrix

@@ -31,16 +31,16 @@ TOEPLITZ = {
     "RT8 RB8 NB1 NC8 w4 UC32 UG2": "8, 8, 1, 8, 4, 32, 2, 4",
     "RT8 RB4 NB1 NC8 w4 UC32 UG2": "8, 4, 1, 8, 4, 32, 2, 4",
 }
-# name: ToeplitzTCConfig<NT, NWARP, UC, MINB> arguments (float32 tensor-core kernel, 3xTF32;
-# 8 * NT batch rows per block).
+# name: ToeplitzTCConfig<NT, NWARP, UC, MINB, J> arguments (float32 tensor-core kernel, 3xTF32;
+# 8 * NT columns per block: 8 * NT / J batch rows x J time folds).
 TOEPLITZ_TC = {
-    "TC NT4 w4 UC32": "4, 4, 32, 4",
-    "TC NT4 w4 UC32 MINB5": "4, 4, 32, 5",
-    "TC NT4 w2 UC32 MINB8": "4, 2, 32, 8",
-    "TC NT4 w8 UC32 MINB2": "4, 8, 32, 2",
     "TC NT4 w4 UC64": "4, 4, 64, 4",
-    "TC NT2 w4 UC32": "2, 4, 32, 4",
-    "TC NT1 w4 UC32": "1, 4, 32, 4",
+    "TC NT4 w4 UC64 J2": "4, 4, 64, 4, 2",
+    "TC NT4 w4 UC64 J4": "4, 4, 64, 4, 4",
+    "TC NT4 w4 UC64 J8": "4, 4, 64, 4, 8",
+    "TC NT4 w2 UC64 J4 MINB8": "4, 2, 64, 8, 4",
+    "TC NT4 w2 UC64 J8 MINB8": "4, 2, 64, 8, 8",
+    "TC NT2 w4 UC64 J2": "2, 4, 64, 4, 2",
 }
 # name: WgradConfig<float, RS, NR, NLW, NTWP, TQ, UG, MINB> arguments, NR filled in per B.
 WGRAD = {
@@ -53,10 +53,10 @@ WGRAD = {
 NRS = [16, 8, 4]
 
 
-def default_toeplitz(B):
+def default_toeplitz(B, T):
     """The configuration timex_cuda.cu launches for float32 on sm_80+ (Tiles<float>)."""
-    return ("RT8 RB4 NB1 NC8 w4 UC32 UG2" if B <= 4 else "RT8 RB8 NB1 NC8 w4 UC32 UG2"
-            if B <= 8 else "RT8 RB8 NB2 NC4 w4 UC32 UG2" if B <= 16 else "TC NT4 w4 UC64")
+    return ("TC NT4 w4 UC64" if B > 16 else "TC NT4 w4 UC64 J2" if B > 8 else
+            "TC NT4 w4 UC64 J4" if B > 4 else "TC NT4 w4 UC64 J8")
 
 
 DEFAULT_WGRAD = "RS32 NLW2 NTWP2 TQ32 UG4"  # Tiles<float>::wgrad, every B
@@ -183,7 +183,7 @@ def main():
                 fn(w, src, out, 0.0)
                 e = err(out[:, ch], want)
                 ms = median_ms(lambda _: fn(w, src, out, 0.0), "cuda", warmup=5, reps=20)
-                tag = " (default)" if name == default_toeplitz(B) else ""
+                tag = " (default)" if name == default_toeplitz(B, T) else ""
                 kind = "fwd toeplitz" if causal == "true" else "grad_k toeplitz"
                 rows.append(((B, C, T), kind, name + tag, ms, flops / ms / 1e9, e))
         gw = torch.empty_like(w)

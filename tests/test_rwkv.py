@@ -426,7 +426,9 @@ void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_
       };
       tc(ToeplitzTCConfig<1, 4, 32, 4>{});
       tc(ToeplitzTCConfig<2, 2, 16, 4>{});
-      Tiles<float>::toeplitz_tc(B, tc);
+      tc(ToeplitzTCConfig<2, 2, 16, 4, 4>{});  // time folds: 4 rows x 4 folds
+      tc(ToeplitzTCConfig<1, 1, 32, 4, 2>{});  // 4 rows x 2 folds, one warp
+      Tiles<float>::toeplitz_tc(B, T, tc);
     }
   }
   Tiles<acc_t>::wgrad(B, [&](auto cfg) {
@@ -471,6 +473,7 @@ int main() {
   check<float>(33, 3, 257, 0.1, 0, 2e-6);
   check<float>(40, 2, 384, 0.1, 0, 2e-6);
   check<float>(20, 2, 70, 0.1, 0, 2e-6, true);
+  check<float>(5, 2, 300, 0.1, 0, 2e-6, true);
   check<double>(5, 9, 70, 0.3, 0, 1e-12);
   check<double>(6, 3, 132, 0.3, 0, 1e-12);
   check<c10::Half>(6, 9, 100, 0.3, 0, 2e-3);

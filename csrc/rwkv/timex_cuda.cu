@@ -76,10 +76,10 @@ template <typename scalar_t, bool CAUSAL>
 void toeplitz_for_batch(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
                         cudaStream_t stream) {
   using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
-  const int B = static_cast<int>(in.size(0));
+  const int B = static_cast<int>(in.size(0)), T = static_cast<int>(in.size(2));
   if constexpr (std::is_same_v<scalar_t, float>) {
     if (at::cuda::getCurrentDeviceProperties()->major >= 8 &&
-        Tiles::toeplitz_tc(B, [&](auto cfg) {
+        Tiles::toeplitz_tc(B, T, [&](auto cfg) {
           toeplitz_tc<decltype(cfg), CAUSAL>(w, in, out, eps, stream);
         })) {
       return;

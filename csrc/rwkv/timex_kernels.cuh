@@ -92,45 +92,50 @@ TIMEX_DEVICE void copy_wait() {
 // Stages a tile of ROWS rows x 4 * GPR elements into shared memory: element x of tile row r
 // is src[n0 + x] as acc_t, with zeros outside [0, T) and in rows that row_of marks invalid.
 // row_of(r, src, dst) sets src to the row's first element (any valid pointer when it returns
-// false) and dst to its first element in shared memory (aligned to 4 elements). Each thread
-// copies GPT consecutive groups of 4 of one row, so one row address serves GPT copies (one
-// group or none in a tile of fewer groups than threads). vec promises 16-byte aligned rows,
-// T % 4 == 0 and n0 % 4 == 0: the 4 elements of a group are then all inside or all outside
-// [0, T), and one vector copy does.
+// false) and dst to its first element in shared memory (aligned to 4 elements). Where the
+// ROWS * GPR groups of 4 split evenly, each thread copies GPT consecutive groups of one row,
+// so one row address serves GPT copies; otherwise a thread copies one group per pass (the
+// last pass part empty). vec promises 16-byte aligned rows, T % 4 == 0 and n0 % 4 == 0: the
+// 4 elements of a group are then all inside or all outside [0, T), and one vector copy does.
 template <int THREADS, int ROWS, int GPR, typename scalar_t, typename acc_t, typename RowFn>
 TIMEX_DEVICE void stage_tile(int tid, int n0, int T, bool vec, const RowFn& row_of) {
-  constexpr bool SMALL = ROWS * GPR < THREADS;
-  constexpr int GPT = SMALL ? 1 : ROWS * GPR / THREADS;
-  static_assert((SMALL || ROWS * GPR % THREADS == 0) && GPR % GPT == 0, "tile split");
-  if (SMALL && tid >= ROWS * GPR) return;
-  const int r = tid / (GPR / GPT), x = (tid % (GPR / GPT)) * GPT * 4;
-  const scalar_t* src;
-  acc_t* dst;
-  const bool row_ok = row_of(r, src, dst);
-  dst += x;
-  const int n = n0 + x;
-  if constexpr (std::is_same_v<scalar_t, acc_t>) {
-    if (vec) {
-      const scalar_t* p = row_ok ? src + n : src;
+  constexpr int GROUPS = ROWS * GPR;
+  constexpr bool EVEN = GROUPS % THREADS == 0 && GPR % (GROUPS / THREADS) == 0;
+  constexpr int GPT = EVEN ? GROUPS / THREADS : 1;
+  constexpr int PASSES = EVEN ? 1 : cdiv(GROUPS, THREADS);
 #pragma unroll
-      for (int g = 0; g < GPT; ++g) {
-        const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
-#pragma unroll
-        for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
-          const int e = 4 * g + h * 16 / int(sizeof(acc_t));
-          copy_async<16>(dst + e, ok ? p + e : src, ok);
-        }
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < 4 * GPT; ++e) {
-    const bool ok = row_ok && n + e >= 0 && n + e < T;
+  for (int pass = 0; pass < PASSES; ++pass) {
+    const int i = tid + pass * THREADS;  // in units of GPT groups
+    if (!EVEN && i >= GROUPS) return;
+    const int r = i / (GPR / GPT), x = (i % (GPR / GPT)) * GPT * 4;
+    const scalar_t* src;
+    acc_t* dst;
+    const bool row_ok = row_of(r, src, dst);
+    dst += x;
+    const int n = n0 + x;
     if constexpr (std::is_same_v<scalar_t, acc_t>) {
-      copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
-    } else {
-      dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
+      if (vec) {
+        const scalar_t* p = row_ok ? src + n : src;
+#pragma unroll
+        for (int g = 0; g < GPT; ++g) {
+          const bool ok = row_ok && n + 4 * g >= 0 && n + 4 * g < T;
+#pragma unroll
+          for (int h = 0; h < int(sizeof(acc_t)) / 4; ++h) {
+            const int e = 4 * g + h * 16 / int(sizeof(acc_t));
+            copy_async<16>(dst + e, ok ? p + e : src, ok);
+          }
+        }
+        continue;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4 * GPT; ++e) {
+      const bool ok = row_ok && n + e >= 0 && n + e < T;
+      if constexpr (std::is_same_v<scalar_t, acc_t>) {
+        copy_async<sizeof(acc_t)>(dst + e, ok ? src + n + e : src, ok);
+      } else {
+        dst[e] = ok ? static_cast<acc_t>(src[n + e]) : acc_t(0);
+      }
     }
   }
 }
@@ -159,6 +164,7 @@ struct ToeplitzConfig {
   static constexpr int TT = NWARP * TW;
   static constexpr int BB = NB * RB;
   static constexpr int RING = RT + 4;
+  static constexpr int K_LEAD = 0, K_LEN = UC;  // staged inputs per row: those of the chunk
   static constexpr int K_ROW = UC + 4;  // 4 mod 32 words: rows bl, bl+1.. on distinct banks
   static constexpr int K_CH = BB * K_ROW + pad_to(BB * K_ROW, 4 * NB);
   static constexpr int W_LEN = TT + UC;
@@ -170,8 +176,10 @@ struct ToeplitzConfig {
   static_assert(RT % 4 == 0 && UC % (4 * UG) == 0 && TT % UC == 0, "tile sizes");
 };
 
-// Stages chunk `chunk` of a Toeplitz block into buffer `buf`: the input rows [NC][BB][UC] from
-// input nc0 = chunk * UC and the window of W that the chunk needs, [NC][W_LEN] (see below).
+// Stages chunk `chunk` of a Toeplitz block into buffer `buf`: the input rows [NC][BB][K_LEN]
+// from input nc0 = chunk * UC (from nc0 - K_LEAD in the causal direction, K_LEN = UC + K_LEAD:
+// the tensor-core kernel's time folds, below) and the window of W that the chunk needs,
+// [NC][W_LEN], for the block's outputs from ot0 (see below).
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_DEVICE void stage_toeplitz_chunk(typename Cfg::acc_t* k_smem, typename Cfg::acc_t* w_smem,
                                        int tid, const scalar_t* __restrict__ w,
@@ -179,14 +187,15 @@ TIMEX_DEVICE void stage_toeplitz_chunk(typename Cfg::acc_t* k_smem, typename Cfg
                                        int c0, int b0, int ot0, int chunk, int buf, bool vec_w,
                                        bool vec_in) {
   using acc_t = typename Cfg::acc_t;
-  constexpr int NC = Cfg::NC, BB = Cfg::BB, UC = Cfg::UC, TT = Cfg::TT, THREADS = Cfg::THREADS;
+  constexpr int NC = Cfg::NC, BB = Cfg::BB, UC = Cfg::UC, THREADS = Cfg::THREADS;
   constexpr int K_ROW = Cfg::K_ROW, K_CH = Cfg::K_CH, W_LEN = Cfg::W_LEN, W_CH = Cfg::W_CH;
+  constexpr int K_LEAD = CAUSAL ? Cfg::K_LEAD : 0;
   const int nc0 = chunk * UC;
   acc_t* ks = k_smem + buf * Cfg::K_BUF;
   acc_t* ws = w_smem + buf * Cfg::W_BUF;
-  // Tile row rc = (channel ch, batch row): input row (b0 + row, c0 + ch), from nc0.
-  stage_tile<THREADS, NC * BB, UC / 4, scalar_t, acc_t>(
-      tid, nc0, T, vec_in, [&](int rc, const scalar_t*& src, acc_t*& dst) {
+  // Tile row rc = (channel ch, batch row): input row (b0 + row, c0 + ch), from nc0 - K_LEAD.
+  stage_tile<THREADS, NC * BB, Cfg::K_LEN / 4, scalar_t, acc_t>(
+      tid, nc0 - K_LEAD, T, vec_in, [&](int rc, const scalar_t*& src, acc_t*& dst) {
         const int ch = rc / BB, row = rc % BB;
         const int c = c0 + ch, b = b0 + row;
         dst = ks + ch * K_CH + row * K_ROW;
@@ -195,11 +204,12 @@ TIMEX_DEVICE void stage_toeplitz_chunk(typename Cfg::acc_t* k_smem, typename Cfg
         return ok;
       });
   // W[e] = w[c, T-1-e] (zero outside [0, T)) for e = wbase + x, x in [0, W_LEN): the
-  // coefficients of outputs ot0.. and inputs nc0.. (d = t - n causal, n - t anti-causal).
+  // coefficients of outputs t in [ot0, ot0 + W_LEN - UC) and inputs n in [nc0, nc0 + UC)
+  // (d = t - n causal, n - t anti-causal; the time folds shift t by K_LEAD, causal).
   // Stored reversed, x at W_LEN-1-x, so that w is read forwards: the group x in
   // [4*x4, 4*x4 + 4) is w[f0 .. f0 + 3], f0 = T-4-wbase-4*x4, in order. With vec_w
   // (T % 4 == 0, aligned rows) f0 % 4 == 0 and a group is all inside or all outside w.
-  const int wbase = CAUSAL ? ot0 - nc0 - UC : nc0 - ot0 - TT;
+  const int wbase = CAUSAL ? ot0 + K_LEAD - nc0 - UC : nc0 - ot0 - (W_LEN - UC);
   constexpr int WG = NC * W_LEN / 4;
 #pragma unroll 1
   for (int gi = tid; gi < WG; gi += THREADS) {
@@ -385,28 +395,41 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
 // 2^-20 relative; measured against float64 the error is about twice the FMA kernel's (7.8e-7
 // against 4.1e-7 at (32, 768, 768)), and tests/test_rwkv.py bounds both.
 //
-// A block computes one channel x TT = 32 * NWARP outputs x BB = 8 * NT batch rows; a warp
-// owns 32 outputs (two 16-row MMA tiles) x BB rows (NT 8-column tiles). The Toeplitz matrix
-// is never formed: each A fragment element W[t - n] is read from the staged window of W, and
-// each B fragment element from the staged input rows. Staging, the chunk loop and the skip
-// of the zero triangle (per 8 inputs) are those of toeplitz_kernel.
-template <int NT_, int NWARP_, int UC_, int MINB_>
+// A block computes one channel x TT outputs x BB batch rows with 4 * NWARP output tiles of 16
+// times (two per warp) and 8 * NT columns (NT 8-column MMA tiles per warp). With few batch
+// rows the columns are filled with time instead ("time folds"): a Toeplitz matrix is the same
+// for every shift in time, so column (row b, fold f) of a tile is the batch row b shifted by
+// 16 * f. The block has BB = 8 * NT / J rows and J folds; its warp owns TW = 32 * J outputs,
+// tile m (0, 1) and fold f holding the outputs ow0 + 16 * (J * m + f) + [0, 16). The A
+// fragment (W) is common to the folds; the B fragment of fold f reads its row 16 * f inputs
+// further on. Causal, fold f reads the inputs 16 * (J - 1 - f) earlier than fold J - 1, so
+// the staged rows start K_LEAD = 16 * (J - 1) inputs before the chunk (zeros before the
+// start); anti-causal, they run K_LEAD inputs past it (zeros past the end). Folds cost
+// K_LEAD / 2 inputs per output on average (the rows of the earlier folds read zeros).
+// The Toeplitz matrix is never formed: each A fragment element W[t - n] is read from the
+// staged window of W, and each B fragment element from the staged input rows. Staging, the
+// chunk loop and the skip of the zero triangle (per 8 inputs) are those of toeplitz_kernel.
+template <int NT_, int NWARP_, int UC_, int MINB_, int J_ = 1>
 struct ToeplitzTCConfig {
   using acc_t = float;
-  static constexpr int NT = NT_, NWARP = NWARP_, UC = UC_, MINB = MINB_;
+  static constexpr int NT = NT_, NWARP = NWARP_, UC = UC_, MINB = MINB_, J = J_;
   static constexpr int NC = 1;
   static constexpr int THREADS = 32 * NWARP;
-  static constexpr int TW = 32;
+  static constexpr int TW = 32 * J;
   static constexpr int TT = NWARP * TW;
-  static constexpr int BB = 8 * NT;
-  static constexpr int K_ROW = UC + 4;  // 4 mod 32 words: the 8 x 4 lanes of a B load hit 32 banks
+  static constexpr int BB = 8 * NT / J;
+  static constexpr int K_LEAD = 16 * (J - 1), K_LEN = UC + K_LEAD;
+  // K_LEN + 4 = 4 * odd mod 32 words: the 8 column lanes x 4 of a B load hit 32 banks
+  // (for BB >= 4: rows b apart by 4 * odd banks, folds by 16).
+  static constexpr int K_ROW = K_LEN + 4;
   static constexpr int K_CH = BB * K_ROW;
-  static constexpr int W_LEN = TT + UC;
+  static constexpr int W_LEN = TT - K_LEAD + UC;  // A rows span TT - K_LEAD times
   static constexpr int W_CH = W_LEN;
   static constexpr int K_BUF = K_CH;
   static constexpr int W_BUF = W_CH;
   static constexpr int SMEM_BYTES = 2 * (K_BUF + W_BUF) * int(sizeof(float));
   static_assert(UC % 8 == 0 && TT % UC == 0, "tile sizes");
+  static_assert(8 * NT % J == 0 && BB >= 4 && (BB % 8 == 0 || 8 % BB == 0), "time folds");
 };
 
 // x = big + small: big is x with the low 13 mantissa bits cleared (a tf32 value), small =
@@ -444,8 +467,9 @@ TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
                    float* __restrict__ out, int B, int C, int T, float eps, bool vec_w,
                    bool vec_in) {
-  constexpr int NT = Cfg::NT, UC = Cfg::UC, TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB;
-  constexpr int K_ROW = Cfg::K_ROW;
+  constexpr int NT = Cfg::NT, UC = Cfg::UC, J = Cfg::J, TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB;
+  constexpr int K_ROW = Cfg::K_ROW, K_LEAD = CAUSAL ? Cfg::K_LEAD : 0;
+  constexpr int TA = Cfg::W_LEN - UC;  // times spanned by the block's A rows
 
   TIMEX_SHARED_BYTES(smem_raw);
   float* const k_smem = reinterpret_cast<float*>(smem_raw);  // [2][BB][K_ROW]
@@ -465,10 +489,16 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
   const int b0 = bg * BB, ot0 = tile * TT;
   const int ow0 = ot0 + warp * TW;  // this warp's first output
 
+  // The A rows of tile m are the times ow0 + K_LEAD + 16 * J * m + [0, 16) (the outputs of
+  // fold J - 1 causal, of fold 0 anti-causal); fold f's outputs are 16 * f - K_LEAD later.
+  // Chunks of inputs n that reach the block's A rows t: n <= t (causal) or n >= t.
   const int first = CAUSAL ? 0 : ot0 / UC;
-  const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
+  const int last = CAUSAL ? cdiv(imin(T + K_LEAD, ot0 + TT), UC) : cdiv(T, UC);
 
   float acc[2][NT][4] = {};  // [m tile][n tile][fragment element]
+  // Column 8 * n + g of the block: batch row (8 * n + g) % BB, fold (8 * n + g) / BB; its
+  // staged inputs start 16 * fold after the row's start (BB divides 8 or 8 divides BB).
+  const int col_off = (g % BB) * K_ROW + 16 * (g / BB);
 
   stage_toeplitz_chunk<float, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
                                            first, 0, vec_w, vec_in);
@@ -482,7 +512,8 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
     copy_commit();
     copy_wait<1>();
     TIMEX_SYNC();
-    // Steps of 8 inputs of this chunk that reach this warp's outputs.
+    // Steps of 8 inputs of this chunk that reach this warp's A rows (causal: up to ow0 + TW - 1;
+    // anti-causal: from ow0).
     const int nc0 = chunk * UC;
     int s_begin = 0, s_end = UC / 8;
     if (ow0 >= T) {
@@ -492,7 +523,7 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
     } else if (ow0 > nc0) {
       s_begin = (ow0 - nc0) / 8;
     }
-    const float* ks = k_smem + buf * Cfg::K_BUF + g * K_ROW + q;
+    const float* ks = k_smem + buf * Cfg::K_BUF + col_off + q;
     const float* ws = w_smem + buf * Cfg::W_BUF;
     // The tensor cores round their float32 sums toward zero: a chunk's products are summed in
     // its own fragments, then added to acc with round-to-nearest, so that the bias of those
@@ -502,12 +533,12 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
     for (int s = s_begin; s < s_end; ++s) {
       const int j = 8 * s + q;  // this lane's input (column of A, row of B), relative to nc0
       // A[r][j] = W[t - n] (causal) or W[n - t]: the staged window holds it at
-      // TT - 1 - r + j (causal) or UC - 1 - j + r, r = output relative to ot0.
+      // TA - 1 - r + j (causal) or UC - 1 - j + r, r = A row time relative to ot0 + K_LEAD.
       uint32_t ab[2][4], as[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const int r = warp * TW + 16 * m + g;
-        const int i0 = CAUSAL ? TT - 1 - r + j : UC - 1 - j + r;
+        const int r = warp * TW + 16 * J * m + g;
+        const int i0 = CAUSAL ? TA - 1 - r + j : UC - 1 - j + r;
         const int d8 = CAUSAL ? -8 : 8;  // row r + 8
         const int d4 = CAUSAL ? 4 : -4;  // column j + 4
         split_tf32(ws[i0], ab[m][0], as[m][0]);
@@ -517,9 +548,10 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
       }
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
+        const float* kn = ks + (8 * n % BB) * K_ROW + 16 * (8 * n / BB) + 8 * s;
         uint32_t bb[2], bs[2];
-        split_tf32(ks[n * 8 * K_ROW + 8 * s], bb[0], bs[0]);
-        split_tf32(ks[n * 8 * K_ROW + 8 * s + 4], bb[1], bs[1]);
+        split_tf32(kn[0], bb[0], bs[0]);
+        split_tf32(kn[4], bb[1], bs[1]);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           mma_tf32(part[m][n], ab[m], bs);
@@ -547,8 +579,9 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int t = ow0 + 16 * m + g + 8 * (e >> 1);
-        const int b = b0 + 8 * n + 2 * q + (e & 1);
+        const int col = 8 * n + 2 * q + (e & 1);
+        const int t = ow0 + 16 * (J * m + col / BB) + g + 8 * (e >> 1);
+        const int b = b0 + col % BB;
         if (t < T && b < B) out[static_cast<int64_t>(b) * C * T + chan + t] = acc[m][n][e] + eps;
       }
     }
@@ -731,15 +764,22 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 // benchmarks/results/rwkv_variants_h100.md).
 template <typename acc_t>
 struct Tiles {
-  // float32 on sm_80 and newer: the tensor-core (3xTF32) configuration for batch size B, or
-  // false where the FMA kernel is faster (few rows leave the 8-row MMA tiles part empty).
+  // float32 on sm_80 and newer: the tensor-core (3xTF32) configuration for batch size B and
+  // length T, or false where the FMA kernel is faster. Fewer rows, more time folds.
   template <typename F>
-  static bool toeplitz_tc(int B, F&& f) {
+  static bool toeplitz_tc(int B, int T, F&& f) {
     if constexpr (std::is_same_v<acc_t, float>) {
+      (void)T;
       if (B > 16) {
         f(ToeplitzTCConfig<4, 4, 64, 4>{});
-        return true;
+      } else if (B > 8) {
+        f(ToeplitzTCConfig<4, 4, 64, 4, 2>{});
+      } else if (B > 4) {
+        f(ToeplitzTCConfig<4, 4, 64, 4, 4>{});
+      } else {
+        f(ToeplitzTCConfig<4, 4, 64, 4, 8>{});
       }
+      return true;
     }
     return false;
   }
@@ -775,7 +815,7 @@ struct Tiles {
 template <>
 struct Tiles<double> {
   template <typename F>
-  static bool toeplitz_tc(int, F&&) {
+  static bool toeplitz_tc(int, int, F&&) {
     return false;
   }
   template <typename F>

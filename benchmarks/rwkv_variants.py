@@ -7,7 +7,7 @@ GPU) from csrc/rwkv/timex_kernels.cuh with the configurations listed below, chec
 against the float64 conv1d form, and times each kernel alone with CUDA events at the
 benchmark shapes (or the shapes given). "default" marks the configuration timex_cuda.cu picks for that shape.
 The build compiles the variants in parallel (MAX_JOBS, default: all cores); about a minute
-on 16 cores (41 kernels).
+on 16 cores (37 kernels).
 """
 
 import os
@@ -55,8 +55,13 @@ NRS = [16, 8, 4]
 
 def default_toeplitz(B, T):
     """The configuration timex_cuda.cu launches for float32 on sm_80+ (Tiles<float>)."""
-    return ("TC NT4 w4 UC64" if B > 16 else "TC NT4 w4 UC64 J2" if B > 8 else
-            "TC NT4 w4 UC64 J4" if B > 4 else "TC NT4 w4 UC64 J8")
+    if B > 16:
+        return "TC NT4 w4 UC64"
+    if B > 8:
+        return "TC NT4 w4 UC64 J2"
+    if B > 4:
+        return "TC NT4 w2 UC64 J4 MINB8"
+    return "TC NT4 w2 UC64 J8 MINB8" if T > 256 else "RT8 RB4 NB1 NC8 w4 UC32 UG2"
 
 
 DEFAULT_WGRAD = "RS32 NLW2 NTWP2 TQ32 UG4"  # Tiles<float>::wgrad, every B

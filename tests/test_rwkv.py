@@ -245,9 +245,10 @@ def test_mixed_devices_raise():
 # ---- CUDA: tile edges, long T, alignment, determinism --------------------------------
 
 # Partial tiles in every dimension: B around the batch tiles (4, 8, 16, 32), C around the
-# channel groups (2, 4, 8), T around the time tiles (128, 256) and not a multiple of 4.
-CUDA_SHAPES = [(1, 9, 129), (3, 17, 255), (5, 3, 257), (8, 10, 384), (9, 5, 130),
-               (17, 3, 131), (33, 2, 300), (65, 3, 70), (40, 1, 513)]
+# channel groups (2, 4, 8), T around the time tiles (128, 256, 512; float32 with few rows:
+# the tensor-core kernel from T = 257) and not a multiple of 4.
+CUDA_SHAPES = [(1, 9, 129), (3, 17, 255), (1, 5, 257), (4, 3, 513), (5, 3, 257), (8, 10, 384),
+               (9, 5, 130), (17, 3, 131), (33, 2, 300), (65, 3, 70), (40, 1, 513)]
 
 
 @cuda_only
@@ -394,7 +395,7 @@ void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_
                                      vec_w, vec, vec);
     });
   });
-  // float32 where asked: the tensor-core kernels too (three tile shapes, whatever B).
+  // float32 where asked: the tensor-core kernels too (five tile shapes and Tiles' choice).
   std::vector<S> out2(k.size(), guard), gk2(k.size(), guard);
   double e4 = 0, e5 = 0;
   if constexpr (std::is_same_v<S, float>) {
@@ -428,6 +429,7 @@ void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_
       tc(ToeplitzTCConfig<2, 2, 16, 4>{});
       tc(ToeplitzTCConfig<2, 2, 16, 4, 4>{});  // time folds: 4 rows x 4 folds
       tc(ToeplitzTCConfig<1, 1, 32, 4, 2>{});  // 4 rows x 2 folds, one warp
+      tc(ToeplitzTCConfig<4, 2, 64, 8, 8>{});  // Tiles' choice for B <= 4 (if T > 256)
       Tiles<float>::toeplitz_tc(B, T, tc);
     }
   }

@@ -760,24 +760,27 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 // rows per thread.
 // grad_w: 32 lags per thread, 2 x 2 warps (128 lags x 64 times per stage), unrolled 16
 // times at a time; NR rows x 16 / NR channels on the 16 partition lanes, NR >= B if B < 16.
-// These choices are the fastest of benchmarks/rwkv_variants.py on the H100 (2026-11-22,
-// benchmarks/results/rwkv_variants_h100.md).
+// These choices are the fastest of benchmarks/rwkv_variants.py on the H100 (2026-11-22 and
+// 2026-11-23, benchmarks/results/rwkv_variants_h100.md).
 template <typename acc_t>
 struct Tiles {
   // float32 on sm_80 and newer: the tensor-core (3xTF32) configuration for batch size B and
-  // length T, or false where the FMA kernel is faster. Fewer rows, more time folds.
+  // length T, or false where the FMA kernel is faster (up to 4 rows and T <= 256). The fewer
+  // the rows, the more time folds fill the 32 columns of a block (32, 16 x 2, 8 x 4, 4 x 8);
+  // with 4 and 8 folds, 2-warp blocks (half the outputs per block, 8 blocks per SM).
   template <typename F>
   static bool toeplitz_tc(int B, int T, F&& f) {
     if constexpr (std::is_same_v<acc_t, float>) {
-      (void)T;
       if (B > 16) {
         f(ToeplitzTCConfig<4, 4, 64, 4>{});
       } else if (B > 8) {
         f(ToeplitzTCConfig<4, 4, 64, 4, 2>{});
       } else if (B > 4) {
-        f(ToeplitzTCConfig<4, 4, 64, 4, 4>{});
+        f(ToeplitzTCConfig<4, 2, 64, 8, 4>{});
+      } else if (T > 256) {
+        f(ToeplitzTCConfig<4, 2, 64, 8, 8>{});
       } else {
-        f(ToeplitzTCConfig<4, 4, 64, 4, 8>{});
+        return false;
       }
       return true;
     }

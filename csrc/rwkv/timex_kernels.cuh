@@ -395,8 +395,8 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
 // 2^-20 relative; measured against float64 the error is about twice the FMA kernel's (7.8e-7
 // against 4.1e-7 at (32, 768, 768)), and tests/test_rwkv.py bounds both.
 //
-// A block computes one channel x TT outputs x BB batch rows with 4 * NWARP output tiles of 16
-// times (two per warp) and 8 * NT columns (NT 8-column MMA tiles per warp). With few batch
+// A block computes one channel x TT outputs x BB batch rows; each of its NWARP warps holds two
+// 16-row MMA tiles (m) x 8 * NT columns (NT 8-column tiles). With fewer than 8 * NT batch
 // rows the columns are filled with time instead ("time folds"): a Toeplitz matrix is the same
 // for every shift in time, so column (row b, fold f) of a tile is the batch row b shifted by
 // 16 * f. The block has BB = 8 * NT / J rows and J folds; its warp owns TW = 32 * J outputs,

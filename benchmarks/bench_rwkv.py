@@ -136,6 +136,7 @@ def run(device, quick=False, cases=None, use_taichi=True):
                                                            "fwd_peak", "bwd_peak")}})
         if device == "cuda":
             notes.append(kernel_note(size, w, k, grad, flops))
+            notes.append(half_types_note(size, sets, channels, flops, budget))
     pct = " (% peak)" if device == "cuda" else ""
     header = ["(B, C, T)", "variant", "fwd ms", "bwd ms", "fwd+bwd ms", f"fwd TFLOP/s{pct}",
               f"bwd TFLOP/s{pct}", "kernels fwd / bwd", "peak MiB fwd / bwd",
@@ -186,3 +187,33 @@ def kernel_note(size, w, k, grad, flops):
             rate = f", {tflops:.1f} TFLOP/s" if tflops else ""
             parts.append(f"{label} {short}: {ms:.3f} ms{rate}")
     return f"{size} kernels: " + "; ".join(parts)
+
+
+def half_types_note(size, sets, channels, flops, budget):
+    """This package in bfloat16 and float16: forward and backward op times (the backward op
+    alone, no autograd), and the largest relative error of out, grad_w, grad_k against
+    float64 on the same (rounded) inputs."""
+    parts = []
+    for dtype in (torch.bfloat16, torch.float16):
+        lo = [tuple(t.detach().to(dtype) for t in s) for s in sets]
+        w, k, grad = lo[0]
+        want = results(timex_conv1d, w[channels].double().requires_grad_(),
+                       k[:, channels].double().requires_grad_(), grad[:, channels].double())
+        out = torch.ops.rwkv_ops.timex_forward(w, k, EPS)
+        grad_w, grad_k = torch.ops.rwkv_ops.timex_backward(grad, w, k)
+        got = [out[:, channels], grad_w[channels], grad_k[:, channels]]
+        err = max(rel(g, x) for g, x in zip(got, want))
+        def fwd_call(i):
+            w_i, k_i, _ = lo[i % len(lo)]  # noqa: B023
+            return torch.ops.rwkv_ops.timex_forward(w_i, k_i, EPS)
+
+        def bwd_call(i):
+            w_i, k_i, grad_i = lo[i % len(lo)]  # noqa: B023
+            return torch.ops.rwkv_ops.timex_backward(grad_i, w_i, k_i)
+
+        fwd = median_ms(fwd_call, "cuda", warmup=2, reps=50, budget_s=budget)
+        bwd = median_ms(bwd_call, "cuda", warmup=2, reps=50, budget_s=budget)
+        name = str(dtype).replace("torch.", "")
+        parts.append(f"{name} fwd {fwd:.3f} ms ({flops / fwd / 1e9:.1f} TFLOP/s), bwd {bwd:.3f} ms "
+                     f"({2 * flops / bwd / 1e9:.1f}), rel err {err:.1e}")
+    return f"{size} half types: " + "; ".join(parts)

@@ -95,7 +95,7 @@ void run_toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, do
 template <typename Cfg, bool CAUSAL>
 void run_toeplitz_tc(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps) {
   const int B = in.size(0), C = in.size(1), T = in.size(2);
-  auto kernel = toeplitz_tc_kernel<Cfg, CAUSAL>;
+  auto kernel = toeplitz_tc_kernel<float, Cfg, CAUSAL>;
   const unsigned blocks = unsigned(C * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT));
   const bool vec = T % 4 == 0;
   kernel<<<blocks, Cfg::THREADS, Cfg::SMEM_BYTES, at::cuda::getCurrentCUDAStream()>>>(

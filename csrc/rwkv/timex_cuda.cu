@@ -55,32 +55,33 @@ void toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The tensor-core (3xTF32) kernel: float32 only.
-template <typename Cfg, bool CAUSAL>
+// The tensor-core kernel (float32, float16, bfloat16).
+template <typename scalar_t, typename Cfg, bool CAUSAL>
 void toeplitz_tc(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
                  cudaStream_t stream) {
   const int B = static_cast<int>(in.size(0)), C = static_cast<int>(in.size(1));
   const int T = static_cast<int>(in.size(2));
   const int64_t blocks = int64_t{C} * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
-  auto kernel = kernels::toeplitz_tc_kernel<Cfg, CAUSAL>;
+  auto kernel = kernels::toeplitz_tc_kernel<scalar_t, Cfg, CAUSAL>;
   allow_shared_memory(kernel, Cfg::SMEM_BYTES);
   kernel<<<grid_size(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-      w.const_data_ptr<float>(), in.const_data_ptr<float>(), out.mutable_data_ptr<float>(), B, C,
-      T, static_cast<float>(eps), vector_ok<float>(w), vector_ok<float>(in));
+      w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(),
+      out.mutable_data_ptr<scalar_t>(), B, C, T, static_cast<float>(eps), vector_ok<scalar_t>(w),
+      vector_ok<scalar_t>(in));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// float32 on sm_80 and newer takes the tensor-core kernel where Tiles has one for the batch
-// size; everything else the FMA kernel.
+// sm_80 and newer take the tensor-core kernel (float32, float16, bfloat16) where Tiles has one
+// for the batch size and length; everything else the FMA kernel.
 template <typename scalar_t, bool CAUSAL>
 void toeplitz_for_batch(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
                         cudaStream_t stream) {
   using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
   const int B = static_cast<int>(in.size(0)), T = static_cast<int>(in.size(2));
-  if constexpr (std::is_same_v<scalar_t, float>) {
+  if constexpr (!std::is_same_v<scalar_t, double>) {
     if (at::cuda::getCurrentDeviceProperties()->major >= 8 &&
         Tiles::toeplitz_tc(B, T, [&](auto cfg) {
-          toeplitz_tc<decltype(cfg), CAUSAL>(w, in, out, eps, stream);
+          toeplitz_tc<scalar_t, decltype(cfg), CAUSAL>(w, in, out, eps, stream);
         })) {
       return;
     }

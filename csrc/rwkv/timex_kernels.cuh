@@ -387,13 +387,15 @@ toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
 }
 
 // ---------------------------------------------------------------------------------------
-// The same Toeplitz products on tensor cores, float32 only, sm_80 and newer: "3xTF32".
+// The same Toeplitz products on tensor cores (mma.sync m16n8k8 .tf32, float32 accumulation),
+// sm_80 and newer, for float32, float16 and bfloat16.
 //
-// Each float32 operand x is split into a tf32 part big (10 explicit mantissa bits) and the
-// rest, small, and a product is accumulated as big*small + small*big + big*big in float32 by
-// mma.sync m16n8k8: the dropped small*small term and small's truncation to tf32 are below
-// 2^-20 relative; measured against float64 the error is about twice the FMA kernel's (7.8e-7
-// against 4.1e-7 at (32, 768, 768)), and tests/test_rwkv.py bounds both.
+// float32, "3xTF32": each operand x is split into a tf32 part big (10 explicit mantissa bits)
+// and the rest, small, and a product is accumulated as big*small + small*big + big*big: the
+// dropped small*small term and small's truncation to tf32 are below 2^-20 relative; measured
+// against float64 the error is about twice the FMA kernel's (7.8e-7 against 4.1e-7 at
+// (32, 768, 768)), and tests/test_rwkv.py bounds both. float16 and bfloat16 values (11 and 8
+// significant bits) are tf32 values as they are (staged as float): one MMA per product.
 //
 // A block computes one channel x TT outputs x BB batch rows; each of its NWARP warps holds two
 // 16-row MMA tiles (m) x 8 * NT columns (NT 8-column tiles). With fewer than 8 * NT batch
@@ -432,15 +434,23 @@ struct ToeplitzTCConfig {
   static_assert(8 * NT % J == 0 && BB >= 4 && (BB % 8 == 0 || 8 % BB == 0), "time folds");
 };
 
+// The bits of x, for a .tf32 operand.
+TIMEX_DEVICE uint32_t float_bits(float x) {
+#if defined(TIMEX_EMULATE)
+  return emu_as_bits(x);
+#else
+  return __float_as_uint(x);
+#endif
+}
+
 // x = big + small: big is x with the low 13 mantissa bits cleared (a tf32 value), small =
 // x - big exactly (at most 13 significant bits). The tensor cores read a .tf32 operand's top
 // 19 bits, so small enters its products truncated to tf32: an error below 2^-21 |x|.
 TIMEX_DEVICE void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  big = float_bits(x) & 0xffffe000u;
 #if defined(TIMEX_EMULATE)
-  big = emu_as_bits(x) & 0xffffe000u;
   small = emu_as_bits(x - emu_as_float(big));
 #else
-  big = __float_as_uint(x) & 0xffffe000u;
   small = __float_as_uint(x - __uint_as_float(big));
 #endif
 }
@@ -462,11 +472,12 @@ TIMEX_DEVICE void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t
 #endif
 }
 
-template <typename Cfg, bool CAUSAL>
+template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
-toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
-                   float* __restrict__ out, int B, int C, int T, float eps, bool vec_w,
+toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
+                   scalar_t* __restrict__ out, int B, int C, int T, float eps, bool vec_w,
                    bool vec_in) {
+  constexpr bool SPLIT = std::is_same_v<scalar_t, float>;  // 3xTF32; else one MMA
   constexpr int NT = Cfg::NT, UC = Cfg::UC, J = Cfg::J, TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB;
   constexpr int K_ROW = Cfg::K_ROW, K_LEAD = CAUSAL ? Cfg::K_LEAD : 0;
   constexpr int TA = Cfg::W_LEN - UC;  // times spanned by the block's A rows
@@ -500,14 +511,14 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
   // staged inputs start 16 * fold after the row's start (BB divides 8 or 8 divides BB).
   const int col_off = (g % BB) * K_ROW + 16 * (g / BB);
 
-  stage_toeplitz_chunk<float, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
-                                           first, 0, vec_w, vec_in);
+  stage_toeplitz_chunk<scalar_t, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
+                                              first, 0, vec_w, vec_in);
   copy_commit();
   for (int chunk = first; chunk < last; ++chunk) {
     const int buf = (chunk - first) & 1;
     if (chunk + 1 < last) {
-      stage_toeplitz_chunk<float, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0,
-                                               ot0, chunk + 1, buf ^ 1, vec_w, vec_in);
+      stage_toeplitz_chunk<scalar_t, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0,
+                                                  ot0, chunk + 1, buf ^ 1, vec_w, vec_in);
     }
     copy_commit();
     copy_wait<1>();
@@ -534,6 +545,15 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
       const int j = 8 * s + q;  // this lane's input (column of A, row of B), relative to nc0
       // A[r][j] = W[t - n] (causal) or W[n - t]: the staged window holds it at
       // TA - 1 - r + j (causal) or UC - 1 - j + r, r = A row time relative to ot0 + K_LEAD.
+      // Operand x as big + small (3xTF32), or as it is (small unused).
+      auto operand = [](float x, uint32_t& big, uint32_t& small) {
+        if constexpr (SPLIT) {
+          split_tf32(x, big, small);
+        } else {
+          big = float_bits(x);
+          small = 0;
+        }
+      };
       uint32_t ab[2][4], as[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
@@ -541,21 +561,23 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
         const int i0 = CAUSAL ? TA - 1 - r + j : UC - 1 - j + r;
         const int d8 = CAUSAL ? -8 : 8;  // row r + 8
         const int d4 = CAUSAL ? 4 : -4;  // column j + 4
-        split_tf32(ws[i0], ab[m][0], as[m][0]);
-        split_tf32(ws[i0 + d8], ab[m][1], as[m][1]);
-        split_tf32(ws[i0 + d4], ab[m][2], as[m][2]);
-        split_tf32(ws[i0 + d8 + d4], ab[m][3], as[m][3]);
+        operand(ws[i0], ab[m][0], as[m][0]);
+        operand(ws[i0 + d8], ab[m][1], as[m][1]);
+        operand(ws[i0 + d4], ab[m][2], as[m][2]);
+        operand(ws[i0 + d8 + d4], ab[m][3], as[m][3]);
       }
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
         const float* kn = ks + (8 * n % BB) * K_ROW + 16 * (8 * n / BB) + 8 * s;
         uint32_t bb[2], bs[2];
-        split_tf32(kn[0], bb[0], bs[0]);
-        split_tf32(kn[4], bb[1], bs[1]);
+        operand(kn[0], bb[0], bs[0]);
+        operand(kn[4], bb[1], bs[1]);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          mma_tf32(part[m][n], ab[m], bs);
-          mma_tf32(part[m][n], as[m], bb);
+          if constexpr (SPLIT) {
+            mma_tf32(part[m][n], ab[m], bs);
+            mma_tf32(part[m][n], as[m], bb);
+          }
           mma_tf32(part[m][n], ab[m], bb);
         }
       }
@@ -582,7 +604,9 @@ toeplitz_tc_kernel(const float* __restrict__ w, const float* __restrict__ in,
         const int col = 8 * n + 2 * q + (e & 1);
         const int t = ow0 + 16 * (J * m + col / BB) + g + 8 * (e >> 1);
         const int b = b0 + col % BB;
-        if (t < T && b < B) out[static_cast<int64_t>(b) * C * T + chan + t] = acc[m][n][e] + eps;
+        if (t < T && b < B) {
+          out[static_cast<int64_t>(b) * C * T + chan + t] = static_cast<scalar_t>(acc[m][n][e] + eps);
+        }
       }
     }
   }
@@ -764,8 +788,8 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 // 2026-11-23, benchmarks/results/rwkv_variants_h100.md).
 template <typename acc_t>
 struct Tiles {
-  // float32 on sm_80 and newer: the tensor-core (3xTF32) configuration for batch size B and
-  // length T, or false where the FMA kernel is faster (up to 4 rows and T <= 256). The fewer
+  // sm_80 and newer (float32, float16, bfloat16): the tensor-core configuration for batch size
+  // B and length T, or false where the FMA kernel is faster (up to 4 rows and T <= 256). The fewer
   // the rows, the more time folds fill the 32 columns of a block (32, 16 x 2, 8 x 4, 4 x 8);
   // with 4 and 8 folds, 2-warp blocks (half the outputs per block, 8 blocks per SM).
   template <typename F>

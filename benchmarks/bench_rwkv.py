@@ -203,6 +203,7 @@ def half_types_note(size, sets, channels, flops, budget):
         grad_w, grad_k = torch.ops.rwkv_ops.timex_backward(grad, w, k)
         got = [out[:, channels], grad_w[channels], grad_k[:, channels]]
         err = max(rel(g, x) for g, x in zip(got, want))
+
         def fwd_call(i):
             w_i, k_i, _ = lo[i % len(lo)]  # noqa: B023
             return torch.ops.rwkv_ops.timex_forward(w_i, k_i, EPS)

@@ -347,7 +347,7 @@ std::mt19937 rng(1234);
 int failures = 0;
 
 // B, C, T; eps; offset = elements by which k, g, out, grad_k are shifted (misalignment).
-// tensor_cores: also run the float32 tensor-core kernels (slow to emulate: every mma.sync
+// tensor_cores: also run the tensor-core kernels (slow to emulate: every mma.sync
 // meets its warp at a barrier), in the tile shapes listed below.
 template <typename S>
 void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_cores = false) {

@@ -95,6 +95,7 @@ CASES = [
     timex_case(5, 3, 37),                                         # T % 4 != 0, partial tiles
     timex_case(9, 2, 64),                                         # vector path, B in (8, 16]
     timex_case(3, 4, 21, torch.float64),
+    timex_case(3, 2, 300, torch.bfloat16),                       # tensor cores, 8 time folds
     lltm_case(5, 7, 9, "small"),
     lltm_case(5, 7, 9, "cublas"),
     lltm_case(3, 4, 16, "cublas", torch.float64),                 # 16-byte packs

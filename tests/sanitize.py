@@ -106,11 +106,10 @@ def run_rwkv(gen):
     # B picks the Toeplitz configuration (<= 4, <= 8, <= 16, more) and the grad_w one (1, 2,
     # <= 4, <= 8, more); T: one step, not a multiple of 4, one tile, past one 128-step tile;
     # T = 300: the tensor-core kernel with 8 time folds (B <= 4, T > 256).
-    for B, Ts in [(1, [1, 37, 64, 130, 300]), (2, [1, 37, 64, 130]), (5, [1, 37, 64, 130]),
-                  (9, [1, 37, 64, 130]), (17, [1, 37, 64, 130])]:
-        for T in Ts:
-            w, k, g = rand(C, T, gen=gen), rand(B, C, T, gen=gen), rand(B, C, T, gen=gen)
-            timex_check(f"timex float32 B={B} C={C} T={T}", w, k, g, torch.float32)
+    shapes = [(B, T) for B in [1, 2, 5, 9, 17] for T in [1, 37, 64, 130]] + [(1, 300)]
+    for B, T in shapes:
+        w, k, g = rand(C, T, gen=gen), rand(B, C, T, gen=gen), rand(B, C, T, gen=gen)
+        timex_check(f"timex float32 B={B} C={C} T={T}", w, k, g, torch.float32)
     for dtype in [torch.float64, torch.float16, torch.bfloat16]:
         for B, T in [(3, 37), (9, 64), (2, 130), (4, 300)]:
             w, k, g = (rand(C, T, dtype=dtype, gen=gen), rand(B, C, T, dtype=dtype, gen=gen),

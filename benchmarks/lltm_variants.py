@@ -3,11 +3,13 @@
     python benchmarks/lltm_variants.py [B,F,S ...]   (from the repository root, CUDA required)
 
 Builds a throwaway extension (torch.utils.cpp_extension.load, float32, sm of the local GPU)
-from csrc/lltm/lltm_cuda_small.cuh with each (TM, CH) below: TM rows per thread (4 or 2),
-CH the depth of each staged reduction chunk (16, the default, or 32: twice the work between
-barriers and global loads, more latency hidden, twice the shared memory). Checks each kernel
-against float64 and times it alone with CUDA events at the given sizes (default: the
-benchmark's small-path sizes). "default" marks what lltm_cuda_small.cu launches for that size.
+from csrc/lltm/lltm_cuda_small.cuh with each (TM, CH, tiles) below: TM rows per thread (4
+or 2; tensor-core tiles: 16 * TM rows per block as well), CH the depth of each staged
+reduction chunk (16, the default, or 32: twice the work between barriers and global loads,
+more latency hidden, twice the shared memory), tiles SIMT (float FMAs) or TC (tensor cores,
+3xTF32). Checks each kernel against float64 and times it alone with CUDA events at the given
+sizes (default: the benchmark's small-path sizes). "default" marks what lltm_cuda_small.cu
+launches for that size on this GPU.
 """
 
 import os
@@ -24,7 +26,8 @@ from benchmarks.report import markdown  # noqa: E402
 from benchmarks.timing import PEAK_FP32_TFLOPS, median_ms  # noqa: E402
 
 SHAPES = [(256, 256, 1024), (512, 512, 1024), (16, 32, 128)]
-VARIANTS = [(4, 16), (4, 32), (2, 16), (2, 32)]  # (TM, CH)
+VARIANTS = [(4, 16, False), (2, 16, False), (4, 16, True), (2, 16, True), (4, 32, True),
+            (2, 32, True)]  # (TM, CH, tensor cores)
 
 SOURCE = r"""
 #include <ATen/ATen.h>
@@ -36,13 +39,13 @@ SOURCE = r"""
 
 using namespace lltm::small;
 
-template <int TM, int CH>
+template <int TM, int CH, bool TC>
 void forward(const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
              const at::Tensor& old_h, const at::Tensor& old_cell, at::Tensor& new_h,
              at::Tensor& new_cell, at::Tensor& X, at::Tensor& gates) {
   const int B = input.size(0), F = input.size(1), S = old_h.size(1);
   const int blocks = ceil_div(B, fwd_rows<TM>) * ceil_div(S, kFwdCols);
-  small_forward_kernel<float, TM, CH><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  small_forward_kernel<float, TM, CH, TC><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       input.data_ptr<float>(), weights.data_ptr<float>(), bias.data_ptr<float>(),
       old_h.data_ptr<float>(), old_cell.data_ptr<float>(), new_h.data_ptr<float>(),
       new_cell.data_ptr<float>(), X.data_ptr<float>(), gates.data_ptr<float>(), B, F, S);
@@ -50,7 +53,7 @@ void forward(const at::Tensor& input, const at::Tensor& weights, const at::Tenso
 }
 
 // Every gradient (the grid of small_backward_gemms_cuda with all four wanted).
-template <int TM, int CH>
+template <int TM, int CH, bool TC>
 void backward(const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights,
               at::Tensor& d_input, at::Tensor& d_weights, at::Tensor& d_bias, at::Tensor& d_old_h) {
   BackwardArgs<float> a;
@@ -71,7 +74,7 @@ void backward(const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& 
   a.dx_blocks = ceil_div(a.B, kGroups * TM) * a.dx_col_tiles;
   a.p_col_tiles = ceil_div(a.K, kPK);
   const int blocks = a.dx_blocks + ceil_div(a.N, kPN) * a.p_col_tiles;
-  small_backward_kernel<float, TM, CH><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(a);
+  small_backward_kernel<float, TM, CH, TC><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -83,8 +86,8 @@ BINDINGS
 
 def build():
     tmp = tempfile.mkdtemp(prefix="lltm_variants_")
-    binds = [f'm.def("{kind}_{tm}_{ch}", &{kind}<{tm}, {ch}>);'
-             for kind in ("forward", "backward") for tm, ch in VARIANTS]
+    binds = [f'm.def("{kind}_{tm}_{ch}_{int(tc)}", &{kind}<{tm}, {ch}, {str(tc).lower()}>);'
+             for kind in ("forward", "backward") for tm, ch, tc in VARIANTS]
     path = os.path.join(tmp, "variants.cu")
     with open(path, "w") as f:
         f.write(SOURCE.replace("BINDINGS", "\n".join(binds)))
@@ -128,21 +131,22 @@ def main():
                  torch.empty(N, device="cuda"), torch.empty(B, S, device="cuda")]
         X = X64.float()
         macs = B * K * N  # one GEMM
-        for tm, ch in VARIANTS:
-            fwd = getattr(mod, f"forward_{tm}_{ch}")
+        tc_default = torch.cuda.get_device_capability() >= (8, 0)
+        for tm, ch, tc in VARIANTS:
+            name = f"{'TC' if tc else 'SIMT'} TM{tm} CH{ch}"
+            fwd = getattr(mod, f"forward_{tm}_{ch}_{int(tc)}")
             fwd(x, w, b, h, c, *outs)
             err = rel_err(outs[3], gates64)
             ms = median_ms(lambda _: fwd(x, w, b, h, c, *outs), "cuda", warmup=5, reps=50)
-            tag = " (default)" if (tm, ch) == (4, 16) else ""
-            rows.append(((B, F, S), "forward", f"TM{tm} CH{ch}{tag}", ms, 2 * macs / ms / 1e9, err))
-            bwd = getattr(mod, f"backward_{tm}_{ch}")
+            tag = " (default)" if (tm, ch, tc) == (4, 16, tc_default) else ""
+            rows.append(((B, F, S), "forward", name + tag, ms, 2 * macs / ms / 1e9, err))
+            bwd = getattr(mod, f"backward_{tm}_{ch}_{int(tc)}")
             bwd(dz, X, w, *grads)
             err = max(rel_err(grads[0], dX64[:, S:]), rel_err(grads[1], dW64),
                       rel_err(grads[2], db64), rel_err(grads[3], dX64[:, :S]))
             ms = median_ms(lambda _: bwd(dz, X, w, *grads), "cuda", warmup=5, reps=50)
-            tag = " (default)" if (tm, ch) == (default_backward_tm(B, K), 16) else ""
-            rows.append(((B, F, S), "backward GEMMs", f"TM{tm} CH{ch}{tag}", ms,
-                         4 * macs / ms / 1e9, err))
+            tag = " (default)" if (tm, ch, tc) == (default_backward_tm(B, K), 16, tc_default) else ""
+            rows.append(((B, F, S), "backward GEMMs", name + tag, ms, 4 * macs / ms / 1e9, err))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; kernel time alone, "
           f"median of 50; TFLOP/s = 2 * B*(S+F)*3S per GEMM / time; % of {PEAK_FP32_TFLOPS:g}\n")
     header = ["(B, F, S)", "kernel", "variant", "ms", "TFLOP/s", "% peak", "rel err"]

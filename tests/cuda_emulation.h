@@ -21,6 +21,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+// csrc/common/mma_tf32.h: its warp operation is emu_mma_m16n8k8_tf32 below.
+#define FUSED_OPS_EMULATE
 #define __global__
 #define __device__
 #define __host__

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -450,6 +451,20 @@ def test_small_path_tile_variants(monkeypatch, wide):
 
 
 @needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_small_path_tensor_cores(monkeypatch, dtype):
+    # On sm_80 and newer the small path's GEMMs run on tensor cores (3xTF32 for float32) for
+    # every type but float64 (the last template argument of both kernels); their values
+    # against float64 are the other tests' job (test_cuda_paths_*).
+    monkeypatch.setenv("LLTM_CUDA_PATH", "small")
+    names = cuda_kernel_names(training_step(70, 20, 50, dtype))
+    found = [m.group(2).split(", ") for n in names
+             for m in [re.search(r"small_(forward|backward)_kernel<([^<>]*)>", n)] if m]
+    want_tc = dtype != torch.float64 and torch.cuda.get_device_capability() >= (8, 0)
+    assert len(found) == 2 and all(args[-1] == str(want_tc).lower() for args in found), names
+
+
+@needs_cuda
 def test_cuda_path_choice(monkeypatch):
     def lltm_kernels(shape):
         return [n for n in cuda_kernel_names(training_step(*shape)) if "lltm" in n]
@@ -515,17 +530,18 @@ bool take(const std::vector<S>& v, size_t n, std::vector<double>& out) {
   return true;
 }
 
-// extra: TM (forward) or the output mask (backward); ch: the chunk depth.
+// extra: TM (forward) or the output mask (backward); ch: the chunk depth; tc: tensor-core tiles.
 template <typename S>
-void report(const char* what, int B, int F, int S_, int extra, int ch, double err, bool guards,
-            double tol) {
+void report(const char* what, int B, int F, int S_, int extra, int ch, bool tc, double err,
+            bool guards, double tol) {
   const bool ok = err < tol && guards;
   failures += !ok;
-  std::printf("%s %s %zu-byte B=%d F=%d S=%d (%d, CH=%d): %.1e%s\n", ok ? "ok  " : "FAIL",
-              what, sizeof(S), B, F, S_, extra, ch, err, guards ? "" : " (wrote past the end)");
+  std::printf("%s %s %zu-byte B=%d F=%d S=%d (%d, CH=%d%s): %.1e%s\n", ok ? "ok  " : "FAIL",
+              what, sizeof(S), B, F, S_, extra, ch, tc ? ", tensor cores" : "", err,
+              guards ? "" : " (wrote past the end)");
 }
 
-template <typename S, int TM, int CH = kChunk>
+template <typename S, int TM, int CH = kChunk, bool TC = false>
 void check_forward(int B, int F, int S_, double tol) {
   using acc_t = at::opmath_type<S>;
   const int K = S_ + F, N = 3 * S_;
@@ -537,7 +553,7 @@ void check_forward(int B, int F, int S_, double tol) {
       X(size_t(B) * K + 4, g), gates(size_t(B) * N + 4, g);
   const int blocks = ceil_div(B, fwd_rows<TM>) * ceil_div(S_, kFwdCols);
   launch(blocks, kThreads, 0, [&] {
-    small_forward_kernel<S, TM, CH>(input.data(), weights.data(), bias.data(), old_h.data(),
+    small_forward_kernel<S, TM, CH, TC>(input.data(), weights.data(), bias.data(), old_h.data(),
                                 old_cell.data(), new_h.data(), new_cell.data(), X.data(),
                                 gates.data(), B, F, S_);
   });
@@ -560,17 +576,17 @@ void check_forward(int B, int F, int S_, double tol) {
   }
   std::vector<double> got;
   bool guards = take(new_h, h_ref.size(), got);
-  report<S>("forward new_h", B, F, S_, TM, CH, rel_err(got, h_ref), guards, tol);
+  report<S>("forward new_h", B, F, S_, TM, CH, TC, rel_err(got, h_ref), guards, tol);
   guards = take(new_cell, c_ref.size(), got);
-  report<S>("forward new_cell", B, F, S_, TM, CH, rel_err(got, c_ref), guards, tol);
+  report<S>("forward new_cell", B, F, S_, TM, CH, TC, rel_err(got, c_ref), guards, tol);
   guards = take(gates, z_ref.size(), got);
-  report<S>("forward gates", B, F, S_, TM, CH, rel_err(got, z_ref), guards, tol);
+  report<S>("forward gates", B, F, S_, TM, CH, TC, rel_err(got, z_ref), guards, tol);
   guards = take(X, x_ref.size(), got);
-  report<S>("forward X", B, F, S_, TM, CH, got == x_ref ? 0.0 : 1.0, guards, tol);
+  report<S>("forward X", B, F, S_, TM, CH, TC, got == x_ref ? 0.0 : 1.0, guards, tol);
 }
 
 // mask: bits 0 input, 1 weights, 2 bias, 3 old_h (lltm_backward's output_mask).
-template <typename S, int TM, int CH = kChunk>
+template <typename S, int TM, int CH = kChunk, bool TC = false>
 void check_backward(int B, int F, int S_, int mask, double tol) {
   const int K = S_ + F, N = 3 * S_;
   const bool want_input = mask & 1, want_dw = mask & 2, want_bias = mask & 4, want_old_h = mask & 8;
@@ -603,7 +619,7 @@ void check_backward(int B, int F, int S_, int mask, double tol) {
   args.dx_col_tiles = dx_col_tiles;
   args.p_col_tiles = p_col_tiles;
   if (dx_blocks + p_blocks > 0) {
-    launch(dx_blocks + p_blocks, kThreads, 0, [&] { small_backward_kernel<S, TM, CH>(args); });
+    launch(dx_blocks + p_blocks, kThreads, 0, [&] { small_backward_kernel<S, TM, CH, TC>(args); });
   }
   std::vector<double> dx_ref(size_t(B) * K, 0.0), dw_ref(size_t(N) * K, 0.0), db_ref(N, 0.0);
   for (int b = 0; b < B; ++b) {
@@ -627,13 +643,13 @@ void check_backward(int B, int F, int S_, int mask, double tol) {
   };
   bool guards;
   guards = want_input ? take(d_input, want_in.size(), got) : untouched(d_input);
-  report<S>("backward d_input", B, F, S_, mask, CH, want_input ? rel_err(got, want_in) : 0.0, guards, tol);
+  report<S>("backward d_input", B, F, S_, mask, CH, TC, want_input ? rel_err(got, want_in) : 0.0, guards, tol);
   guards = want_old_h ? take(d_old_h, want_h.size(), got) : untouched(d_old_h);
-  report<S>("backward d_old_h", B, F, S_, mask, CH, want_old_h ? rel_err(got, want_h) : 0.0, guards, tol);
+  report<S>("backward d_old_h", B, F, S_, mask, CH, TC, want_old_h ? rel_err(got, want_h) : 0.0, guards, tol);
   guards = want_dw ? take(d_weights, dw_ref.size(), got) : untouched(d_weights);
-  report<S>("backward d_weights", B, F, S_, mask, CH, want_dw ? rel_err(got, dw_ref) : 0.0, guards, tol);
+  report<S>("backward d_weights", B, F, S_, mask, CH, TC, want_dw ? rel_err(got, dw_ref) : 0.0, guards, tol);
   guards = want_bias ? take(d_bias, db_ref.size(), got) : untouched(d_bias);
-  report<S>("backward d_bias", B, F, S_, mask, CH, want_bias ? rel_err(got, db_ref) : 0.0, guards, tol);
+  report<S>("backward d_bias", B, F, S_, mask, CH, TC, want_bias ? rel_err(got, db_ref) : 0.0, guards, tol);
 }
 
 int main() {
@@ -660,6 +676,22 @@ int main() {
   check_backward<c10::Half, kRowsPerThreadSmall>(9, 7, 40, 15, 2e-3);
   check_forward<c10::BFloat16, kRowsPerThreadLarge>(9, 7, 40, 1e-2);
   check_backward<c10::BFloat16, kRowsPerThreadLarge>(9, 7, 40, 15, 1e-2);
+  // Tensor-core tiles (sm_80 and newer): float32 as 3xTF32 (about 2^-20 per product, so a
+  // bound 2x the SIMT tiles'), float16 and bfloat16 with one MMA per product.
+  for (const auto& s : shapes) {
+    check_forward<float, kRowsPerThreadLarge, kChunk, true>(s[0], s[1], s[2], 4e-6);
+    for (int mask : {15, 1, 2, 4, 8, 9, 6}) {
+      check_backward<float, kRowsPerThreadLarge, kChunk, true>(s[0], s[1], s[2], mask, 4e-6);
+    }
+    check_backward<float, kRowsPerThreadSmall, kChunk, true>(s[0], s[1], s[2], 15, 4e-6);
+  }
+  check_forward<float, kRowsPerThreadSmall, kChunk, true>(40, 3, 21, 4e-6);
+  check_forward<float, kRowsPerThreadLarge, 32, true>(70, 20, 50, 4e-6);
+  check_backward<float, kRowsPerThreadLarge, 32, true>(70, 20, 50, 15, 4e-6);
+  check_forward<c10::Half, kRowsPerThreadLarge, kChunk, true>(9, 7, 40, 2e-3);
+  check_backward<c10::Half, kRowsPerThreadSmall, kChunk, true>(9, 7, 40, 15, 2e-3);
+  check_forward<c10::BFloat16, kRowsPerThreadLarge, kChunk, true>(9, 7, 40, 1e-2);
+  check_backward<c10::BFloat16, kRowsPerThreadLarge, kChunk, true>(9, 7, 40, 15, 1e-2);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/cuda_utils.cuh"
 #include "lltm/lltm_cuda_small.cuh"
@@ -64,6 +65,32 @@ constexpr int kFwdRowsPerThread = kRowsPerThreadLarge;
 int64_t sm_count() {
   // ATen caches the device properties: no driver call per step.
   return at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+}
+
+// The tensor-core tiles (MmaTile: 3xTF32 for float32, one MMA per product for float16 and
+// bfloat16) on sm_80 and newer; float64, and older GPUs, keep the SIMT tiles.
+bool use_tensor_cores(at::ScalarType dtype) {
+  return dtype != at::kDouble && at::cuda::getCurrentDeviceProperties()->major >= 8;
+}
+
+template <typename scalar_t>
+auto forward_kernel(bool tc) {
+  constexpr int TM = kFwdRowsPerThread;
+  if constexpr (std::is_same_v<scalar_t, double>) {
+    return small_forward_kernel<scalar_t, TM>;
+  } else {
+    return tc ? small_forward_kernel<scalar_t, TM, kChunk, true> : small_forward_kernel<scalar_t, TM>;
+  }
+}
+
+template <typename scalar_t, int DX_TM>
+auto backward_kernel(bool tc) {
+  if constexpr (std::is_same_v<scalar_t, double>) {
+    return small_backward_kernel<scalar_t, DX_TM>;
+  } else {
+    return tc ? small_backward_kernel<scalar_t, DX_TM, kChunk, true>
+              : small_backward_kernel<scalar_t, DX_TM>;
+  }
 }
 
 // The d_X role's TM for B rows in tiles of kGroups * TM rows, by col_tiles column tiles.
@@ -123,8 +150,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
   const int blocks = static_cast<int>(ceil_div<int64_t>(B, fwd_rows<kFwdRowsPerThread>) *
                                       ceil_div<int64_t>(S, kFwdCols));
   const auto stream = at::cuda::getCurrentCUDAStream();
+  const bool tc = use_tensor_cores(input.scalar_type());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_small_forward_cuda", [&] {
-    small_forward_kernel<scalar_t, kFwdRowsPerThread><<<blocks, kThreads, 0, stream>>>(
+    forward_kernel<scalar_t>(tc)<<<blocks, kThreads, 0, stream>>>(
         in->const_data_ptr<scalar_t>(), w->const_data_ptr<scalar_t>(),
         b->const_data_ptr<scalar_t>(), h->const_data_ptr<scalar_t>(),
         c->const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
@@ -165,6 +193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_
   const auto z = d_gates.expect_contiguous(), x = X.expect_contiguous(),
              w = weights.expect_contiguous();
   const auto stream = at::cuda::getCurrentCUDAStream();
+  const bool tc = use_tensor_cores(d_gates.scalar_type());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, d_gates.scalar_type(), "lltm_small_backward_cuda", [&] {
     BackwardArgs<scalar_t> args;
     args.d_gates = z->const_data_ptr<scalar_t>();
@@ -183,9 +212,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_
     args.dx_blocks = dx_blocks;
     args.dx_col_tiles = dx_col_tiles;
     args.p_col_tiles = p_col_tiles;
-    auto kernel = dx_tm == kRowsPerThreadSmall
-                      ? small_backward_kernel<scalar_t, kRowsPerThreadSmall>
-                      : small_backward_kernel<scalar_t, kRowsPerThreadLarge>;
+    auto kernel = dx_tm == kRowsPerThreadSmall ? backward_kernel<scalar_t, kRowsPerThreadSmall>(tc)
+                                               : backward_kernel<scalar_t, kRowsPerThreadLarge>(tc);
     kernel<<<dx_blocks + p_blocks, kThreads, 0, stream>>>(args);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

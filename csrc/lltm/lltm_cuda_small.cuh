@@ -37,6 +37,9 @@
 
 #include <ATen/OpMathType.h>
 
+#include <type_traits>
+
+#include "common/mma_tf32.h"
 #include "common/pack.h"
 #include "lltm/lltm.h"
 
@@ -87,52 +90,68 @@ constexpr bool dx_staging_ok = kThreads % CH == 0 && dx_rows<TM> % (kThreads / C
 template <int CH>
 constexpr bool param_staging_ok = CH % (kThreads / kPK) == 0 && CH % (kThreads / kPSeg) == 0;
 
-// Shared-memory row strides: a multiple of 4 elements keeps the vector reads of TM = 4
-// (and TN = 2 or 4) elements aligned; the +4 on the rows that are stored transposed
-// spreads those stores over the banks (2-way conflicts at most).
-// (With TM = 2 the +4 gives strides of 36 = 4 mod 32 elements, the same bank pattern.)
-template <int TM>
-constexpr int fwd_ld_x = fwd_rows<TM> + 4;  // [k][b]
-constexpr int kFwdLdW = 3 * kFwdCols + 4;   // [k][gate * kFwdCols + j]
-template <int TM>
-constexpr int dx_ld_z = dx_rows<TM> + 4;    // [n][b]
-constexpr int kDxLdW = kDxCols;             // [n][k]
-constexpr int kPLdX = kPK;                  // [b][k]
-constexpr int kPLdZ = kPN;                  // [b][n]
-static_assert(fwd_ld_x<kRowsPerThreadLarge> % 4 == 0 && fwd_ld_x<kRowsPerThreadSmall> % 4 == 0 &&
-                  kFwdLdW % 4 == 0 && dx_ld_z<kRowsPerThreadLarge> % 4 == 0 &&
-                  dx_ld_z<kRowsPerThreadSmall> % 4 == 0 && kDxLdW % 4 == 0 &&
-                  kPLdX % 4 == 0 && kPLdZ % 4 == 0,
-              "aligned vector reads");
+// Shared-memory row strides (every operand is stored with the reduction index first).
+// SIMT tiles (TC false): a multiple of 4 elements keeps the vector reads of TM = 4 (and
+// TN = 2 or 4) elements aligned; the +4 on the rows that are stored transposed spreads
+// those stores over the banks (2-way conflicts at most; with TM = 2 the +4 gives strides of
+// 36 = 4 mod 32 elements, the same bank pattern). Tensor-core tiles (TC true): every stride
+// is 8 mod 32 words, so that an mma fragment load (4 rows q x 8 columns g) hits 32 banks.
+template <bool TC>
+constexpr int pad_transposed = TC ? 8 : 4;
+template <bool TC>
+constexpr int pad_rows = TC ? 8 : 0;
+template <int TM, bool TC>
+constexpr int fwd_ld_x = fwd_rows<TM> + pad_transposed<TC>;  // [k][b]
+template <bool TC>
+constexpr int fwd_ld_w = 3 * kFwdCols + pad_transposed<TC>;  // [k][gate * kFwdCols + j]
+template <int TM, bool TC>
+constexpr int dx_ld_z = dx_rows<TM> + pad_transposed<TC>;    // [n][b]
+template <bool TC>
+constexpr int dx_ld_w = kDxCols + pad_rows<TC>;              // [n][k]
+template <bool TC>
+constexpr int p_ld_x = kPK + pad_rows<TC>;                   // [b][k]
+template <bool TC>
+constexpr int p_ld_z = kPN + pad_rows<TC>;                   // [b][n]
+template <bool TC>
+constexpr bool strides_ok() {
+  const int ld[] = {fwd_ld_x<kRowsPerThreadLarge, TC>, fwd_ld_x<kRowsPerThreadSmall, TC>,
+                    fwd_ld_w<TC>, dx_ld_z<kRowsPerThreadLarge, TC>,
+                    dx_ld_z<kRowsPerThreadSmall, TC>, dx_ld_w<TC>, p_ld_x<TC>, p_ld_z<TC>};
+  for (int v : ld) {
+    if (v % 4 != 0 || (TC && v % 32 != 8)) return false;
+  }
+  return true;
+}
+static_assert(strides_ok<false>() && strides_ok<true>(), "aligned, conflict-free reads");
 
-template <typename acc_t, int TM, int CH>
+template <typename acc_t, int TM, int CH, bool TC>
 struct alignas(32) ForwardSmem {
-  acc_t x[2][CH][fwd_ld_x<TM>];  // X^T, double-buffered
-  acc_t w[2][CH][kFwdLdW];       // weights^T, double-buffered
+  acc_t x[2][CH][fwd_ld_x<TM, TC>];  // X^T, double-buffered
+  acc_t w[2][CH][fwd_ld_w<TC>];      // weights^T, double-buffered
 };
 
-template <typename acc_t, int TM, int CH>
+template <typename acc_t, int TM, int CH, bool TC>
 struct alignas(32) DxSmem {
-  acc_t dz[2][CH][dx_ld_z<TM>];  // d_gates^T
-  acc_t w[2][CH][kDxLdW];        // weights rows
+  acc_t dz[2][CH][dx_ld_z<TM, TC>];  // d_gates^T
+  acc_t w[2][CH][dx_ld_w<TC>];       // weights rows
 };
 
-template <typename acc_t, int CH>
+template <typename acc_t, int CH, bool TC>
 struct alignas(32) ParamSmem {
-  acc_t x[2][CH][kPLdX];   // X rows
-  acc_t dz[2][CH][kPLdZ];  // d_gates rows
+  acc_t x[2][CH][p_ld_x<TC>];   // X rows
+  acc_t dz[2][CH][p_ld_z<TC>];  // d_gates rows
 };
 
-template <typename acc_t, int TM, int CH>
+template <typename acc_t, int TM, int CH, bool TC>
 union BackwardSmem {
-  DxSmem<acc_t, TM, CH> dx;
-  ParamSmem<acc_t, CH> param;
+  DxSmem<acc_t, TM, CH, TC> dx;
+  ParamSmem<acc_t, CH, TC> param;
 };
 
 // Static shared memory is at most 48 KiB a block (checked in each kernel); with the default
-// chunks, the largest tiles (TM = 4, float64) fit.
-static_assert(sizeof(ForwardSmem<double, kRowsPerThreadLarge, kChunk>) <= 48 * 1024 &&
-                  sizeof(BackwardSmem<double, kRowsPerThreadLarge, kChunk>) <= 48 * 1024,
+// chunks, the largest tiles (TM = 4, float64; tensor-core tiles are float) fit.
+static_assert(sizeof(ForwardSmem<double, kRowsPerThreadLarge, kChunk, false>) <= 48 * 1024 &&
+                  sizeof(BackwardSmem<double, kRowsPerThreadLarge, kChunk, false>) <= 48 * 1024,
               "static shared memory");
 
 template <typename T>
@@ -164,6 +183,108 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
   }
 }
 
+// A thread's share of its block's output tile (rows m: A's columns, columns n: B's), in
+// registers: acc[i][s][c] is the element at row row(i), column col(s, c), where column
+// segment s spans SEGW columns. multiply<R, LDA, LDB>(acc, A, B) adds one R-deep slab of the
+// product, A and B in shared memory with the reduction index first (A[r * LDA + m]).
+//
+// SimtTile: float FMAs, the 16 x 16 threads each a TM x (NSEG segments of TN) micro-tile.
+template <int TM, int NSEG, int TN, int SEGW>
+struct SimtTile {
+  static constexpr int kRows = TM, kSegs = NSEG, kCols = TN;
+  int m0, n0;
+  __device__ __forceinline__ SimtTile()
+      : m0(static_cast<int>(threadIdx.x) / kGroups * TM),
+        n0(static_cast<int>(threadIdx.x) % kGroups * TN) {}
+  __device__ __forceinline__ int row(int i) const { return m0 + i; }
+  __device__ __forceinline__ int col(int s, int c) const { return s * SEGW + n0 + c; }
+  template <int R, int LDA, int LDB, typename acc_t>
+  __device__ __forceinline__ void multiply(acc_t (&acc)[TM][NSEG][TN], const acc_t* A,
+                                           const acc_t* B) const {
+    multiply_tile<R, LDA, LDB, SEGW>(acc, A, B, m0, n0);
+  }
+};
+
+// MmaTile: tensor cores (fused_ops::mma_tf32, sm_80 and newer), float operands and sums, for
+// a ROWS x COLS block tile (ROWS 32 or 64, COLS a multiple of 32). The 8 warps stand 2 x 4:
+// warp (wm, wn) holds MT = ROWS / 32 MMA tiles of 16 rows, 16 * (MT * wm + mt) on, by
+// NT = COLS / 32 tiles of 8 columns, 32 * nt + 8 * wn on: so its column segments are 32 wide
+// (SEGW 32), like the SIMT forward and parameter tiles. SPLIT (float32): each product as 3
+// MMAs (3xTF32, fused_ops::split_tf32); float16 and bfloat16 values are tf32 values as they
+// are: one MMA. Each slab is summed in its own fragments (R / 8 MMA steps), then added to acc.
+template <int ROWS, int COLS, bool SPLIT>
+struct MmaTile {
+  static constexpr int MT = ROWS / 32, NT = COLS / 32;
+  static constexpr int kRows = 2 * MT, kSegs = NT, kCols = 2;
+  static_assert((ROWS == 32 || ROWS == 64) && COLS % 32 == 0 && kThreads == 8 * 32,
+                "tensor-core tile");
+  int wm, wn, g, q;
+  __device__ __forceinline__ MmaTile() {
+    const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
+    wm = warp / 4;
+    wn = warp % 4;
+    g = lane / 4;
+    q = lane % 4;
+  }
+  // Fragment element e of MMA tile (mt, nt) is acc[2 * mt + e / 2][nt][e % 2].
+  __device__ __forceinline__ int row(int i) const { return 16 * (MT * wm + i / 2) + 8 * (i % 2) + g; }
+  __device__ __forceinline__ int col(int s, int c) const { return 32 * s + 8 * wn + 2 * q + c; }
+  template <int R, int LDA, int LDB>
+  __device__ __forceinline__ void multiply(float (&acc)[kRows][NT][2], const float* A,
+                                           const float* B) const {
+    static_assert(R % 8 == 0, "whole MMA steps");
+    auto operand = [](float x, uint32_t& big, uint32_t& small) {
+      if constexpr (SPLIT) {
+        fused_ops::split_tf32(x, big, small);
+      } else {
+        big = fused_ops::float_bits(x);
+        small = 0;
+      }
+    };
+    float part[MT][NT][4] = {};
+#pragma unroll
+    for (int r = 0; r < R; r += 8) {
+      const float* a = A + (r + q) * LDA + 16 * MT * wm + g;
+      const float* b = B + (r + q) * LDB + 8 * wn + g;
+      uint32_t ab[MT][4], as[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        operand(a[16 * mt], ab[mt][0], as[mt][0]);
+        operand(a[16 * mt + 8], ab[mt][1], as[mt][1]);
+        operand(a[4 * LDA + 16 * mt], ab[mt][2], as[mt][2]);
+        operand(a[4 * LDA + 16 * mt + 8], ab[mt][3], as[mt][3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t bb[2], bs[2];
+        operand(b[32 * nt], bb[0], bs[0]);
+        operand(b[4 * LDB + 32 * nt], bb[1], bs[1]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (SPLIT) {
+            fused_ops::mma_tf32(part[mt][nt], ab[mt], bs);
+            fused_ops::mma_tf32(part[mt][nt], as[mt], bb);
+          }
+          fused_ops::mma_tf32(part[mt][nt], ab[mt], bb);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[2 * mt + e / 2][nt][e % 2] += part[mt][nt][e];
+      }
+    }
+  }
+};
+
+// The tile of a kernel: MmaTile<ROWS, COLS> with TC (float staging, the host checks sm_80),
+// else the SIMT tile given.
+template <bool TC, typename scalar_t, int ROWS, int COLS, typename Simt>
+using TileOf = std::conditional_t<TC, MmaTile<ROWS, COLS, std::is_same_v<scalar_t, float>>, Simt>;
+
 // ---------------------------------------------------------------------------------------
 // Forward.
 //
@@ -171,7 +292,7 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
 // column kk = t % CH of the tile rows rr + l * kRowStep, rr = t / CH, so
 // consecutive threads read consecutive columns; the per-row offsets are worked out once.
 
-template <typename scalar_t, int TM, int CH = kChunk>
+template <typename scalar_t, int TM, int CH = kChunk, bool TC = false>
 __global__ void __launch_bounds__(kThreads)
     small_forward_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ weights,
                          const scalar_t* __restrict__ bias, const scalar_t* __restrict__ old_h,
@@ -180,13 +301,15 @@ __global__ void __launch_bounds__(kThreads)
                          scalar_t* __restrict__ gates, int B, int F, int S) {
   using acc_t = at::opmath_type<scalar_t>;
   static_assert(fwd_staging_ok<TM, CH>, "forward staging: whole loads per thread");
-  static_assert(sizeof(ForwardSmem<acc_t, TM, CH>) <= 48 * 1024, "static shared memory");
+  static_assert(!TC || std::is_same_v<acc_t, float>, "tensor-core tiles are float");
+  static_assert(sizeof(ForwardSmem<acc_t, TM, CH, TC>) <= 48 * 1024, "static shared memory");
   constexpr int kFwdRows = fwd_rows<TM>;
-  constexpr int kFwdLdX = fwd_ld_x<TM>;
+  constexpr int kFwdLdX = fwd_ld_x<TM, TC>, kFwdLdW = fwd_ld_w<TC>;
   constexpr int kRowStep = kThreads / CH;           // 16 for CH = 16
   constexpr int kXLoads = kFwdRows / kRowStep;      // TM for CH = 16
   constexpr int kWLoads = 3 * kFwdCols / kRowStep;  // 6 for CH = 16
-  __shared__ ForwardSmem<acc_t, TM, CH> sm;
+  using Tile = TileOf<TC, scalar_t, kFwdRows, 3 * kFwdCols, SimtTile<TM, 3, 2, kFwdCols>>;
+  __shared__ ForwardSmem<acc_t, TM, CH, TC> sm;
 
   const int t = threadIdx.x;
   const int K = S + F;
@@ -239,9 +362,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int l = 0; l < kWLoads; ++l) sm.w[buf][kk][rr + l * kRowStep] = rw[l];
   };
 
-  // acc[i][g][c]: gate g's pre-activation for batch row b0 + m0 + i, column j0 + n0 + c.
-  const int m0 = t / kGroups * TM, n0 = t % kGroups * 2;
-  acc_t acc[TM][3][2] = {};
+  // acc[i][g][c]: gate g's pre-activation for batch row b0 + tile.row(i), column
+  // j0 + tile.col(0, c) (segment g of the tile is gate g).
+  const Tile tile;
+  acc_t acc[Tile::kRows][3][Tile::kCols] = {};
   const int steps = ceil_div(K, CH);
   load(0);
   store(0);
@@ -249,28 +373,27 @@ __global__ void __launch_bounds__(kThreads)
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
     if (s + 1 < steps) load((s + 1) * CH);
-    multiply_tile<CH, kFwdLdX, kFwdLdW, kFwdCols>(acc, &sm.x[cur][0][0], &sm.w[cur][0][0],
-                                                         m0, n0);
+    tile.template multiply<CH, kFwdLdX, kFwdLdW>(acc, &sm.x[cur][0][0], &sm.w[cur][0][0]);
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
   }
 
-  acc_t bias_v[3][2];
+  acc_t bias_v[3][Tile::kCols];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int j = j0 + n0 + c;
+    for (int c = 0; c < Tile::kCols; ++c) {
+      const int j = j0 + tile.col(0, c);
       bias_v[g][c] = j < S ? static_cast<acc_t>(bias[g * S + j]) : acc_t(0);
     }
   }
 #pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const int b = b0 + m0 + i;
+  for (int i = 0; i < Tile::kRows; ++i) {
+    const int b = b0 + tile.row(i);
     if (b >= B) continue;
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int j = j0 + n0 + c;
+    for (int c = 0; c < Tile::kCols; ++c) {
+      const int j = j0 + tile.col(0, c);
       if (j >= S) continue;
       const acc_t z_i = acc[i][0][c] + bias_v[0][c];
       const acc_t z_o = acc[i][1][c] + bias_v[1][c];
@@ -308,11 +431,12 @@ struct BackwardArgs {
 
 // d_X[b0 : b0 + kDxRows, k0 : k0 + kDxCols] = d_gates[b-tile, :] @ weights[:, k-tile], for
 // the columns in [dx_k0, dx_k1); column k < S is written to d_old_h, column k >= S to d_input.
-template <int TM, int CH, typename scalar_t, typename acc_t>
+template <int TM, int CH, bool TC, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
-                                         DxSmem<acc_t, TM, CH>& sm, int block) {
+                                         DxSmem<acc_t, TM, CH, TC>& sm, int block) {
   constexpr int kDxRows = dx_rows<TM>;
-  constexpr int kDxLdZ = dx_ld_z<TM>;
+  constexpr int kDxLdZ = dx_ld_z<TM, TC>, kDxLdW = dx_ld_w<TC>;
+  using Tile = TileOf<TC, scalar_t, kDxRows, kDxCols, SimtTile<TM, 1, 4, kDxCols>>;
   constexpr int kZStep = kThreads / CH;       // 16 for CH = 16
   constexpr int kZLoads = kDxRows / kZStep;   // TM for CH = 16
   constexpr int kWStep = kThreads / kDxCols;  // 4
@@ -352,8 +476,8 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
     for (int l = 0; l < kWLoads; ++l) sm.w[buf][wr + l * kWStep][wk] = rw[l];
   };
 
-  const int m0 = t / kGroups * TM, n0 = t % kGroups * 4;
-  acc_t acc[TM][1][4] = {};
+  const Tile tile;
+  acc_t acc[Tile::kRows][Tile::kSegs][Tile::kCols] = {};
   const int steps = ceil_div(a.N, CH);
   load(0);
   store(0);
@@ -361,24 +485,26 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
     if (s + 1 < steps) load((s + 1) * CH);
-    multiply_tile<CH, kDxLdZ, kDxLdW, kDxCols>(acc, &sm.dz[cur][0][0], &sm.w[cur][0][0], m0,
-                                                     n0);
+    tile.template multiply<CH, kDxLdZ, kDxLdW>(acc, &sm.dz[cur][0][0], &sm.w[cur][0][0]);
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
   }
 
 #pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const int b = b0 + m0 + i;
+  for (int i = 0; i < Tile::kRows; ++i) {
+    const int b = b0 + tile.row(i);
     if (b >= a.B) continue;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int k = k0 + n0 + c;
-      if (k >= a.dx_k1) continue;
-      if (k < a.S) {
-        a.d_old_h[b * a.S + k] = acc[i][0][c];
-      } else {
-        a.d_input[b * (a.K - a.S) + (k - a.S)] = acc[i][0][c];
+    for (int s = 0; s < Tile::kSegs; ++s) {
+#pragma unroll
+      for (int c = 0; c < Tile::kCols; ++c) {
+        const int k = k0 + tile.col(s, c);
+        if (k >= a.dx_k1) continue;
+        if (k < a.S) {
+          a.d_old_h[b * a.S + k] = acc[i][s][c];
+        } else {
+          a.d_input[b * (a.K - a.S) + (k - a.S)] = acc[i][s][c];
+        }
       }
     }
   }
@@ -386,9 +512,11 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
 
 // d_weights[nb : nb + kPN, k0 : k0 + kPK] = d_gates[:, n-tile]^T @ X[:, k-tile], reducing over
 // batch rows in chunks of CH; the blocks of the first k tile also write d_bias.
-template <int CH, typename scalar_t, typename acc_t>
+template <int CH, bool TC, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
-                                           ParamSmem<acc_t, CH>& sm, int block) {
+                                           ParamSmem<acc_t, CH, TC>& sm, int block) {
+  constexpr int kPLdX = p_ld_x<TC>, kPLdZ = p_ld_z<TC>;
+  using Tile = TileOf<TC, scalar_t, kPK, kPN, SimtTile<4, 3, 2, kPSeg>>;
   constexpr int kZStep = kThreads / kPSeg;  // 8
   constexpr int kZLoads = CH / kZStep;      // 2 (x 3 segments) for CH = 16
   constexpr int kXStep = kThreads / kPK;    // 4
@@ -438,9 +566,9 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
     }
   };
 
-  // acc[i][g][c]: d_weights[nb + g * kPSeg + n0 + c][k0 + m0 + i].
-  const int m0 = t / kGroups * 4, n0 = t % kGroups * 2;
-  acc_t acc[4][3][2] = {};
+  // acc[i][g][c]: d_weights[nb + tile.col(g, c)][k0 + tile.row(i)].
+  const Tile tile;
+  acc_t acc[Tile::kRows][3][Tile::kCols] = {};
   acc_t bias_sum = 0;  // thread t < kPN: gate column nb + t
   const int steps = ceil_div(a.B, CH);
   load(0);
@@ -450,8 +578,7 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
     const int cur = s & 1;
     if (s + 1 < steps) load((s + 1) * CH);
     if (want_dw) {
-      multiply_tile<CH, kPLdX, kPLdZ, kPSeg>(acc, &sm.x[cur][0][0], &sm.dz[cur][0][0], m0,
-                                                  n0);
+      tile.template multiply<CH, kPLdX, kPLdZ>(acc, &sm.x[cur][0][0], &sm.dz[cur][0][0]);
     }
     if (want_bias && t < kPN) {
 #pragma unroll
@@ -463,14 +590,14 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
 
   if (want_dw) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int k = k0 + m0 + i;
+    for (int i = 0; i < Tile::kRows; ++i) {
+      const int k = k0 + tile.row(i);
       if (k >= a.K) continue;
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int n = nb + g * kPSeg + n0 + c;
+        for (int c = 0; c < Tile::kCols; ++c) {
+          const int n = nb + tile.col(g, c);
           if (n < a.N) a.d_weights[n * a.K + k] = acc[i][g][c];
         }
       }
@@ -479,20 +606,22 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
   if (want_bias && t < kPN && nb + t < a.N) a.d_bias[nb + t] = bias_sum;
 }
 
-// DX_TM: the d_X role's TM (the parameter role's tiles are fixed); CH: both roles' chunks.
-template <typename scalar_t, int DX_TM, int CH = kChunk>
+// DX_TM: the d_X role's TM (the parameter role's tiles are fixed); CH: both roles' chunks;
+// TC: tensor-core tiles (MmaTile) in both roles.
+template <typename scalar_t, int DX_TM, int CH = kChunk, bool TC = false>
 __global__ void __launch_bounds__(kThreads) small_backward_kernel(const BackwardArgs<scalar_t> a) {
   using acc_t = at::opmath_type<scalar_t>;
   static_assert(dx_staging_ok<DX_TM, CH> && param_staging_ok<CH>,
                 "backward staging: whole loads per thread");
-  static_assert(sizeof(BackwardSmem<acc_t, DX_TM, CH>) <= 48 * 1024, "static shared memory");
-  __shared__ BackwardSmem<acc_t, DX_TM, CH> sm;
+  static_assert(!TC || std::is_same_v<acc_t, float>, "tensor-core tiles are float");
+  static_assert(sizeof(BackwardSmem<acc_t, DX_TM, CH, TC>) <= 48 * 1024, "static shared memory");
+  __shared__ BackwardSmem<acc_t, DX_TM, CH, TC> sm;
   // The role is uniform over a block, so every __syncthreads() inside is reached by all.
   const int block = static_cast<int>(blockIdx.x);
   if (block < a.dx_blocks) {
-    d_x_role<DX_TM, CH>(a, sm.dx, block);
+    d_x_role<DX_TM, CH, TC>(a, sm.dx, block);
   } else {
-    param_role<CH>(a, sm.param, block - a.dx_blocks);
+    param_role<CH, TC>(a, sm.param, block - a.dx_blocks);
   }
 }
 

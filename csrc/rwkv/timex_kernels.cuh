@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/mma_tf32.h"
+
 // tests/test_rwkv.py defines TIMEX_EMULATE and these four macros itself to compile this
 // header as host C++ and run the kernels on a CPU (a thread per CUDA thread).
 #ifndef TIMEX_EMULATE
@@ -434,43 +436,9 @@ struct ToeplitzTCConfig {
   static_assert(8 * NT % J == 0 && BB >= 4 && (BB % 8 == 0 || 8 % BB == 0), "time folds");
 };
 
-// The bits of x, for a .tf32 operand.
-TIMEX_DEVICE uint32_t float_bits(float x) {
-#if defined(TIMEX_EMULATE)
-  return emu_as_bits(x);
-#else
-  return __float_as_uint(x);
-#endif
-}
-
-// x = big + small: big is x with the low 13 mantissa bits cleared (a tf32 value), small =
-// x - big exactly (at most 13 significant bits). The tensor cores read a .tf32 operand's top
-// 19 bits, so small enters its products truncated to tf32: an error below 2^-21 |x|.
-TIMEX_DEVICE void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  big = float_bits(x) & 0xffffe000u;
-#if defined(TIMEX_EMULATE)
-  small = emu_as_bits(x - emu_as_float(big));
-#else
-  small = __float_as_uint(x - __uint_as_float(big));
-#endif
-}
-
-// c += A (16 x 8) * B (8 x 8), one warp; fragments as PTX's mma.m16n8k8 .tf32 lays them out
-// (g = lane / 4, q = lane % 4): a = A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4];
-// b = B[q][g], B[q+4][g]; c = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1].
-TIMEX_DEVICE void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if defined(TIMEX_EMULATE)
-  emu_mma_m16n8k8_tf32(c, a, b);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  __trap();
-#endif
-}
+using fused_ops::float_bits;
+using fused_ops::mma_tf32;
+using fused_ops::split_tf32;
 
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)

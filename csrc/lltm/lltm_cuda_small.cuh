@@ -90,56 +90,60 @@ constexpr bool dx_staging_ok = kThreads % CH == 0 && dx_rows<TM> % (kThreads / C
 template <int CH>
 constexpr bool param_staging_ok = CH % (kThreads / kPK) == 0 && CH % (kThreads / kPSeg) == 0;
 
-// Shared-memory row strides (every operand is stored with the reduction index first).
-// SIMT tiles (TC false): a multiple of 4 elements keeps the vector reads of TM = 4 (and
-// TN = 2 or 4) elements aligned; the +4 on the rows that are stored transposed spreads
-// those stores over the banks (2-way conflicts at most; with TM = 2 the +4 gives strides of
-// 36 = 4 mod 32 elements, the same bank pattern). Tensor-core tiles (TC true): every stride
-// is 8 mod 32 words, so that an mma fragment load (4 rows q x 8 columns g) hits 32 banks.
-template <bool TC>
-constexpr int pad_transposed = TC ? 8 : 4;
-template <bool TC>
-constexpr int pad_rows = TC ? 8 : 0;
-template <int TM, bool TC>
-constexpr int fwd_ld_x = fwd_rows<TM> + pad_transposed<TC>;  // [k][b]
-template <bool TC>
-constexpr int fwd_ld_w = 3 * kFwdCols + pad_transposed<TC>;  // [k][gate * kFwdCols + j]
-template <int TM, bool TC>
-constexpr int dx_ld_z = dx_rows<TM> + pad_transposed<TC>;    // [n][b]
-template <bool TC>
-constexpr int dx_ld_w = kDxCols + pad_rows<TC>;              // [n][k]
-template <bool TC>
-constexpr int p_ld_x = kPK + pad_rows<TC>;                   // [b][k]
-template <bool TC>
-constexpr int p_ld_z = kPN + pad_rows<TC>;                   // [b][n]
-template <bool TC>
-constexpr bool strides_ok() {
-  const int ld[] = {fwd_ld_x<kRowsPerThreadLarge, TC>, fwd_ld_x<kRowsPerThreadSmall, TC>,
-                    fwd_ld_w<TC>, dx_ld_z<kRowsPerThreadLarge, TC>,
-                    dx_ld_z<kRowsPerThreadSmall, TC>, dx_ld_w<TC>, p_ld_x<TC>, p_ld_z<TC>};
-  for (int v : ld) {
-    if (v % 4 != 0 || (TC && v % 32 != 8)) return false;
-  }
-  return true;
+// A staged operand: a chunk's CH reduction steps k of M rows or columns m of a GEMM operand,
+// in shared memory either k-first (element (k, m) at k * LD + m) or m-first (m * LD + k).
+// SIMT tiles read vectors along m: k-first, LD a multiple of 4 (aligned vector reads); the
+// operands that staging transposes get LD = M + 4, which spreads those stores over the banks
+// (2-way conflicts at most). Tensor-core tiles read mma fragments, lanes (g, q) reading
+// (m + g, k + q): conflict-free k-first with LD = 8 mod 32, m-first with LD = 4 mod 8. So for
+// them the transposed operands (forward X and weights, d_X's d_gates) are staged m-first, as
+// they lie in memory, with LD = CH + 4, and the others k-first with LD = M + 8.
+template <int M, int CH, bool K_FIRST, int PAD>
+struct Staged {
+  static constexpr int LD = K_FIRST ? M + PAD : CH + PAD;
+  static constexpr int SIZE = K_FIRST ? CH * LD : M * LD;
+  static constexpr int SK = K_FIRST ? LD : 1, SM = K_FIRST ? 1 : LD;  // strides of k and m
+  static constexpr bool kFirst = K_FIRST;
+  __host__ __device__ static constexpr int at(int k, int m) { return k * SK + m * SM; }
+  static_assert(LD % 4 == 0, "aligned vector reads");
+};
+// Staged by transposing (SIMT: k-first; tensor cores: m-first).
+template <int M, int CH, bool TC>
+using StagedT = std::conditional_t<TC, Staged<M, CH, false, 4>, Staged<M, CH, true, 4>>;
+// Staged as in memory (k-first).
+template <int M, int CH, bool TC>
+using StagedK = Staged<M, CH, true, TC ? 8 : 0>;
+
+template <bool TC, typename Op>
+constexpr bool conflict_free() {
+  return !TC || (Op::kFirst ? Op::LD % 32 == 8 : Op::LD % 8 == 4);
 }
-static_assert(strides_ok<false>() && strides_ok<true>(), "aligned, conflict-free reads");
 
 template <typename acc_t, int TM, int CH, bool TC>
 struct alignas(32) ForwardSmem {
-  acc_t x[2][CH][fwd_ld_x<TM, TC>];  // X^T, double-buffered
-  acc_t w[2][CH][fwd_ld_w<TC>];      // weights^T, double-buffered
+  using X = StagedT<fwd_rows<TM>, CH, TC>;   // X rows, m = batch row
+  using W = StagedT<3 * kFwdCols, CH, TC>;   // weights rows, m = gate * kFwdCols + j
+  static_assert(conflict_free<TC, X>() && conflict_free<TC, W>(), "fragment loads");
+  acc_t x[2][X::SIZE];  // double-buffered
+  acc_t w[2][W::SIZE];
 };
 
 template <typename acc_t, int TM, int CH, bool TC>
 struct alignas(32) DxSmem {
-  acc_t dz[2][CH][dx_ld_z<TM, TC>];  // d_gates^T
-  acc_t w[2][CH][dx_ld_w<TC>];       // weights rows
+  using Z = StagedT<dx_rows<TM>, CH, TC>;  // d_gates rows, m = batch row, k = gate column
+  using W = StagedK<kDxCols, CH, TC>;       // weights rows, k = gate column, m = column of X
+  static_assert(conflict_free<TC, Z>() && conflict_free<TC, W>(), "fragment loads");
+  acc_t dz[2][Z::SIZE];
+  acc_t w[2][W::SIZE];
 };
 
 template <typename acc_t, int CH, bool TC>
 struct alignas(32) ParamSmem {
-  acc_t x[2][CH][p_ld_x<TC>];   // X rows
-  acc_t dz[2][CH][p_ld_z<TC>];  // d_gates rows
+  using X = StagedK<kPK, CH, TC>;  // X rows, k = batch row, m = column of X
+  using Z = StagedK<kPN, CH, TC>;  // d_gates rows, k = batch row, m = gate column
+  static_assert(conflict_free<TC, X>() && conflict_free<TC, Z>(), "fragment loads");
+  acc_t x[2][X::SIZE];
+  acc_t dz[2][Z::SIZE];
 };
 
 template <typename acc_t, int TM, int CH, bool TC>
@@ -185,8 +189,8 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
 
 // A thread's share of its block's output tile (rows m: A's columns, columns n: B's), in
 // registers: acc[i][s][c] is the element at row row(i), column col(s, c), where column
-// segment s spans SEGW columns. multiply<R, LDA, LDB>(acc, A, B) adds one R-deep slab of the
-// product, A and B in shared memory with the reduction index first (A[r * LDA + m]).
+// segment s spans SEGW columns. multiply<R, OpA, OpB>(acc, A, B) adds one R-deep slab of the
+// product, A and B in shared memory as Staged operands OpA and OpB.
 //
 // SimtTile: float FMAs, the 16 x 16 threads each a TM x (NSEG segments of TN) micro-tile.
 template <int TM, int NSEG, int TN, int SEGW>
@@ -198,10 +202,11 @@ struct SimtTile {
         n0(static_cast<int>(threadIdx.x) % kGroups * TN) {}
   __device__ __forceinline__ int row(int i) const { return m0 + i; }
   __device__ __forceinline__ int col(int s, int c) const { return s * SEGW + n0 + c; }
-  template <int R, int LDA, int LDB, typename acc_t>
+  template <int R, typename OpA, typename OpB, typename acc_t>
   __device__ __forceinline__ void multiply(acc_t (&acc)[TM][NSEG][TN], const acc_t* A,
                                            const acc_t* B) const {
-    multiply_tile<R, LDA, LDB, SEGW>(acc, A, B, m0, n0);
+    static_assert(OpA::kFirst && OpB::kFirst, "SIMT tiles read k-first operands");
+    multiply_tile<R, OpA::LD, OpB::LD, SEGW>(acc, A, B, m0, n0);
   }
 };
 
@@ -229,7 +234,7 @@ struct MmaTile {
   // Fragment element e of MMA tile (mt, nt) is acc[2 * mt + e / 2][nt][e % 2].
   __device__ __forceinline__ int row(int i) const { return 16 * (MT * wm + i / 2) + 8 * (i % 2) + g; }
   __device__ __forceinline__ int col(int s, int c) const { return 32 * s + 8 * wn + 2 * q + c; }
-  template <int R, int LDA, int LDB>
+  template <int R, typename OpA, typename OpB>
   __device__ __forceinline__ void multiply(float (&acc)[kRows][NT][2], const float* A,
                                            const float* B) const {
     static_assert(R % 8 == 0, "whole MMA steps");
@@ -244,21 +249,21 @@ struct MmaTile {
     float part[MT][NT][4] = {};
 #pragma unroll
     for (int r = 0; r < R; r += 8) {
-      const float* a = A + (r + q) * LDA + 16 * MT * wm + g;
-      const float* b = B + (r + q) * LDB + 8 * wn + g;
+      const float* a = A + OpA::at(r + q, 16 * MT * wm + g);
+      const float* b = B + OpB::at(r + q, 8 * wn + g);
       uint32_t ab[MT][4], as[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        operand(a[16 * mt], ab[mt][0], as[mt][0]);
-        operand(a[16 * mt + 8], ab[mt][1], as[mt][1]);
-        operand(a[4 * LDA + 16 * mt], ab[mt][2], as[mt][2]);
-        operand(a[4 * LDA + 16 * mt + 8], ab[mt][3], as[mt][3]);
+        operand(a[OpA::at(0, 16 * mt)], ab[mt][0], as[mt][0]);
+        operand(a[OpA::at(0, 16 * mt + 8)], ab[mt][1], as[mt][1]);
+        operand(a[OpA::at(4, 16 * mt)], ab[mt][2], as[mt][2]);
+        operand(a[OpA::at(4, 16 * mt + 8)], ab[mt][3], as[mt][3]);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         uint32_t bb[2], bs[2];
-        operand(b[32 * nt], bb[0], bs[0]);
-        operand(b[4 * LDB + 32 * nt], bb[1], bs[1]);
+        operand(b[OpB::at(0, 32 * nt)], bb[0], bs[0]);
+        operand(b[OpB::at(4, 32 * nt)], bb[1], bs[1]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           if constexpr (SPLIT) {
@@ -304,12 +309,12 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(!TC || std::is_same_v<acc_t, float>, "tensor-core tiles are float");
   static_assert(sizeof(ForwardSmem<acc_t, TM, CH, TC>) <= 48 * 1024, "static shared memory");
   constexpr int kFwdRows = fwd_rows<TM>;
-  constexpr int kFwdLdX = fwd_ld_x<TM, TC>, kFwdLdW = fwd_ld_w<TC>;
+  using Smem = ForwardSmem<acc_t, TM, CH, TC>;
   constexpr int kRowStep = kThreads / CH;           // 16 for CH = 16
   constexpr int kXLoads = kFwdRows / kRowStep;      // TM for CH = 16
   constexpr int kWLoads = 3 * kFwdCols / kRowStep;  // 6 for CH = 16
   using Tile = TileOf<TC, scalar_t, kFwdRows, 3 * kFwdCols, SimtTile<TM, 3, 2, kFwdCols>>;
-  __shared__ ForwardSmem<acc_t, TM, CH, TC> sm;
+  __shared__ Smem sm;
 
   const int t = threadIdx.x;
   const int K = S + F;
@@ -354,12 +359,12 @@ __global__ void __launch_bounds__(kThreads)
       rw[l] = (w_row[l] >= 0 && k_in) ? static_cast<acc_t>(weights[w_row[l] + k]) : acc_t(0);
     }
   };
-  // Registers -> shared memory, transposed (reduction index first).
+  // Registers -> shared memory.
   auto store = [&](int buf) {
 #pragma unroll
-    for (int l = 0; l < kXLoads; ++l) sm.x[buf][kk][rr + l * kRowStep] = rx[l];
+    for (int l = 0; l < kXLoads; ++l) sm.x[buf][Smem::X::at(kk, rr + l * kRowStep)] = rx[l];
 #pragma unroll
-    for (int l = 0; l < kWLoads; ++l) sm.w[buf][kk][rr + l * kRowStep] = rw[l];
+    for (int l = 0; l < kWLoads; ++l) sm.w[buf][Smem::W::at(kk, rr + l * kRowStep)] = rw[l];
   };
 
   // acc[i][g][c]: gate g's pre-activation for batch row b0 + tile.row(i), column
@@ -373,7 +378,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
     if (s + 1 < steps) load((s + 1) * CH);
-    tile.template multiply<CH, kFwdLdX, kFwdLdW>(acc, &sm.x[cur][0][0], &sm.w[cur][0][0]);
+    tile.template multiply<CH, typename Smem::X, typename Smem::W>(acc, sm.x[cur], sm.w[cur]);
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
   }
@@ -435,7 +440,7 @@ template <int TM, int CH, bool TC, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
                                          DxSmem<acc_t, TM, CH, TC>& sm, int block) {
   constexpr int kDxRows = dx_rows<TM>;
-  constexpr int kDxLdZ = dx_ld_z<TM, TC>, kDxLdW = dx_ld_w<TC>;
+  using Smem = DxSmem<acc_t, TM, CH, TC>;
   using Tile = TileOf<TC, scalar_t, kDxRows, kDxCols, SimtTile<TM, 1, 4, kDxCols>>;
   constexpr int kZStep = kThreads / CH;       // 16 for CH = 16
   constexpr int kZLoads = kDxRows / kZStep;   // TM for CH = 16
@@ -471,9 +476,9 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
   };
   auto store = [&](int buf) {
 #pragma unroll
-    for (int l = 0; l < kZLoads; ++l) sm.dz[buf][zn][zb + l * kZStep] = rz[l];
+    for (int l = 0; l < kZLoads; ++l) sm.dz[buf][Smem::Z::at(zn, zb + l * kZStep)] = rz[l];
 #pragma unroll
-    for (int l = 0; l < kWLoads; ++l) sm.w[buf][wr + l * kWStep][wk] = rw[l];
+    for (int l = 0; l < kWLoads; ++l) sm.w[buf][Smem::W::at(wr + l * kWStep, wk)] = rw[l];
   };
 
   const Tile tile;
@@ -485,7 +490,7 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
   for (int s = 0; s < steps; ++s) {
     const int cur = s & 1;
     if (s + 1 < steps) load((s + 1) * CH);
-    tile.template multiply<CH, kDxLdZ, kDxLdW>(acc, &sm.dz[cur][0][0], &sm.w[cur][0][0]);
+    tile.template multiply<CH, typename Smem::Z, typename Smem::W>(acc, sm.dz[cur], sm.w[cur]);
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();
   }
@@ -515,7 +520,7 @@ __device__ __forceinline__ void d_x_role(const BackwardArgs<scalar_t>& a,
 template <int CH, bool TC, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
                                            ParamSmem<acc_t, CH, TC>& sm, int block) {
-  constexpr int kPLdX = p_ld_x<TC>, kPLdZ = p_ld_z<TC>;
+  using Smem = ParamSmem<acc_t, CH, TC>;
   using Tile = TileOf<TC, scalar_t, kPK, kPN, SimtTile<4, 3, 2, kPSeg>>;
   constexpr int kZStep = kThreads / kPSeg;  // 8
   constexpr int kZLoads = CH / kZStep;      // 2 (x 3 segments) for CH = 16
@@ -558,11 +563,11 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
 #pragma unroll
     for (int l = 0; l < kZLoads; ++l) {
 #pragma unroll
-      for (int g = 0; g < 3; ++g) sm.dz[buf][zb + l * kZStep][g * kPSeg + zn] = rz[l][g];
+      for (int g = 0; g < 3; ++g) sm.dz[buf][Smem::Z::at(zb + l * kZStep, g * kPSeg + zn)] = rz[l][g];
     }
     if (want_dw) {
 #pragma unroll
-      for (int l = 0; l < kXLoads; ++l) sm.x[buf][xb + l * kXStep][xk] = rx[l];
+      for (int l = 0; l < kXLoads; ++l) sm.x[buf][Smem::X::at(xb + l * kXStep, xk)] = rx[l];
     }
   };
 
@@ -578,11 +583,11 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
     const int cur = s & 1;
     if (s + 1 < steps) load((s + 1) * CH);
     if (want_dw) {
-      tile.template multiply<CH, kPLdX, kPLdZ>(acc, &sm.x[cur][0][0], &sm.dz[cur][0][0]);
+      tile.template multiply<CH, typename Smem::X, typename Smem::Z>(acc, sm.x[cur], sm.dz[cur]);
     }
     if (want_bias && t < kPN) {
 #pragma unroll
-      for (int r = 0; r < CH; ++r) bias_sum += sm.dz[cur][r][t];
+      for (int r = 0; r < CH; ++r) bias_sum += sm.dz[cur][Smem::Z::at(r, t)];
     }
     if (s + 1 < steps) store(cur ^ 1);
     __syncthreads();

@@ -97,11 +97,20 @@ def build():
                 extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"], verbose=False)
 
 
-def default_backward_tm(B, K):
-    """The d_X role's TM that rows_per_thread (csrc/lltm/lltm_cuda_small.cu) picks."""
+def rows_per_thread(B, col_tiles):
+    """The TM that rows_per_thread (csrc/lltm/lltm_cuda_small.cu) picks."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    large, small, col_tiles = -(-B // 64), -(-B // 32), -(-K // 64)
+    large, small = -(-B // 64), -(-B // 32)
     return 2 if large * col_tiles < sms and small > large else 4
+
+
+def defaults(B, S, K):
+    """The (TM, CH, tensor cores) that lltm_cuda_small.cu launches for float32 on this GPU:
+    (forward, backward)."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        return (4, 16, False), (rows_per_thread(B, -(-K // 64)), 16, False)
+    tm = rows_per_thread(B, -(-S // 32))
+    return (tm, 32 if tm == 2 else 16, True), (rows_per_thread(B, -(-K // 64)), 32, True)
 
 
 def rel_err(got, want):
@@ -131,21 +140,21 @@ def main():
                  torch.empty(N, device="cuda"), torch.empty(B, S, device="cuda")]
         X = X64.float()
         macs = B * K * N  # one GEMM
-        tc_default = torch.cuda.get_device_capability() >= (8, 0)
+        fwd_default, bwd_default = defaults(B, S, K)
         for tm, ch, tc in VARIANTS:
             name = f"{'TC' if tc else 'SIMT'} TM{tm} CH{ch}"
             fwd = getattr(mod, f"forward_{tm}_{ch}_{int(tc)}")
             fwd(x, w, b, h, c, *outs)
             err = rel_err(outs[3], gates64)
             ms = median_ms(lambda _: fwd(x, w, b, h, c, *outs), "cuda", warmup=5, reps=50)
-            tag = " (default)" if (tm, ch, tc) == (4, 16, tc_default) else ""
+            tag = " (default)" if (tm, ch, tc) == fwd_default else ""
             rows.append(((B, F, S), "forward", name + tag, ms, 2 * macs / ms / 1e9, err))
             bwd = getattr(mod, f"backward_{tm}_{ch}_{int(tc)}")
             bwd(dz, X, w, *grads)
             err = max(rel_err(grads[0], dX64[:, S:]), rel_err(grads[1], dW64),
                       rel_err(grads[2], db64), rel_err(grads[3], dX64[:, :S]))
             ms = median_ms(lambda _: bwd(dz, X, w, *grads), "cuda", warmup=5, reps=50)
-            tag = " (default)" if (tm, ch, tc) == (default_backward_tm(B, K), 16, tc_default) else ""
+            tag = " (default)" if (tm, ch, tc) == bwd_default else ""
             rows.append(((B, F, S), "backward GEMMs", name + tag, ms, 4 * macs / ms / 1e9, err))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; kernel time alone, "
           f"median of 50; TFLOP/s = 2 * B*(S+F)*3S per GEMM / time; % of {PEAK_FP32_TFLOPS:g}\n")

@@ -676,22 +676,26 @@ int main() {
   check_backward<c10::Half, kRowsPerThreadSmall>(9, 7, 40, 15, 2e-3);
   check_forward<c10::BFloat16, kRowsPerThreadLarge>(9, 7, 40, 1e-2);
   check_backward<c10::BFloat16, kRowsPerThreadLarge>(9, 7, 40, 15, 1e-2);
-  // Tensor-core tiles (sm_80 and newer): float32 as 3xTF32 (about 2^-20 per product, so a
-  // bound 2x the SIMT tiles'), float16 and bfloat16 with one MMA per product.
+  // Tensor-core tiles (sm_80 and newer) as lltm_cuda_small.cu launches them: forward TM = 4
+  // with CH = 16 and TM = 2 with CH = 32, backward CH = 32 (plus CH = 16 once each); float32
+  // as 3xTF32 (about 2^-20 per product, so a bound 2x the SIMT tiles'), float16 and bfloat16
+  // with one MMA per product.
   for (const auto& s : shapes) {
-    check_forward<float, kRowsPerThreadLarge, kChunk, true>(s[0], s[1], s[2], 4e-6);
+    check_forward<float, kRowsPerThreadLarge, 16, true>(s[0], s[1], s[2], 4e-6);
+    check_forward<float, kRowsPerThreadSmall, 32, true>(s[0], s[1], s[2], 4e-6);
     for (int mask : {15, 1, 2, 4, 8, 9, 6}) {
-      check_backward<float, kRowsPerThreadLarge, kChunk, true>(s[0], s[1], s[2], mask, 4e-6);
+      check_backward<float, kRowsPerThreadLarge, 32, true>(s[0], s[1], s[2], mask, 4e-6);
     }
-    check_backward<float, kRowsPerThreadSmall, kChunk, true>(s[0], s[1], s[2], 15, 4e-6);
+    check_backward<float, kRowsPerThreadSmall, 32, true>(s[0], s[1], s[2], 15, 4e-6);
   }
-  check_forward<float, kRowsPerThreadSmall, kChunk, true>(40, 3, 21, 4e-6);
-  check_forward<float, kRowsPerThreadLarge, 32, true>(70, 20, 50, 4e-6);
-  check_backward<float, kRowsPerThreadLarge, 32, true>(70, 20, 50, 15, 4e-6);
-  check_forward<c10::Half, kRowsPerThreadLarge, kChunk, true>(9, 7, 40, 2e-3);
-  check_backward<c10::Half, kRowsPerThreadSmall, kChunk, true>(9, 7, 40, 15, 2e-3);
-  check_forward<c10::BFloat16, kRowsPerThreadLarge, kChunk, true>(9, 7, 40, 1e-2);
-  check_backward<c10::BFloat16, kRowsPerThreadLarge, kChunk, true>(9, 7, 40, 15, 1e-2);
+  check_forward<float, kRowsPerThreadSmall, 16, true>(40, 3, 21, 4e-6);
+  check_backward<float, kRowsPerThreadLarge, 16, true>(70, 20, 50, 15, 4e-6);
+  check_backward<float, kRowsPerThreadSmall, 16, true>(70, 20, 50, 9, 4e-6);
+  check_forward<c10::Half, kRowsPerThreadLarge, 16, true>(9, 7, 40, 2e-3);
+  check_forward<c10::Half, kRowsPerThreadSmall, 32, true>(9, 7, 40, 2e-3);
+  check_backward<c10::Half, kRowsPerThreadSmall, 32, true>(9, 7, 40, 15, 2e-3);
+  check_forward<c10::BFloat16, kRowsPerThreadLarge, 16, true>(9, 7, 40, 1e-2);
+  check_backward<c10::BFloat16, kRowsPerThreadLarge, 32, true>(9, 7, 40, 15, 1e-2);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

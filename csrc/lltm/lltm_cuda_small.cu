@@ -49,18 +49,28 @@ PathOverride path_override() {
   return PathOverride::kAuto;
 }
 
-// Tile choice. The d_X role runs TM = 4 rows per thread unless that leaves SMs without a
-// block (kMinBlocksPerSm = 1), then TM = 2 tiles, half the batch rows per block, provided
-// that this gives more blocks (not so when B <= 32: the tutorial's size keeps TM = 4).
+// Tile choice, SIMT tiles (float64; every type before sm_80). The d_X role runs TM = 4 rows
+// per thread unless that leaves SMs without a block (kMinBlocksPerSm = 1), then TM = 2
+// tiles, half the batch rows per block, provided that this gives more blocks (not so when
+// B <= 32: the tutorial's size keeps TM = 4).
 // Measured on the H100 (132 SMs), small_backward_kernel in all: at (256, 256, 1024) 0.244 ms
 // with 80 long d_X blocks of TM = 4, 0.221 ms with 160 of TM = 2; at (512, 512, 1024),
 // forced small, 192 d_X blocks of TM = 4 beat 384 of TM = 2 (0.375 against 0.393 ms), hence
-// the bound of 1, not 2, blocks per SM. The forward always runs TM = 4: its TM = 2 tiles
-// were slower at both sizes (0.121 against 0.116 ms with 256 against 128 blocks, 0.256
+// the bound of 1, not 2, blocks per SM. The SIMT forward always runs TM = 4: its TM = 2
+// tiles were slower at both sizes (0.121 against 0.116 ms with 256 against 128 blocks, 0.256
 // against 0.189 ms); with TM = 2 a thread does 12 multiply-adds per 8 values read from
 // shared memory instead of 24 per 10, so shared memory rather than latency limits it.
+//
+// Tensor-core tiles (float32, float16, bfloat16 on sm_80 and newer): the forward takes TM by
+// the same rule as the d_X role, and 32-deep chunks except the forward's 64-row tiles.
+// Measured on the H100 (float32, kernel alone, benchmarks/results/lltm_variants_h100.md):
+// at (256, 256, 1024) forward TM = 2 with CH = 32 0.079 ms against 0.091 with TM = 4 and
+// CH = 16 (the SIMT tiles: 0.117), backward CH = 32 0.114 against 0.136 with 16 (SIMT 0.220);
+// at (512, 512, 1024) forward TM = 4 with CH = 16 0.151 against 0.211 with CH = 32, backward
+// CH = 32 0.218 against 0.255.
 constexpr int64_t kMinBlocksPerSm = 1;
-constexpr int kFwdRowsPerThread = kRowsPerThreadLarge;
+constexpr int kSimtFwdRowsPerThread = kRowsPerThreadLarge;
+constexpr int kTcChunk = 32, kTcFwdChunkLarge = 16;
 
 int64_t sm_count() {
   // ATen caches the device properties: no driver call per step.
@@ -73,33 +83,34 @@ bool use_tensor_cores(at::ScalarType dtype) {
   return dtype != at::kDouble && at::cuda::getCurrentDeviceProperties()->major >= 8;
 }
 
-template <typename scalar_t>
-auto forward_kernel(bool tc) {
-  constexpr int TM = kFwdRowsPerThread;
-  if constexpr (std::is_same_v<scalar_t, double>) {
-    return small_forward_kernel<scalar_t, TM>;
-  } else {
-    return tc ? small_forward_kernel<scalar_t, TM, kChunk, true> : small_forward_kernel<scalar_t, TM>;
-  }
-}
-
-template <typename scalar_t, int DX_TM>
-auto backward_kernel(bool tc) {
-  if constexpr (std::is_same_v<scalar_t, double>) {
-    return small_backward_kernel<scalar_t, DX_TM>;
-  } else {
-    return tc ? small_backward_kernel<scalar_t, DX_TM, kChunk, true>
-              : small_backward_kernel<scalar_t, DX_TM>;
-  }
-}
-
-// The d_X role's TM for B rows in tiles of kGroups * TM rows, by col_tiles column tiles.
+// TM for B rows in tiles of kGroups * TM rows, by col_tiles column tiles (the rule above).
 int rows_per_thread(int64_t B, int64_t col_tiles) {
   const int64_t large = ceil_div<int64_t>(B, kGroups * kRowsPerThreadLarge);
   const int64_t small = ceil_div<int64_t>(B, kGroups * kRowsPerThreadSmall);
   return large * col_tiles < kMinBlocksPerSm * sm_count() && small > large
              ? kRowsPerThreadSmall
              : kRowsPerThreadLarge;
+}
+
+// The forward kernel for TM rows per thread: tm is the SIMT tiles' TM unless tc.
+template <typename scalar_t>
+auto forward_kernel(bool tc, int tm) {
+  if constexpr (!std::is_same_v<scalar_t, double>) {
+    if (tc) {
+      return tm == kRowsPerThreadSmall
+                 ? small_forward_kernel<scalar_t, kRowsPerThreadSmall, kTcChunk, true>
+                 : small_forward_kernel<scalar_t, kRowsPerThreadLarge, kTcFwdChunkLarge, true>;
+    }
+  }
+  return small_forward_kernel<scalar_t, kSimtFwdRowsPerThread>;
+}
+
+template <typename scalar_t, int DX_TM>
+auto backward_kernel(bool tc) {
+  if constexpr (!std::is_same_v<scalar_t, double>) {
+    if (tc) return small_backward_kernel<scalar_t, DX_TM, kTcChunk, true>;
+  }
+  return small_backward_kernel<scalar_t, DX_TM>;
 }
 
 }  // namespace
@@ -147,12 +158,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
              b = bias.expect_contiguous(), h = old_h.expect_contiguous(),
              c = old_cell.expect_contiguous();
   // use_small_path admitted these sizes: every count below fits in an int.
-  const int blocks = static_cast<int>(ceil_div<int64_t>(B, fwd_rows<kFwdRowsPerThread>) *
-                                      ceil_div<int64_t>(S, kFwdCols));
-  const auto stream = at::cuda::getCurrentCUDAStream();
   const bool tc = use_tensor_cores(input.scalar_type());
+  const int64_t col_tiles = ceil_div<int64_t>(S, kFwdCols);
+  const int tm = tc ? rows_per_thread(B, col_tiles) : kSimtFwdRowsPerThread;
+  const int blocks = static_cast<int>(ceil_div<int64_t>(B, kGroups * tm) * col_tiles);
+  const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_small_forward_cuda", [&] {
-    forward_kernel<scalar_t>(tc)<<<blocks, kThreads, 0, stream>>>(
+    forward_kernel<scalar_t>(tc, tm)<<<blocks, kThreads, 0, stream>>>(
         in->const_data_ptr<scalar_t>(), w->const_data_ptr<scalar_t>(),
         b->const_data_ptr<scalar_t>(), h->const_data_ptr<scalar_t>(),
         c->const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),

@@ -149,11 +149,13 @@ def lltm_check(B, F, S, dtype, path, gen):
 
 def run_lltm(gen):
     # Small path: one tile, every tile edge crossed (B > 64 rows, K > 64 columns, 3S > 96 gate
-    # columns, S > 32 state columns), and B = 40 with few column tiles (the d_X role's TM = 2).
+    # columns, S > 32 state columns), and B = 40 with few column tiles (TM = 2: the d_X role's,
+    # and on sm_80 and newer the tensor-core forward's, there with 32-deep chunks).
     for B, F, S in [(1, 1, 1), (5, 7, 9), (40, 3, 21), (70, 20, 50)]:
         lltm_check(B, F, S, torch.float32, "small", gen)
     for dtype in [torch.float64, torch.float16, torch.bfloat16]:
         lltm_check(5, 7, 9, dtype, "small", gen)
+        lltm_check(40, 3, 21, dtype, "small", gen)
     # cuBLAS path: pointwise kernels with one element per access (S odd) and 16-byte packs.
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
         lltm_check(5, 7, 9, dtype, "cublas", gen)

@@ -466,8 +466,8 @@ def test_small_path_tensor_cores(monkeypatch, dtype):
 
 @needs_cuda
 def test_cuda_path_choice(monkeypatch):
-    def lltm_kernels(shape):
-        return [n for n in cuda_kernel_names(training_step(*shape)) if "lltm" in n]
+    def lltm_kernels(shape, dtype=torch.float32):
+        return [n for n in cuda_kernel_names(training_step(*shape, dtype)) if "lltm" in n]
 
     monkeypatch.delenv("LLTM_CUDA_PATH", raising=False)
     # The tutorial's size: one launch for the forward, the pointwise kernel and one GEMM
@@ -479,6 +479,12 @@ def test_cuda_path_choice(monkeypatch):
     # Past the size bounds: the cuBLAS path.
     for shape in [(4097, 1, 2), (1024, 1024, 1024)]:
         assert not any("small_" in n for n in lltm_kernels(shape)), shape
+    # (512, 512, 1024), 2.4e9 multiply-adds a GEMM: inside the tensor-core tiles' bound
+    # (3.4e9), past the SIMT tiles' (2^31).
+    tc = torch.cuda.get_device_capability() >= (8, 0)
+    for dtype, small in [(torch.float32, tc), (torch.float64, False)]:
+        names = lltm_kernels((512, 512, 1024), dtype)
+        assert any("small_" in n for n in names) == small, (dtype, names)
     # Forced either way.
     monkeypatch.setenv("LLTM_CUDA_PATH", "cublas")
     assert not any("small_" in n for n in lltm_kernels((16, 32, 128)))

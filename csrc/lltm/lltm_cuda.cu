@@ -137,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
     const at::Tensor& old_h, const at::Tensor& old_cell) {
   const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
   fused_ops::check_kernel_image(input);
-  if (use_small_path(sizes)) {
+  if (use_small_path(sizes, input.scalar_type())) {
     return small_forward_cuda(input, weights, bias, old_h, old_cell, sizes);
   }
   return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cuda);
@@ -149,7 +149,7 @@ CellGrads backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
   fused_ops::check_kernel_image(new_cell);
-  if (use_small_path(sizes)) {
+  if (use_small_path(sizes, new_cell.scalar_type())) {
     // Two launches: the pointwise kernel below, then every GEMM and d_bias in one.
     const int64_t B = sizes.batch, S = sizes.state;
     at::Tensor d_gates = new_empty_cuda({B, 3 * S}, new_cell);

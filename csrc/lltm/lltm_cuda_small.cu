@@ -21,19 +21,25 @@ using namespace small;  // NOLINT(build/namespaces): the kernels and their tile 
 // ---------------------------------------------------------------------------------------
 // Path choice.
 //
-// A training step on the small path costs 3 launches of host time or its SIMT GEMMs' GPU
-// time, whichever is larger; on the cuBLAS path about 8 launches plus ~8 more ATen ops of
-// host time (0.27-0.5 ms measured on the lent H100, where each launch or op costs 20-30
-// us) or cuBLAS's GPU time. These SIMT tiles reach perhaps half of cuBLAS's float32 rate,
-// so the small path wins until its GPU time passes the cuBLAS path's host time: with
-// three GEMMs of B*(S+F)*3S multiply-adds (MACs) each, 6*MACs / (20-30 TFLOP/s) = 0.5 ms
-// at MACs ~ 1.7-2.5e9. The bound below sits there; (256, 256, 1024) has 1.0e9,
-// (512, 512, 1024) 2.4e9 and (4096, 1024, 4096) 2.6e11. The benchmark times both paths
-// at each size (LLTM_CUDA_PATH forces one), which is how to move this bound.
+// A training step on the small path costs 3 launches of host time or its GEMMs' GPU time,
+// whichever is larger; on the cuBLAS path about 8 launches plus ~8 more ATen ops of host
+// time (0.3-0.6 ms measured on the lent H100, where each launch or op costs 20-30 us) or
+// cuBLAS's GPU time. So the small path wins while its GPU time stays below the cuBLAS path's
+// host time, or, past that, while its GEMMs keep up with cuBLAS's. With the tensor-core
+// tiles (float32 at 35-44 TFLOP/s in the backward, 25-32 in the forward, against cuBLAS's
+// ~50) the step times measured on the H100 (float32, both paths forced, B*(S+F)*3S
+// multiply-adds (MACs) per GEMM): (512, 512, 1024), 2.4e9 MACs: small 0.38-0.40 ms against
+// cuBLAS 0.41-0.66; (1024, 512, 1024), 4.8e9: 0.78 against 0.75; (1024, 1024, 1024), 6.4e9:
+// 1.02 against 0.95. The bound sits between the first two; (256, 256, 1024) has 1.0e9 MACs
+// and (4096, 1024, 4096) 2.6e11. The benchmark times both paths at each of its sizes
+// (LLTM_CUDA_PATH forces one), which is how to move this bound. Where the SIMT tiles run
+// (float64, GPUs before sm_80), at perhaps half cuBLAS's rate, the bound is 2^31 MACs (6 *
+// MACs / (20-30 TFLOP/s) = 0.5 ms, the cuBLAS path's host time, at 1.7-2.5e9).
 // Two more bounds keep any one block's serial loop short when the output is small but a
 // reduction is long: a parameter-gradient block walks all B batch rows, and a forward
 // block walks all S + F columns of X.
-constexpr double kSmallMaxMacs = 2147483648.0;  // 2^31 > B * (S + F) * 3S, a GEMM's MACs
+constexpr double kSmallMaxMacsTc = 3.4e9;  // > B * (S + F) * 3S, a GEMM's MACs
+constexpr double kSmallMaxMacsSimt = 2147483648.0;
 constexpr int64_t kSmallMaxBatch = 4096;
 constexpr int64_t kSmallMaxWidth = 8192;  // S + F
 
@@ -122,7 +128,7 @@ at::Tensor new_empty_cuda(at::IntArrayRef size, const at::Tensor& like) {
   return at::Tensor(at::detail::empty_cuda(size, like.scalar_type(), like.device(), std::nullopt));
 }
 
-bool use_small_path(const CellSizes& n) {
+bool use_small_path(const CellSizes& n, at::ScalarType dtype) {
   const int64_t B = n.batch, S = n.state, K = n.state + n.features;
   // The kernels need a batch row and a state column (with S = 0, X = input still has to be
   // written, which the cuBLAS path's concatenation does), and they index with 32-bit
@@ -142,7 +148,8 @@ bool use_small_path(const CellSizes& n) {
   }
   const double macs =
       static_cast<double>(B) * static_cast<double>(K) * static_cast<double>(3 * S);
-  return macs < kSmallMaxMacs && B <= kSmallMaxBatch && K <= kSmallMaxWidth;
+  const double max_macs = use_tensor_cores(dtype) ? kSmallMaxMacsTc : kSmallMaxMacsSimt;
+  return macs < max_macs && B <= kSmallMaxBatch && K <= kSmallMaxWidth;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(

@@ -11,11 +11,11 @@
 
 namespace lltm {
 
-// True when a call of these sizes goes through the single-launch kernels. The rule
-// (documented with its numbers in lltm_cuda_small.cu) can be overridden for tests and
+// True when a call of these sizes and dtype goes through the single-launch kernels. The
+// rule (documented with its numbers in lltm_cuda_small.cu) can be overridden for tests and
 // benchmarks with the environment variable LLTM_CUDA_PATH=small|cublas|auto, read at
 // every call.
-bool use_small_path(const CellSizes& sizes);
+bool use_small_path(const CellSizes& sizes, at::ScalarType dtype);
 
 // lltm::lltm_forward on CUDA in one launch; the arguments have passed check_forward_args.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(

@@ -3,7 +3,7 @@
 //
 // forward, one launch (small_forward_kernel): a block owns kFwdRows batch rows and
 //   kFwdCols state columns j, i.e. gate_weights columns j, S + j and 2S + j. It computes
-//   those gate pre-activations with a shared-memory tiled SIMT GEMM that reads X[b, k]
+//   those gate pre-activations with a shared-memory tiled GEMM that reads X[b, k]
 //   straight from old_h (k < S) and input (k >= S), adds the bias, applies the cell's
 //   pointwise math in registers and writes new_h, new_cell and gate_weights. The blocks of
 //   the first column tile also write X (they read every element of it exactly once).
@@ -25,8 +25,12 @@
 //   but cost about a third more instructions in the GEMM loops, since every column tile
 //   would redo the transcendental math: more than a launch's host time at medium sizes.)
 //
+// The GEMMs run on one of two register tiles (below): SimtTile, FMAs in every thread, or
+// MmaTile, tensor cores (sm_80 and newer; float32, float16, bfloat16), chosen by the host.
+//
 // Precision: inputs are widened to at::opmath_type (float for half types, double for
-// float64) when staged into shared memory; all products and sums run in that type.
+// float64) when staged into shared memory; all sums run in that type. SimtTile's products
+// too; MmaTile's products are exact (half types) or float32-accurate (3xTF32).
 // Index math is 32-bit: use_small_path sends only problems whose every tensor has fewer
 // than 2^31 elements here, and no offset below is formed for a row or column outside the
 // problem (those are tested first), so none passes a tensor's size.
@@ -192,7 +196,7 @@ __device__ __forceinline__ void multiply_tile(acc_t (&acc)[TM][NSEG][TN], const 
 // segment s spans SEGW columns. multiply<R, OpA, OpB>(acc, A, B) adds one R-deep slab of the
 // product, A and B in shared memory as Staged operands OpA and OpB.
 //
-// SimtTile: float FMAs, the 16 x 16 threads each a TM x (NSEG segments of TN) micro-tile.
+// SimtTile: FMAs in acc_t, the 16 x 16 threads each a TM x (NSEG segments of TN) micro-tile.
 template <int TM, int NSEG, int TN, int SEGW>
 struct SimtTile {
   static constexpr int kRows = TM, kSegs = NSEG, kCols = TN;

@@ -38,6 +38,19 @@ FUSED_OPS_MMA_FN void split_tf32(float x, uint32_t& big, uint32_t& small) {
 #endif
 }
 
+// An MMA operand x: with SPLIT, big + small as above (3xTF32: the caller multiplies
+// big*small + small*big + big*big); else x as it is (a tf32 value already: float16 and
+// bfloat16 values are), small unused.
+template <bool SPLIT>
+FUSED_OPS_MMA_FN void tf32_operand(float x, uint32_t& big, uint32_t& small) {
+  if constexpr (SPLIT) {
+    split_tf32(x, big, small);
+  } else {
+    big = float_bits(x);
+    small = 0;
+  }
+}
+
 // c += A (16 x 8) * B (8 x 8), one warp; fragments as PTX's mma.m16n8k8 .tf32 lays them out
 // (g = lane / 4, q = lane % 4): a = A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4];
 // b = B[q][g], B[q+4][g]; c = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1].

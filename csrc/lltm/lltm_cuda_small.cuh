@@ -242,14 +242,7 @@ struct MmaTile {
   __device__ __forceinline__ void multiply(float (&acc)[kRows][NT][2], const float* A,
                                            const float* B) const {
     static_assert(R % 8 == 0, "whole MMA steps");
-    auto operand = [](float x, uint32_t& big, uint32_t& small) {
-      if constexpr (SPLIT) {
-        fused_ops::split_tf32(x, big, small);
-      } else {
-        big = fused_ops::float_bits(x);
-        small = 0;
-      }
-    };
+    constexpr auto operand = fused_ops::tf32_operand<SPLIT>;
     float part[MT][NT][4] = {};
 #pragma unroll
     for (int r = 0; r < R; r += 8) {

@@ -436,9 +436,7 @@ struct ToeplitzTCConfig {
   static_assert(8 * NT % J == 0 && BB >= 4 && (BB % 8 == 0 || 8 % BB == 0), "time folds");
 };
 
-using fused_ops::float_bits;
 using fused_ops::mma_tf32;
-using fused_ops::split_tf32;
 
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
@@ -513,15 +511,7 @@ toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ 
       const int j = 8 * s + q;  // this lane's input (column of A, row of B), relative to nc0
       // A[r][j] = W[t - n] (causal) or W[n - t]: the staged window holds it at
       // TA - 1 - r + j (causal) or UC - 1 - j + r, r = A row time relative to ot0 + K_LEAD.
-      // Operand x as big + small (3xTF32), or as it is (small unused).
-      auto operand = [](float x, uint32_t& big, uint32_t& small) {
-        if constexpr (SPLIT) {
-          split_tf32(x, big, small);
-        } else {
-          big = float_bits(x);
-          small = 0;
-        }
-      };
+      constexpr auto operand = fused_ops::tf32_operand<SPLIT>;
       uint32_t ab[2][4], as[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CUDA wheel for every GPU target of WHEEL_ARCH_LIST (lltm/_build.py), checks
+# Builds the CUDA wheel for every GPU target of WHEEL_ARCH_LIST (torch_fused_ops/_build.py), checks
 # with cuobjdump that each library holds machine code for each target and the PTX, installs
 # the wheel into a fresh virtual environment and runs the test suite against the installed
 # wheel (not the source tree), then `python -m lltm info`. Needs no GPU; with one, the CUDA
@@ -56,7 +56,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/fused-ops-wheel.XXXXXX")"
 # The targets, read from the one place that states them.
 read -r CUBINS PTX < <("$PY" - "$TORCH_CUDA_ARCH_LIST" <<'EOF'
 import runpy, sys
-b = runpy.run_path("lltm/_build.py")
+b = runpy.run_path("torch_fused_ops/_build.py")
 cubins, ptx = b["parse_arch_list"](sys.argv[1])
 print(",".join(cubins), ",".join(ptx) or "-")
 EOF
@@ -68,7 +68,7 @@ echo "build_wheel: $("$CUDA_HOME/bin/nvcc" --version | tail -n 1)"
 NEWER=$("$CUDA_HOME/bin/nvcc" --list-gpu-code | grep -E '^sm_[0-9]+$' \
   | awk -F_ -v have=",$CUBINS," '$2 >= 75 && index(have, "," $0 ",") == 0' | tr '\n' ' ')
 if [ "$TORCH_CUDA_ARCH_LIST" = all ] && [ -n "$NEWER" ]; then
-  echo "build_wheel: WARNING: this nvcc also compiles $NEWER- add them to WHEEL_ARCH_LIST in lltm/_build.py"
+  echo "build_wheel: WARNING: this nvcc also compiles $NEWER- add them to WHEEL_ARCH_LIST in torch_fused_ops/_build.py"
 fi
 
 if [ -z "$WHEEL" ]; then
@@ -78,7 +78,7 @@ if [ -z "$WHEEL" ]; then
   mkdir -p "$WORK/src"
   tar -C "$ROOT" -c --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist \
     --exclude='*.so' --exclude='*.egg-info' --exclude=__pycache__ --exclude=./csrc/common/build_targets.h \
-    --exclude=./lltm/_build_info.py . | tar -C "$WORK/src" -x
+    --exclude=./torch_fused_ops/_build_info.py . | tar -C "$WORK/src" -x
   start=$(date +%s)
   "$PY" -m pip wheel -v --no-build-isolation --no-deps -w "$WORK/dist" "$WORK/src" \
     >"$OUT/wheel_build.log" 2>&1 || { tail -n 80 "$OUT/wheel_build.log"; fail "wheel build"; }
@@ -138,7 +138,7 @@ for lib in libs:
             print(f"ok: {name}: {kind} for {', '.join(want) or 'none'} ({got[want[0]] if want else 0} each)")
 sys.exit(0 if ok else 1)
 EOF
-grep -q "CUBINS = \[" "$WORK"/unpacked/lltm/_build_info.py || fail "lltm/_build_info.py missing from the wheel"
+grep -q "CUBINS = \[" "$WORK"/unpacked/torch_fused_ops/_build_info.py || fail "torch_fused_ops/_build_info.py missing from the wheel"
 if [ "$BUILD_ONLY" = 1 ]; then
   echo; echo "build_wheel: PASSED (build and contents): $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}"
   rm -rf "$WORK"

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from lltm._build import load_library
+from torch_fused_ops import load_library
 
 load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 

@@ -4,7 +4,7 @@ import operator
 
 import torch
 
-from lltm._build import load_library
+from torch_fused_ops import load_library
 
 load_library("padding_ops")  # registers torch.ops.padding_ops.* (after checking the torch)
 

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from lltm._build import load_library
+from torch_fused_ops import load_library
 
 load_library("rwkv_ops")  # registers torch.ops.rwkv_ops.* (after checking the torch)
 

@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch.utils.cpp_extension import include_paths
 
+from torch_fused_ops._build import target_version_macro
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
@@ -33,7 +35,9 @@ def run_emulator(source, tmp_path):
     path = tmp_path / "emulate.cpp"
     path.write_text(source)
     binary = tmp_path / "emulate"
-    flags = [f"-I{p}" for p in include_paths()] + [f"-I{CSRC}", f"-I{TESTS}"]
+    # The kernels' headers compile as the extension compiles them: stable ABI of MIN_TORCH.
+    flags = [f"-I{p}" for p in include_paths()] + [f"-I{CSRC}", f"-I{TESTS}",
+                                                    target_version_macro()]
     build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", *flags, str(path), "-o",
                             str(binary)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]

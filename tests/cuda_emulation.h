@@ -18,8 +18,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 // csrc/common/mma_tf32.h: its warp operation is emu_mma_m16n8k8_tf32 below.
 #define FUSED_OPS_EMULATE

@@ -1,26 +1,58 @@
-// Input checks shared by every operator family. Each failure is a Python exception
-// (ValueError for ranks and shapes, TypeError for dtypes, RuntimeError for devices)
-// whose message names the argument and says what was expected and what was given.
+// Input checks and error reporting shared by every operator family, on the LibTorch stable
+// ABI (torch::stable::Tensor; no ATen/c10 C++ API, so one build loads on several torch
+// releases). Each failure is a Python exception whose message names the argument and says
+// what was expected and what was given: ValueError (std::invalid_argument) for ranks,
+// shapes and dtypes, RuntimeError (std::runtime_error) for devices and everything else.
+// Nothing thrown across the stable ABI becomes a TypeError, so dtype errors are ValueErrors.
 //
-// Rule for every message in this package: pass numbers through num() (or shape_str),
-// never as int64_t/double arguments to TORCH_CHECK. Streaming a number into the
-// message's std::ostringstream segfaulted on the GPU machine (torch 2.11 built with
-// gcc-toolset-13, extension built with its gcc 13.3: the locale's number formatter
-// crashed), while strings, dtypes and devices stream fine; std::to_string does not go
-// through the locale.
+// Messages are concatenated strings: FUSED_OPS_CHECK* take only strings (const char*,
+// std::string), and numbers go through num() or shape_str(). Streaming a number into an
+// std::ostringstream segfaulted on the GPU machine (torch 2.11 built with gcc-toolset-13, an
+// extension built with its gcc 13.3: the locale's number formatter crashed); std::to_string
+// does not go through the locale, and a number passed directly does not compile here.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
 
+#include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace fused_ops {
 
+using Tensor = torch::stable::Tensor;
+using torch::headeronly::ScalarType;
+
 inline std::string num(int64_t v) { return std::to_string(v); }
 
+// Throws Error with the parts concatenated.
+template <typename Error, typename... Parts>
+[[noreturn]] void raise(const Parts&... parts) {
+  std::string message;
+  (message.append(std::string_view(parts)), ...);
+  throw Error(message);
+}
+
+}  // namespace fused_ops
+
+// RuntimeError / ValueError with the message parts (strings) concatenated, when cond fails.
+#define FUSED_OPS_CHECK(cond, ...)                                                \
+  do {                                                                            \
+    if (!(cond)) ::fused_ops::raise<std::runtime_error>(__VA_ARGS__);             \
+  } while (0)
+#define FUSED_OPS_CHECK_VALUE(cond, ...)                                          \
+  do {                                                                            \
+    if (!(cond)) ::fused_ops::raise<std::invalid_argument>(__VA_ARGS__);          \
+  } while (0)
+
+namespace fused_ops {
+
 // "[4, 3, 1]"
-inline std::string shape_str(const at::Tensor& t) {
+inline std::string shape_str(const Tensor& t) {
   std::string s = "[";
   for (int64_t d = 0; d < t.dim(); ++d) {
     s += (d ? ", " : "") + num(t.size(d));
@@ -28,34 +60,54 @@ inline std::string shape_str(const at::Tensor& t) {
   return s + "]";
 }
 
-inline void check_rank(const at::Tensor& t, const char* name, int64_t rank) {
-  TORCH_CHECK_VALUE(t.dim() == rank, name, " must be a ", num(rank), "-D tensor, got a ",
-                    num(t.dim()), "-D tensor of shape ", shape_str(t));
+// "Float", "Double", "Half", "BFloat16", ... (the names ATen's messages use).
+inline std::string dtype_str(ScalarType type) { return torch::headeronly::toString(type); }
+
+// "cpu", "cuda:1"
+inline std::string device_str(const Tensor& t) {
+  if (t.is_cpu()) return "cpu";
+  if (t.is_cuda()) return "cuda:" + num(t.get_device_index());
+  return "device " + num(static_cast<int64_t>(t.device().type())) + ":" +
+         num(t.get_device_index());
 }
 
-inline void check_size(const at::Tensor& t, const char* name, int64_t dim, int64_t expected,
+inline bool same_device(const Tensor& a, const Tensor& b) {
+  return a.device().type() == b.device().type() && a.get_device_index() == b.get_device_index();
+}
+
+inline bool is_floating(ScalarType type) {
+  return type == ScalarType::Float || type == ScalarType::Double || type == ScalarType::Half ||
+         type == ScalarType::BFloat16;
+}
+
+inline void check_rank(const Tensor& t, const char* name, int64_t rank) {
+  FUSED_OPS_CHECK_VALUE(t.dim() == rank, name, " must be a ", num(rank), "-D tensor, got a ",
+                        num(t.dim()), "-D tensor of shape ", shape_str(t));
+}
+
+inline void check_size(const Tensor& t, const char* name, int64_t dim, int64_t expected,
                        const char* what) {
-  TORCH_CHECK_VALUE(t.size(dim) == expected, name, ".shape[", num(dim), "] must be ",
-                    num(expected), " (", what, "), got shape ", shape_str(t));
+  FUSED_OPS_CHECK_VALUE(t.size(dim) == expected, name, ".shape[", num(dim), "] must be ",
+                        num(expected), " (", what, "), got shape ", shape_str(t));
 }
 
-inline void check_floating(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), name,
-                   " must be a floating-point tensor (float16, bfloat16, float32 or float64), "
-                   "got ",
-                   t.scalar_type());
+inline void check_floating(const Tensor& t, const char* name) {
+  FUSED_OPS_CHECK_VALUE(is_floating(t.scalar_type()), name,
+                        " must be a floating-point tensor (float16, bfloat16, float32 or "
+                        "float64), got ",
+                        dtype_str(t.scalar_type()));
 }
 
 // Every tensor in `others` must share `ref`'s device and dtype.
 inline void check_same_device_and_dtype(
-    const at::Tensor& ref, const char* ref_name,
-    std::initializer_list<std::pair<const at::Tensor*, const char*>> others) {
+    const Tensor& ref, const char* ref_name,
+    std::initializer_list<std::pair<const Tensor*, const char*>> others) {
   for (const auto& [t, name] : others) {
-    TORCH_CHECK(t->device() == ref.device(), name, " is on ", t->device(), " but ", ref_name,
-                " is on ", ref.device(), ": all tensors must be on the same device");
-    TORCH_CHECK_TYPE(t->scalar_type() == ref.scalar_type(), name, " has dtype ",
-                     t->scalar_type(), " but ", ref_name, " has dtype ", ref.scalar_type(),
-                     ": all tensors must have the same dtype");
+    FUSED_OPS_CHECK(same_device(*t, ref), name, " is on ", device_str(*t), " but ", ref_name,
+                    " is on ", device_str(ref), ": all tensors must be on the same device");
+    FUSED_OPS_CHECK_VALUE(t->scalar_type() == ref.scalar_type(), name, " has dtype ",
+                          dtype_str(t->scalar_type()), " but ", ref_name, " has dtype ",
+                          dtype_str(ref.scalar_type()), ": all tensors must have the same dtype");
   }
 }
 

@@ -1,17 +1,53 @@
-// CUDA helpers shared by every family: vector packs (pack.h) and a 2-D launch shape for kernels
-// that walk a (rows, row_length) array.
+// CUDA helpers shared by every family, on the stable ABI: the device guard, the current
+// stream, error checks, cached device properties, vector packs (pack.h) and a 2-D launch
+// shape for kernels that walk a (rows, row_length) array. Every CUDA entry point takes a
+// DeviceGuard on its tensors' device and launches on current_stream(tensor).
 #pragma once
 
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/macros.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 
+#include "common/checks.h"
 #include "common/pack.h"
 
 namespace fused_ops {
+
+using DeviceGuard = torch::stable::accelerator::DeviceGuard;
+
+// Error checks (a failed CUDA call or launch is a RuntimeError naming the error).
+#define FUSED_OPS_CUDA_CHECK(EXPR) STD_CUDA_CHECK(EXPR)
+#define FUSED_OPS_LAUNCH_CHECK() STD_CUDA_KERNEL_LAUNCH_CHECK()
+
+// The current CUDA stream of t's device (what PyTorch's own kernels and a CUDA graph
+// capture use).
+inline cudaStream_t current_stream(const Tensor& t) {
+  void* stream = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+// cudaGetDeviceProperties of a device, asked once per device and cached.
+inline const cudaDeviceProp& device_properties(int device) {
+  constexpr int kMaxDevices = 64;
+  static cudaDeviceProp props[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  FUSED_OPS_CHECK(device >= 0 && device < kMaxDevices, "torch-fused-ops: CUDA device index ",
+                  num(device), " out of range");
+  std::call_once(once[device], [device] {
+    FUSED_OPS_CUDA_CHECK(cudaGetDeviceProperties(&props[device], device));
+  });
+  return props[device];
+}
+
+inline const cudaDeviceProp& device_properties(const Tensor& t) {
+  return device_properties(t.get_device_index());
+}
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 

@@ -14,7 +14,7 @@
 #include "common/module.h"
 #include "common/parallel.h"
 
-FUSED_OPS_PYTHON_MODULE()
+FUSED_OPS_PYTHON_MODULE(_C)
 
 namespace padding_ops {
 namespace {

@@ -14,7 +14,7 @@
 #include "rwkv/timex.h"
 #include "rwkv/timex_cpu.h"
 
-FUSED_OPS_PYTHON_MODULE()
+FUSED_OPS_PYTHON_MODULE(_C)
 
 namespace rwkv {
 namespace {

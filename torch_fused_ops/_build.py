@@ -1,16 +1,31 @@
-"""GPU targets and build facts of torch-fused-ops (all three op families are built together).
+"""GPU targets, build facts and the library loader of torch-fused-ops (all three op families
+are built together and loaded the same way).
 
-This file is the one place that states the wheel's SM targets. setup.py loads it by path
-(without importing the package) to turn TORCH_CUDA_ARCH_LIST into nvcc flags and to write
-the build facts (lltm/_build_info.py, generated, git-ignored); .ci/build_wheel.sh reads
-the target list from it; `python -m lltm info` and the import-time torch check use it.
-It imports nothing outside the standard library at module level.
+This file is the one place that states the wheel's SM targets and the oldest torch it runs
+on. setup.py loads it by path (without importing the package) to turn TORCH_CUDA_ARCH_LIST
+into nvcc flags, to set the stable-ABI target version and to write the build facts
+(torch_fused_ops/_build_info.py, generated, git-ignored); .ci/build_wheel.sh reads the
+target list from it; `python -m torch_fused_ops info`, the import-time torch check and every
+family's loader use it. It imports nothing outside the standard library at module level.
 """
 
 import importlib
+import importlib.util
 import re
 
 BASE_VERSION = "0.1.0"
+
+# The libraries use only the LibTorch stable ABI (torch/csrc/stable, torch/headeronly) as of
+# this release: they are compiled with TORCH_TARGET_VERSION set to it, so that an API added
+# later fails at compile time, and one build loads on this release and every newer one.
+MIN_TORCH = (2, 10)
+
+
+def target_version_macro(min_torch=MIN_TORCH):
+    """-DTORCH_TARGET_VERSION for torch/csrc/stable/version.h: major in bits 56-63, minor
+    in bits 48-55 (2.10 -> 0x020a000000000000)."""
+    major, minor = min_torch
+    return f"-DTORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"
 
 # The wheel's targets: every plain sm_XY >= 75 that nvcc 13.0 compiles (Turing, Ampere,
 # Ada, Hopper, Blackwell, with the Jetson/Thor parts 8.7, 8.8, 11.0), machine code for
@@ -95,61 +110,71 @@ def release(version):
     return m.group(1) if m else version
 
 
-def local_tag(torch_version, cuda_version):
-    """The wheel's local version label: "torch2.14cu130", or "torch2.14cpu" without CUDA."""
-    major_minor = ".".join(release(torch_version).split(".")[:2])
-    cuda = "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
-    return f"torch{major_minor}{cuda}"
+def local_tag(cuda_version):
+    """The wheel's local version label: "cu130", or "cpu" without CUDA. It names no torch:
+    one build serves every torch from MIN_TORCH on (of that CUDA major version)."""
+    return "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
 
 
 def _major(version):
     return version.split(".")[0]
 
 
+def _minor_tuple(version):
+    return tuple(int(x) for x in release(version).split(".")[:2])
+
+
 def build_facts():
-    """The generated module lltm._build_info, or None in a tree that setup.py has not built."""
+    """The generated module torch_fused_ops._build_info, or None in an unbuilt tree."""
     try:
-        from lltm import _build_info
+        from torch_fused_ops import _build_info
     except ImportError:
         return None
     return _build_info
 
 
 def check_torch():
-    """Raise ImportError, in one sentence, when the running torch is not the one the
-    libraries were built against (torch's C++ ABI changes between releases, so loading
-    them would fail with an undefined symbol or, worse, load and misbehave)."""
+    """Raise ImportError, in one sentence, when the running torch cannot load the libraries:
+    older than MIN_TORCH (the stable-ABI functions they call would be missing), or a CUDA
+    build of torch whose CUDA major version differs from the one the CUDA kernels link."""
     import torch
 
-    facts = build_facts()
-    if facts is None:
-        return  # a tree built before build facts existed; loading _C reports real problems
+    minimum = ".".join(map(str, MIN_TORCH))
     problem = None
-    if release(torch.__version__) != release(facts.TORCH_VERSION):
+    if _minor_tuple(torch.__version__) < MIN_TORCH:
         problem = f"torch {torch.__version__} is installed"
-    elif facts.CUDA_VERSION and torch.version.cuda is None:
-        problem = f"the installed torch {torch.__version__} has no CUDA"
-    elif facts.CUDA_VERSION and _major(torch.version.cuda) != _major(facts.CUDA_VERSION):
-        problem = f"the installed torch {torch.__version__} uses CUDA {torch.version.cuda}"
+    else:
+        facts = build_facts()
+        cuda = getattr(facts, "CUDA_VERSION", None)
+        if cuda and torch.version.cuda and _major(torch.version.cuda) != _major(cuda):
+            problem = f"the installed torch {torch.__version__} uses CUDA {torch.version.cuda}"
+            minimum = f"{minimum} built for CUDA {_major(cuda)}"
     if problem:
-        cuda = f" with CUDA {facts.CUDA_VERSION}" if facts.CUDA_VERSION else ""
+        version = getattr(build_facts(), "VERSION", BASE_VERSION)
         raise ImportError(
-            f"torch-fused-ops {facts.VERSION} was built against torch {facts.TORCH_VERSION}{cuda} "
-            f"but {problem}: install torch=={release(facts.TORCH_VERSION)} or rebuild this "
-            "package from source against your torch (pip install --no-build-isolation <checkout>)."
+            f"torch-fused-ops {version} needs torch >= {minimum} but {problem}: install a torch "
+            "that matches or rebuild this package from source against your torch "
+            "(pip install --no-build-isolation <checkout>)."
         )
 
 
 def load_library(package):
-    """Loads <package>._C, which registers torch.ops.<package>.*, after check_torch(); a
-    missing or unloadable library is one ImportError that says how to rebuild."""
+    """Loads <package>._C (the schemas and the CPU kernels: torch.ops.<package>.*) after
+    check_torch(), and <package>._C_cuda (the CUDA kernels) where it was built and the running
+    torch has CUDA; a CPU-only torch runs the CPU kernels of a CUDA build. A missing or
+    unloadable library is one ImportError that says how to rebuild."""
     check_torch()
-    try:
-        importlib.import_module(f"{package}._C")
-    except ImportError as e:
-        import torch
+    import torch
 
-        raise ImportError(
-            f"{package}'s compiled library is missing or does not match the installed torch "
-            f"({torch.__version__}); rebuild with `pip install --no-build-isolation -e .`: {e}"
-        ) from e
+    names = [f"{package}._C"]
+    if torch.version.cuda and importlib.util.find_spec(f"{package}._C_cuda") is not None:
+        names.append(f"{package}._C_cuda")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ImportError(
+                f"{name}, a compiled library of torch-fused-ops, is missing or cannot load "
+                f"with torch {torch.__version__}; rebuild with "
+                f"`pip install --no-build-isolation -e .`: {e}"
+            ) from e

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the CUDA wheel for every GPU target of WHEEL_ARCH_LIST (torch_fused_ops/_build.py), checks
-# with cuobjdump that each library holds machine code for each target and the PTX, installs
-# the wheel into a fresh virtual environment and runs the test suite against the installed
-# wheel (not the source tree), then `python -m lltm info`. Needs no GPU; with one, the CUDA
-# tests run too.
+# with cuobjdump that each CUDA library holds machine code for each target and the PTX, and that
+# no library imports a symbol outside the LibTorch stable ABI; installs the wheel into a fresh
+# virtual environment and runs the test suite against the installed wheel (not the source
+# tree), then `python -m torch_fused_ops info`; then does the same with a second torch release
+# (SECOND_TORCH): one wheel, several torch releases. Needs no GPU; with one, the CUDA tests
+# run too.
 #
 #   .ci/build_wheel.sh [--system-site-packages] [--build-only | --wheel FILE]
 #
@@ -19,6 +21,9 @@
 #                           GPU machine images often set one (the H100's sets 9.0a), and the
 #                           wheel's targets must not depend on where it is built.
 #   MAX_JOBS                parallel compile jobs (default: the number of cores).
+#   SECOND_TORCH            the second torch release the wheel is tested with (default 2.13.0,
+#                           a CPU build: the CPU libraries must load without CUDA; "none"
+#                           skips it; --system-site-packages skips it too).
 set -euo pipefail
 
 # All in one function: bash parses it whole before running, so editing this file while it
@@ -91,15 +96,16 @@ echo "build_wheel: wheel $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))"
 
 step "check the wheel's tags, metadata and machine code"
 TORCH_RELEASE="$("$PY" -c 'import torch, re; print(re.match(r"\d+\.\d+\.\d+", torch.__version__)[0])')"
-TAG="$("$PY" -c 'import torch; v = torch.__version__.split("+")[0].split("."); print(f"torch{v[0]}.{v[1]}cu" + torch.version.cuda.replace(".", ""))')"
+TAG="$("$PY" -c 'import torch; print("cu" + torch.version.cuda.replace(".", ""))')"
+MIN_TORCH="$("$PY" -c 'import runpy; print(".".join(map(str, runpy.run_path("torch_fused_ops/_build.py")["MIN_TORCH"])))')"
 case "$(basename "$WHEEL")" in
   torch_fused_ops-*+"$TAG"-cp310-abi3-*.whl) echo "ok: name has +$TAG and the abi3 tag cp310-abi3" ;;
   *) fail "wheel name $(basename "$WHEEL") lacks +$TAG or cp310-abi3" ;;
 esac
 mkdir -p "$WORK/unpacked" && (cd "$WORK/unpacked" && "$PY" -m zipfile -e "$WHEEL" .)
-grep -qx "Requires-Dist: torch==$TORCH_RELEASE" "$WORK"/unpacked/*.dist-info/METADATA \
-  || fail "METADATA does not pin torch==$TORCH_RELEASE: $(grep Requires-Dist "$WORK"/unpacked/*.dist-info/METADATA)"
-echo "ok: METADATA pins torch==$TORCH_RELEASE"
+grep -qx "Requires-Dist: torch>=$MIN_TORCH" "$WORK"/unpacked/*.dist-info/METADATA \
+  || fail "METADATA does not require torch>=$MIN_TORCH: $(grep Requires-Dist "$WORK"/unpacked/*.dist-info/METADATA)"
+echo "ok: METADATA requires torch>=$MIN_TORCH (no pin to the torch it was built with)"
 
 CUOBJDUMP="$(command -v cuobjdump || true)"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -110,7 +116,7 @@ if [ -z "$CUOBJDUMP" ] && [ "$SYSTEM_SITE" = 0 ]; then
   "$PY" -m pip install -q nvidia-cuda-cuobjdump && CUOBJDUMP="$SITE/nvidia/cu13/bin/cuobjdump"
 fi
 [ -x "$CUOBJDUMP" ] || fail "cuobjdump not found (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)"
-export PATH="$(dirname "$CUOBJDUMP"):$PATH"  # for `python -m lltm info` and the tests too
+export PATH="$(dirname "$CUOBJDUMP"):$PATH"  # for `python -m torch_fused_ops info` and the tests too
 # Every family library: each listed sm_XY as machine code (ELF), the PTX targets as PTX,
 # nothing else (no target that the list does not state), and every .cu file (one fatbin
 # each) for every target: each target appears equally often.
@@ -118,8 +124,10 @@ export PATH="$(dirname "$CUOBJDUMP"):$PATH"  # for `python -m lltm info` and the
 import collections, pathlib, re, subprocess, sys
 tool, cubins, ptx, root = sys.argv[1], sys.argv[2].split(","), sys.argv[3], pathlib.Path(sys.argv[4])
 ptx = [] if ptx == "-" else ptx.split(",")
-libs = sorted(root.glob("*/_C*.so"))
-assert {p.parent.name for p in libs} == {"lltm", "rwkv_ops", "padding_ops"}, libs
+libs = sorted(root.glob("*/_C_cuda*.so"))
+families = {"lltm", "rwkv_ops", "padding_ops"}
+assert {p.parent.name for p in libs} == families, libs
+assert {p.parent.name for p in root.glob("*/_C.*so")} == families
 ok = True
 for lib in libs:
     for flag, want, kind in (("--list-elf", cubins, "cubin"), ("--list-ptx", ptx, "ptx")):
@@ -139,49 +147,71 @@ for lib in libs:
 sys.exit(0 if ok else 1)
 EOF
 grep -q "CUBINS = \[" "$WORK"/unpacked/torch_fused_ops/_build_info.py || fail "torch_fused_ops/_build_info.py missing from the wheel"
+# The stable ABI, checked on the binaries: every undefined symbol is a torch C shim
+# (aoti_torch_*, torch_*), limited Python API, or C/C++/CUDA runtime (versioned); a mangled
+# ATen/c10/torch C++ symbol would tie the wheel to the torch it was built against.
+for lib in "$WORK"/unpacked/*/_C*.so; do
+  bad="$(nm -D --undefined-only "$lib" | awk '$1 == "U" {print $2}' \
+    | grep -Ev '^(aoti_torch_[A-Za-z0-9_]+|torch_[A-Za-z0-9_]+|_?Py[A-Za-z0-9_]+|[A-Za-z0-9_]+@(GLIBC|GLIBCXX|CXXABI|GCC|libcudart)[^ ]*)$' || true)"
+  [ -z "$bad" ] || fail "$lib imports symbols outside the stable ABI: $(echo "$bad" | head -n 10 | tr '\n' ' ')"
+  echo "ok: ${lib#"$WORK"/unpacked/}: $(nm -D --undefined-only "$lib" | grep -cE ' (aoti_)?torch_') torch C-shim imports, nothing from ATen/c10"
+done
 if [ "$BUILD_ONLY" = 1 ]; then
   echo; echo "build_wheel: PASSED (build and contents): $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}"
   rm -rf "$WORK"
   return 0
 fi
 
-step "install into a fresh virtual environment"
-VENV="$WORK/venv"
-if [ "$SYSTEM_SITE" = 1 ]; then
-  # pip, like torch, comes from the system's site-packages (some system Pythons lack ensurepip).
-  "$PY" -m venv --system-site-packages --without-pip "$VENV"
-  # Where $PY is itself a virtual environment (the GPU machine's python3 is), its packages are
-  # not the "system" ones a new venv sees: a .pth file appends them after the venv's own.
-  "$PY" -c 'import sysconfig as s; p = s.get_paths(); print("\n".join(dict.fromkeys([p["purelib"], p["platlib"]])))' \
-    >"$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outer_env.pth"
-  "$VENV/bin/python" -m pip install -q --no-index "$WHEEL"  # torch==$TORCH_RELEASE from the system
-else
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH_RELEASE" setuptools ninja  # ninja, setuptools: tests that compile
-  "$VENV/bin/python" -m pip install -q "$WHEEL[test]"
-fi
-"$VENV/bin/python" -m pip list 2>/dev/null | grep -Ei "^(torch|torch-fused-ops|pytest) " || true
+# Installs the wheel next to torch==$1 in a fresh virtual environment and runs the test suite
+# against it from outside the source tree.
+test_wheel_with_torch() {
+  local torch_release="$1" label="$2"
+  step "install into a fresh virtual environment with torch $torch_release"
+  local venv="$WORK/venv-$label"
+  if [ "$SYSTEM_SITE" = 1 ]; then
+    # pip, like torch, comes from the system's site-packages (some system Pythons lack ensurepip).
+    "$PY" -m venv --system-site-packages --without-pip "$venv"
+    # Where $PY is itself a virtual environment (the GPU machine's python3 is), its packages are
+    # not the "system" ones a new venv sees: a .pth file appends them after the venv's own.
+    "$PY" -c 'import sysconfig as s; p = s.get_paths(); print("\n".join(dict.fromkeys([p["purelib"], p["platlib"]])))' \
+      >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outer_env.pth"
+    "$venv/bin/python" -m pip install -q --no-index --no-deps "$WHEEL"  # the system's torch
+  else
+    "$PY" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q "torch==$torch_release" setuptools ninja  # ninja, setuptools: tests that compile
+    "$venv/bin/python" -m pip install -q "$WHEEL[test]"
+  fi
+  "$venv/bin/python" -m pip list 2>/dev/null | grep -Ei "^(torch|torch-fused-ops|pytest) " || true
 
-step "test suite against the installed wheel"
-mkdir -p "$WORK/run" && cd "$WORK/run"
-# From outside the source tree: `import lltm` must resolve to the venv's site-packages.
-"$VENV/bin/python" - "$VENV" <<'EOF' || fail "the tests would not import the installed wheel"
-import os, sys, lltm, rwkv_ops, padding_ops
-for m in (lltm, rwkv_ops, padding_ops):
+  step "test suite against the installed wheel, torch $torch_release"
+  mkdir -p "$WORK/run" && cd "$WORK/run"
+  # From outside the source tree: `import lltm` must resolve to the venv's site-packages.
+  "$venv/bin/python" - "$venv" <<'PYEOF' || fail "the tests would not import the installed wheel"
+import os, sys, torch, torch_fused_ops, lltm, rwkv_ops, padding_ops
+print(f"torch {torch.__version__} (CUDA {torch.version.cuda})")
+for m in (torch_fused_ops, lltm, rwkv_ops, padding_ops):
     print(f"{m.__name__}.__file__ = {m.__file__}")
     assert os.path.realpath(m.__file__).startswith(os.path.realpath(sys.argv[1])), m.__file__
-EOF
-# tests/test_benchmarks.py is left out: it runs benchmarks/ (not part of the wheel) with the
-# source tree on PYTHONPATH, so it would test the source tree.
-start=$(date +%s)
-rc=0
-"$VENV/bin/python" -m pytest "$ROOT/tests" -q -p no:cacheprovider \
-  --ignore="$ROOT/tests/test_benchmarks.py" --junitxml="$OUT/pytest_wheel.xml" || rc=$?
-echo "build_wheel: tests took $(( $(date +%s) - start )) s, pytest exit code $rc"
-[ "$rc" = 0 ] || fail "test suite against the wheel (pytest exit code $rc)"
+PYEOF
+  # tests/test_benchmarks.py is left out: it runs benchmarks/ (not part of the wheel) with the
+  # source tree on PYTHONPATH, so it would test the source tree.
+  local start rc=0
+  start=$(date +%s)
+  "$venv/bin/python" -m pytest "$ROOT/tests" -q -p no:cacheprovider \
+    --ignore="$ROOT/tests/test_benchmarks.py" --junitxml="$OUT/pytest_wheel_$label.xml" || rc=$?
+  echo "build_wheel: tests with torch $torch_release took $(( $(date +%s) - start )) s, pytest exit code $rc"
+  [ "$rc" = 0 ] || fail "test suite against the wheel with torch $torch_release (pytest exit code $rc)"
 
-step "python -m lltm info"
-"$VENV/bin/python" -m lltm info | tee "$OUT/info.txt"
+  step "python -m torch_fused_ops info (torch $torch_release)"
+  "$venv/bin/python" -m torch_fused_ops info | tee "$OUT/info_$label.txt"
+  cd "$ROOT"
+}
+
+test_wheel_with_torch "$TORCH_RELEASE" built-with
+SECOND_TORCH="${SECOND_TORCH:-2.13.0}"
+if [ "$SYSTEM_SITE" = 0 ] && [ "$SECOND_TORCH" != none ] && [ "$SECOND_TORCH" != "$TORCH_RELEASE" ]; then
+  test_wheel_with_torch "$SECOND_TORCH" second
+fi
 echo
 echo "build_wheel: PASSED: $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}; logs in $OUT"
 rm -rf "$WORK"

@@ -1,9 +1,12 @@
 """Build checks: every op of every family has a CPU kernel, and a CUDA kernel whenever the
-build could compile one (a CUDA torch plus a CUDA toolkit, as in CI), GPU present or not.
-This is what keeps a .cu file that silently dropped out of the build from landing."""
+build could compile one (a CUDA torch plus a CUDA toolkit, as in CI), GPU present or not
+(this keeps a .cu file that silently dropped out of the build from landing); and every
+library stays on the LibTorch stable ABI, the CPU ones loadable without CUDA."""
 
 import importlib
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 
@@ -58,20 +61,47 @@ def test_every_op_has_cuda_kernel(namespace):
         )
 
 
-openmp_build_expected = torch.backends.openmp.is_available() and os.uname().sysname == "Linux"
+def libraries():
+    """Every compiled library of the built families: <package>._C and, where built, _C_cuda."""
+    found = []
+    for family in built_families():
+        found.append(importlib.import_module(f"{family}._C").__file__)
+        spec = importlib.util.find_spec(f"{family}._C_cuda")
+        if spec is not None:
+            found.append(spec.origin)
+    return found
 
 
-@pytest.mark.skipif(not openmp_build_expected, reason="torch without OpenMP, or not Linux")
+# What a library on the LibTorch stable ABI may take from outside itself: torch's C shims
+# (aoti_torch_*, torch_*), the limited Python API, and the C/C++/CUDA runtimes (their symbols
+# are versioned: memcpy@GLIBC_2.14, __cxa_throw@CXXABI_1.3, cudaLaunchKernel@libcudart.so.13).
+# A mangled ATen/c10/torch C++ symbol (_ZN2at..., _ZN3c10..., _ZN5torch...) would tie the
+# library to the one torch release it was built against.
+STABLE_SYMBOL = re.compile(
+    r"^(aoti_torch_\w+|torch_\w+|_?Py\w+|\w+@(GLIBC|GLIBCXX|CXXABI|GCC|libcudart)\S*)$"
+)
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
+@pytest.mark.parametrize("library", libraries(), ids=os.path.basename)
+def test_libraries_use_only_the_stable_abi(library):
+    out = subprocess.run(["nm", "-D", "--undefined-only", library], capture_output=True,
+                         text=True, check=True).stdout
+    # "                 U aoti_torch_empty_strided", "                 w __gmon_start__"
+    strong = [line.split()[-1] for line in out.splitlines() if line.split()[0] == "U"]
+    outside = [name for name in strong if not STABLE_SYMBOL.match(name)]
+    assert not outside, f"{library} imports symbols outside the stable ABI: {outside[:20]}"
+
+
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf (binutils)")
-@pytest.mark.parametrize("namespace", built_families())
-def test_cpu_kernels_use_torchs_openmp(namespace):
-    """at::parallel_for runs in parallel only in code compiled with OpenMP (without it, on
-    one thread, silently): each library must link the OpenMP runtime, and the process must
-    hold one copy of it, torch's (two runtimes would each start a full thread pool)."""
-    library = importlib.import_module(f"{namespace}._C").__file__
-    dynamic = subprocess.run(["readelf", "-d", library], capture_output=True, text=True,
-                             check=True).stdout
-    assert "[libgomp.so.1]" in dynamic, f"{library} does not link libgomp: built without -fopenmp"
-    with open("/proc/self/maps") as maps:
-        runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
-    assert len(runtimes) == 1, runtimes
+@pytest.mark.parametrize("library", libraries(), ids=os.path.basename)
+def test_cpu_libraries_need_no_cuda(library):
+    """<package>._C loads under a CPU-only torch: it must not need libtorch_cuda, libc10_cuda
+    or the CUDA runtime (those belong to _C_cuda, loaded only under a CUDA torch), nor
+    libtorch_python (whose C++ API changes with every release)."""
+    needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True,
+                            check=True).stdout
+    assert "libtorch_python" not in needed, library
+    if os.path.basename(library).startswith("_C."):
+        for cuda_lib in ("libtorch_cuda", "libc10_cuda", "libcudart"):
+            assert cuda_lib not in needed, f"{library} needs {cuda_lib}"

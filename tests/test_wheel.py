@@ -1,6 +1,7 @@
-"""The wheel's GPU targets and build facts (lltm/_build.py): target list parsing, which GPU
-a build covers, the version tag, the torch check at import, `python -m lltm info`, and on
-a GPU the error a build without this GPU's architecture gives."""
+"""The wheel's GPU targets and build facts (torch_fused_ops/_build.py): target list parsing,
+which GPU a build covers, the version tag, the torch check at import, `python -m
+torch_fused_ops info` (and its alias `python -m lltm info`), and on a GPU the error a build
+without this GPU's architecture gives."""
 
 import os
 import re
@@ -14,8 +15,9 @@ import pytest
 import torch
 
 import lltm
-from lltm import _build
-from lltm.__main__ import find_cuobjdump, targets_in_library
+import torch_fused_ops
+from torch_fused_ops import _build
+from torch_fused_ops.__main__ import find_cuobjdump, targets_in_library
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 WHEEL_CUBINS, WHEEL_PTX = _build.parse_arch_list("all")
@@ -53,7 +55,7 @@ def test_wheel_list_is_every_sm_from_turing_that_nvcc_compiles():
     nvcc = "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else "nvcc"
     codes = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True).stdout.split()
     plain = [c for c in codes if re.fullmatch(r"sm_\d+", c) and int(c[3:]) >= 75]
-    assert sorted(plain) == sorted(WHEEL_CUBINS), "update WHEEL_ARCH_LIST in lltm/_build.py"
+    assert sorted(plain) == sorted(WHEEL_CUBINS), "update WHEEL_ARCH_LIST in torch_fused_ops/_build.py"
 
 
 @pytest.mark.parametrize("cubins, ptx, capability, expected", [
@@ -86,39 +88,47 @@ def test_wheel_covers_future_gpus_by_ptx_only():
 
 
 def test_version_tag():
-    assert _build.local_tag("2.14.1+cu130", "13.0") == "torch2.14cu130"
-    assert _build.local_tag("2.11.0+cu130", "13.0") == "torch2.11cu130"
-    assert _build.local_tag("2.13.0+cpu", None) == "torch2.13cpu"
+    # The tag names the CUDA the kernels link, not a torch: one build serves torch >= MIN_TORCH.
+    assert _build.local_tag("13.0") == "cu130"
+    assert _build.local_tag(None) == "cpu"
     assert _build.release("2.12.0a0+git1234") == "2.12.0"
 
 
-def fake_facts(torch_version, cuda_version):
-    return types.SimpleNamespace(VERSION="0.1.0+test", TORCH_VERSION=torch_version,
+def test_target_version_macro():
+    assert _build.MIN_TORCH == (2, 10)
+    assert _build.target_version_macro() == "-DTORCH_TARGET_VERSION=0x020a000000000000"
+    assert _build.target_version_macro((2, 13)) == "-DTORCH_TARGET_VERSION=0x020d000000000000"
+
+
+def fake_facts(cuda_version):
+    return types.SimpleNamespace(VERSION="0.1.0+test", TORCH_VERSION="2.14.1",
                                  CUDA_VERSION=cuda_version, CUBINS=[], PTX=[])
 
 
-@pytest.mark.parametrize("built_torch, built_cuda, running_cuda, says", [
-    ("1.0.0+cu130", "13.0", "13.0", "torch 1.0.0+cu130"),
-    (None, "13.0", None, "has no CUDA"),
+@pytest.mark.parametrize("running_torch, built_cuda, running_cuda, says", [
+    ("2.9.1+cu130", "13.0", "13.0", "torch 2.9.1+cu130 is installed"),
+    ("1.13.0", None, None, "torch 1.13.0 is installed"),
     (None, "13.0", "12.8", "uses CUDA 12.8"),
 ])
-def test_torch_mismatch_is_one_clear_import_error(monkeypatch, built_torch, built_cuda,
+def test_unusable_torch_is_one_clear_import_error(monkeypatch, running_torch, built_cuda,
                                                   running_cuda, says):
-    built_torch = built_torch or torch.__version__
-    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts(built_torch, built_cuda))
+    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts(built_cuda))
+    monkeypatch.setattr(torch, "__version__", running_torch or torch.__version__)
     monkeypatch.setattr(torch.version, "cuda", running_cuda)
     with pytest.raises(ImportError) as err:
         _build.check_torch()
     message = str(err.value)
-    assert f"was built against torch {built_torch}" in message and says in message
-    assert f"install torch=={_build.release(built_torch)}" in message
+    assert "torch-fused-ops 0.1.0+test needs torch >= 2.10" in message and says in message
     assert message.count(". ") == 0 and message.endswith(".")  # one sentence
 
 
-def test_torch_match_passes(monkeypatch):
-    monkeypatch.setattr(_build, "build_facts",
-                        lambda: fake_facts(_build.release(torch.__version__) + "+other",
-                                           torch.version.cuda))
+@pytest.mark.parametrize("running_torch, running_cuda", [
+    ("2.10.0+cu130", "13.0"), ("2.11.0+cu130", "13.2"), ("2.13.0+cpu", None), ("2.15.0", "13.0"),
+])
+def test_every_torch_from_the_minimum_passes(monkeypatch, running_torch, running_cuda):
+    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts("13.0"))
+    monkeypatch.setattr(torch, "__version__", running_torch)
+    monkeypatch.setattr(torch.version, "cuda", running_cuda)
     _build.check_torch()
 
 
@@ -127,30 +137,32 @@ facts = _build.build_facts()
 
 @pytest.mark.skipif(facts is None, reason="libraries built before build facts existed")
 def test_build_facts_describe_this_build():
-    assert facts.TORCH_VERSION == torch.__version__
-    assert facts.VERSION == lltm.__version__
-    assert facts.VERSION.endswith("+" + _build.local_tag(torch.__version__, facts.CUDA_VERSION))
+    assert facts.VERSION == lltm.__version__ == torch_fused_ops.__version__
+    assert facts.VERSION.endswith("+" + _build.local_tag(facts.CUDA_VERSION))
+    assert _build._minor_tuple(facts.TORCH_VERSION) >= _build.MIN_TORCH
     if facts.CUDA_VERSION:
-        assert facts.CUDA_VERSION == torch.version.cuda and facts.CUBINS
+        assert facts.CUBINS
     tool = find_cuobjdump()
-    if tool is None or not facts.CUDA_VERSION:
+    if tool is None or not facts.CUDA_VERSION or not torch.version.cuda:
         return  # the machine code itself is checked where cuobjdump is (.ci/build_wheel.sh)
     for family in ("lltm", "rwkv_ops", "padding_ops"):
-        library = __import__(f"{family}._C", fromlist=["_C"]).__file__
+        library = __import__(f"{family}._C_cuda", fromlist=["_C_cuda"]).__file__
         elf, ptx = targets_in_library(tool, library)
         assert sorted(elf) == sorted(facts.CUBINS), family
         assert sorted(p.replace("sm_", "compute_") for p in ptx) == sorted(facts.PTX), family
 
 
-def test_info_command():
+@pytest.mark.parametrize("module", ["torch_fused_ops", "lltm"])
+def test_info_command(module):
     here = str(Path(lltm.__file__).resolve().parent.parent)  # where `lltm` was imported from
-    run = subprocess.run([sys.executable, "-m", "lltm", "info"], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", module, "info"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": here}, cwd=Path(__file__).parent,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     out = run.stdout
     assert f"torch-fused-ops {lltm.__version__}" in out
     assert f"Python {sys.version.split()[0]}, torch {torch.__version__}" in out
+    assert "runs on:       torch >= 2.10 (LibTorch stable ABI)" in out
     for family in ("lltm", "rwkv_ops", "padding_ops"):
         assert f"{family}:" in out
     if facts is not None and facts.CUBINS:
@@ -181,26 +193,33 @@ def test_every_family_passes_the_kernel_image_check():
 
 
 PROBE_CU = r"""
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+
 #include "common/kernel_image.cuh"
-void check(const at::Tensor& t) { fused_ops::check_kernel_image(t); }
-"""
-PROBE_CPP = r"""
-#include <torch/extension.h>
-void check(const at::Tensor& t);
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("check", &check); }
+
+fused_ops::Tensor check(fused_ops::Tensor t) {
+  fused_ops::check_kernel_image(t);
+  return torch::stable::empty_like(t);
+}
+STABLE_TORCH_LIBRARY(NAMESPACE, m) { m.def("check(Tensor t) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) { m.impl("check", TORCH_BOX(&check)); }
 """
 
 
 def build_probe(directory, arch):
-    """kernel_image.cuh's check, compiled for sm_<arch> only, as a Python module."""
+    """kernel_image.cuh's check, compiled for sm_<arch> only, as the stable-ABI op
+    torch.ops.fused_ops_probe_<arch>.check."""
     from torch.utils.cpp_extension import load
 
-    (directory / "probe.cu").write_text(PROBE_CU)
-    (directory / "bind.cpp").write_text(PROBE_CPP)
-    return load(name=f"fused_ops_kernel_image_probe_{arch}",
-                sources=[str(directory / "bind.cpp"), str(directory / "probe.cu")],
-                extra_include_paths=[str(CSRC)], build_directory=str(directory),
-                extra_cuda_cflags=[f"-gencode=arch=compute_{arch},code=sm_{arch}"])
+    namespace = f"fused_ops_probe_{arch}"
+    (directory / "probe.cu").write_text(PROBE_CU.replace("NAMESPACE", namespace))
+    load(name=namespace, sources=[str(directory / "probe.cu")], is_python_module=False,
+         extra_include_paths=[str(CSRC)], build_directory=str(directory),
+         extra_cflags=[_build.target_version_macro()],
+         extra_cuda_cflags=[f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                            _build.target_version_macro(), "-DUSE_CUDA"])
+    return getattr(torch.ops, namespace)
 
 
 @cuda

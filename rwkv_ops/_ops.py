@@ -9,6 +9,10 @@ from torch_fused_ops import load_library
 load_library("rwkv_ops")  # registers torch.ops.rwkv_ops.* (after checking the torch)
 
 _forward = torch.ops.rwkv_ops.timex_forward.default
+_backward = torch.ops.rwkv_ops.timex_backward.default
+# Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
+# autograd kernel does for a call that needs no graph).
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
 @torch.library.register_fake("rwkv_ops::timex_forward")
@@ -21,8 +25,74 @@ def _backward_fake(grad_out, w, k):
     return w.new_empty(w.shape), k.new_empty(k.shape)
 
 
-# The autograd formula is registered in C++ (csrc/rwkv/timex.cpp, TimexFunction): the
-# backward calls timex_backward, which gives both gradients in one pass.
+# Autograd. The stable ABI has no C++ autograd, so the formulas are registered here. Without
+# create_graph (grad mode off in a backward) each backward calls the ops' kernels directly,
+# past their Autograd keys' Python kernels: host time, which small problems are bound by.
+
+
+def _save_inputs(ctx, inputs, output):
+    w, k, _eps = inputs
+    ctx.save_for_backward(w, k)
+
+
+def _forward_backward(ctx, grad):
+    w, k = ctx.saved_tensors
+    # timex_backward gives both gradients in one pass. With create_graph=True it goes
+    # through its own autograd formula (below), so the gradients can be differentiated.
+    if torch.is_grad_enabled():
+        grad_w, grad_k = _backward(grad, w, k)
+    else:
+        with _below_autograd():
+            grad_w, grad_k = _backward(grad, w, k)
+    need = ctx.needs_input_grad
+    return grad_w if need[0] else None, grad_k if need[1] else None, None
+
+
+def _save_backward_inputs(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+    ctx.set_materialize_grads(False)  # an unused gradient arrives as None: no zeros
+
+
+def _backward_backward(ctx, gg_w, gg_k):
+    """The derivatives of timex_backward (double backward).
+
+    TimeX is bilinear in (w, k), and each of its gradients is bilinear in grad_out and the
+    other argument, so their derivatives are TimeX products again. With gg_w and gg_k the
+    gradients arriving for grad_w and grad_k:
+      d grad_out = timex(w, gg_k) + timex(gg_w, k)
+      d w        = grad_w of timex_backward(grad_out, w, gg_k)   (k replaced by gg_k)
+      d k        = grad_k of timex_backward(grad_out, gg_w, k)   (w replaced by gg_w)
+    Through the ops' autograd under create_graph=True, so they can be differentiated again.
+    """
+    grad_out, w, k = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if torch.is_grad_enabled():
+        return _backward_backward_terms(need, grad_out, w, k, gg_w, gg_k)
+    with _below_autograd():
+        return _backward_backward_terms(need, grad_out, w, k, gg_w, gg_k)
+
+
+def _backward_backward_terms(need, grad_out, w, k, gg_w, gg_k):
+    d_grad_out = d_w = d_k = None
+    if need[0]:
+        if gg_k is not None:
+            d_grad_out = _forward(w, gg_k, 0.0)
+        if gg_w is not None:
+            term = _forward(gg_w, k, 0.0)
+            d_grad_out = term if d_grad_out is None else d_grad_out + term
+    if need[1] and gg_k is not None:
+        d_w = _backward(grad_out, w, gg_k)[0]
+    if need[2] and gg_w is not None:
+        d_k = _backward(grad_out, gg_w, k)[1]
+    return d_grad_out, d_w, d_k
+
+
+torch.library.register_autograd(
+    "rwkv_ops::timex_forward", _forward_backward, setup_context=_save_inputs
+)
+torch.library.register_autograd(
+    "rwkv_ops::timex_backward", _backward_backward, setup_context=_save_backward_inputs
+)
 
 
 def timex(w, k, eps=0.0):

@@ -13,11 +13,15 @@
 // with grad_w[T-1-s] = sum over the batch of G[s]. Each output is summed over n in increasing
 // order (and grad_w over the batch in order): the results do not depend on the threads.
 //
-// The kernels live in an anonymous namespace on purpose: the two builds use different
-// at::vec::Vectorized types under the same names, and internal linkage keeps them apart.
+// The vectors are 32 bytes (8 floats, 4 doubles) in both builds: AVX2 registers and fused
+// multiply-adds (raw intrinsics: ATen's at::vec::Vectorized is not part of the stable ABI)
+// where common/avx2_target.h was included first (FUSED_OPS_AVX2), else plain arrays with a
+// separate multiply and add per lane (what ATen's generic Vectorized did, so both builds give
+// the results they gave on it, bit for bit).
+//
+// The kernels live in an anonymous namespace on purpose: the two builds use different Vec
+// types under the same names, and internal linkage keeps them apart.
 #pragma once
-
-#include <ATen/cpu/vec/vec.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -46,23 +50,148 @@ void grad_w_channels_avx2(const T* g, const T* k, T* grad_w, int64_t B, int64_t 
 
 namespace {  // NOLINT(build/namespaces_headers): see the note at the top
 
+#if defined(FUSED_OPS_AVX2)
+
+// One AVX2 register of T, with the few operations the tiles use.
 template <typename T>
-using Vec = at::vec::Vectorized<T>;
+struct Vec;
+
+template <>
+struct Vec<float> {
+  __m256 v;
+  Vec() = default;
+  Vec(__m256 r) : v(r) {}  // NOLINT(runtime/explicit): a register is a Vec
+  explicit Vec(float x) : v(_mm256_set1_ps(x)) {}
+  static constexpr int64_t size() { return 8; }
+  static Vec loadu(const float* p) { return _mm256_loadu_ps(p); }
+  // start, start + 1, ..., start + 7 (exact: the tiles' lane numbers are small integers).
+  static Vec arange(float start) {
+    return _mm256_setr_ps(start, start + 1, start + 2, start + 3, start + 4, start + 5,
+                          start + 6, start + 7);
+  }
+  // b where mask's lane is all ones, else a (mask from a comparison below).
+  static Vec blendv(Vec a, Vec b, Vec mask) { return _mm256_blendv_ps(a.v, b.v, mask.v); }
+  Vec operator>=(Vec o) const { return _mm256_cmp_ps(v, o.v, _CMP_GE_OQ); }
+  Vec operator<=(Vec o) const { return _mm256_cmp_ps(v, o.v, _CMP_LE_OQ); }
+  Vec operator+(Vec o) const { return _mm256_add_ps(v, o.v); }
+  void store(float* p) const { _mm256_storeu_ps(p, v); }
+};
+
+template <>
+struct Vec<double> {
+  __m256d v;
+  Vec() = default;
+  Vec(__m256d r) : v(r) {}  // NOLINT(runtime/explicit): a register is a Vec
+  explicit Vec(double x) : v(_mm256_set1_pd(x)) {}
+  static constexpr int64_t size() { return 4; }
+  static Vec loadu(const double* p) { return _mm256_loadu_pd(p); }
+  static Vec arange(double start) { return _mm256_setr_pd(start, start + 1, start + 2, start + 3); }
+  static Vec blendv(Vec a, Vec b, Vec mask) { return _mm256_blendv_pd(a.v, b.v, mask.v); }
+  Vec operator>=(Vec o) const { return _mm256_cmp_pd(v, o.v, _CMP_GE_OQ); }
+  Vec operator<=(Vec o) const { return _mm256_cmp_pd(v, o.v, _CMP_LE_OQ); }
+  Vec operator+(Vec o) const { return _mm256_add_pd(v, o.v); }
+  void store(double* p) const { _mm256_storeu_pd(p, v); }
+};
+
+// a * b + c, rounded once.
+inline Vec<float> fmadd(Vec<float> a, Vec<float> b, Vec<float> c) {
+  return _mm256_fmadd_ps(a.v, b.v, c.v);
+}
+inline Vec<double> fmadd(Vec<double> a, Vec<double> b, Vec<double> c) {
+  return _mm256_fmadd_pd(a.v, b.v, c.v);
+}
+
 constexpr int kTileVecs = 4;  // accumulators per tile: TILE = 4 vectors of outputs
+
+// A tile of TILE output sums in kTileVecs registers.
 template <typename T>
-constexpr int64_t kTile = kTileVecs * Vec<T>::size();
+struct Tile {
+  static constexpr int64_t V = Vec<T>::size();
+  static constexpr int64_t kSize = kTileVecs * V;
+  Vec<T> acc[kTileVecs];
+
+  void zero() {
+    for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>(T(0));
+  }
+  void load(const T* src) {
+    for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>::loadu(src + v * V);
+  }
+  void store(T* dst) const {
+    for (int v = 0; v < kTileVecs; ++v) acc[v].store(dst + v * V);
+  }
+  // dst[i] = sum i + add for i < count (count <= TILE).
+  void store_first(T add, T* dst, int64_t count) const {
+    for (int v = 0; v < kTileVecs && v * V < count; ++v) {
+      const Vec<T> out = acc[v] + Vec<T>(add);
+      if (count - v * V >= V) {
+        out.store(dst + v * V);
+      } else {
+        alignas(32) T lanes[V];
+        out.store(lanes);
+        for (int64_t l = 0; l < count - v * V; ++l) dst[v * V + l] = lanes[l];
+      }
+    }
+  }
+  // sum i += q[i] * xn for every i.
+  void fma(const T* q, T x) {
+    const Vec<T> xn(x);
+    for (int v = 0; v < kTileVecs; ++v) acc[v] = fmadd(Vec<T>::loadu(q + v * V), xn, acc[v]);
+  }
+  // sum i += q[i] * xn for i >= j (from_diagonal) or i <= j; the other sums stay as they are.
+  void fma_where(const T* q, T x, int64_t j_index, bool from_diagonal) {
+    const Vec<T> xn(x), j(static_cast<T>(j_index));
+    for (int v = 0; v < kTileVecs; ++v) {
+      const Vec<T> i = Vec<T>::arange(static_cast<T>(v * V));
+      const Vec<T> sum = fmadd(Vec<T>::loadu(q + v * V), xn, acc[v]);
+      acc[v] = Vec<T>::blendv(acc[v], sum, from_diagonal ? (i >= j) : (i <= j));
+    }
+  }
+};
+
+#else
+
+// The same tile as plain arrays of 32-byte vectors' worth of lanes (8 floats, 4 doubles, as
+// ATen's generic Vectorized had), with a multiply and an add per term, each rounded (the
+// baseline x86-64 has no FMA). Loops over the whole tile: the compiler vectorises them with
+// the baseline's SSE2 and keeps the sums in memory (a struct per vector got split into
+// scalars and ran at half the speed).
+template <typename T>
+struct Tile {
+  static constexpr int64_t kSize = 4 * 32 / static_cast<int64_t>(sizeof(T));
+  T acc[kSize];
+
+  void zero() {
+    for (int64_t i = 0; i < kSize; ++i) acc[i] = T(0);
+  }
+  void load(const T* src) {
+    for (int64_t i = 0; i < kSize; ++i) acc[i] = src[i];
+  }
+  void store(T* dst) const {
+    for (int64_t i = 0; i < kSize; ++i) dst[i] = acc[i];
+  }
+  void store_first(T add, T* dst, int64_t count) const {
+    for (int64_t i = 0; i < std::min(kSize, count); ++i) dst[i] = acc[i] + add;
+  }
+  void fma(const T* q, T x) {
+    for (int64_t i = 0; i < kSize; ++i) acc[i] = q[i] * x + acc[i];
+  }
+  void fma_where(const T* q, T x, int64_t j, bool from_diagonal) {
+    for (int64_t i = 0; i < kSize; ++i) {
+      if (from_diagonal ? i >= j : i <= j) acc[i] = q[i] * x + acc[i];
+    }
+  }
+};
+
+#endif
+
+template <typename T>
+constexpr int64_t kTile = Tile<T>::kSize;
 static_assert(kTile<float> <= kPad && kTile<double> <= kPad, "padding narrower than a tile");
 
 // acc[i] += p[i - n] * x[n] for n in [n0, n1), i in [0, TILE), n in increasing order.
 template <typename T>
-inline void tile_sum(const T* p, const T* x, int64_t n0, int64_t n1, Vec<T> (&acc)[kTileVecs]) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const Vec<T> xn(x[n]);
-    const T* q = p - n;
-    for (int v = 0; v < kTileVecs; ++v) {
-      acc[v] = at::vec::fmadd(Vec<T>::loadu(q + v * Vec<T>::size()), xn, acc[v]);
-    }
-  }
+inline void tile_sum(const T* p, const T* x, int64_t n0, int64_t n1, Tile<T>& acc) {
+  for (int64_t n = n0; n < n1; ++n) acc.fma(p - n, x[n]);
 }
 
 // tile_sum for the n at the triangle's edge, where only some outputs of the tile take
@@ -71,31 +200,8 @@ inline void tile_sum(const T* p, const T* x, int64_t n0, int64_t n1, Vec<T> (&ac
 // would turn an inf in x into NaN where the product has no such term.
 template <typename T>
 inline void tile_sum_edge(const T* p, const T* x, int64_t n0, int64_t n1, int64_t base,
-                          bool from_diagonal, Vec<T> (&acc)[kTileVecs]) {
-  constexpr int64_t V = Vec<T>::size();
-  for (int64_t n = n0; n < n1; ++n) {
-    const Vec<T> xn(x[n]), j(static_cast<T>(n - base));
-    const T* q = p - n;
-    for (int v = 0; v < kTileVecs; ++v) {
-      const Vec<T> i = Vec<T>::arange(static_cast<T>(v * V), T(1));
-      const Vec<T> sum = at::vec::fmadd(Vec<T>::loadu(q + v * V), xn, acc[v]);
-      acc[v] = Vec<T>::blendv(acc[v], sum, from_diagonal ? (i >= j) : (i <= j));
-    }
-  }
-}
-
-template <typename T>
-inline void tile_zero(Vec<T> (&acc)[kTileVecs]) {
-  for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>(T(0));
-}
-
-// Stores the first `count` outputs of a tile (count <= TILE), each plus `add`.
-template <typename T>
-inline void tile_store(const Vec<T> (&acc)[kTileVecs], T add, T* dst, int64_t count) {
-  constexpr int64_t V = Vec<T>::size();
-  for (int v = 0; v < kTileVecs && v * V < count; ++v) {
-    (acc[v] + Vec<T>(add)).store(dst + v * V, static_cast<int>(std::min(V, count - v * V)));
-  }
+                          bool from_diagonal, Tile<T>& acc) {
+  for (int64_t n = n0; n < n1; ++n) acc.fma_where(p - n, x[n], n - base, from_diagonal);
 }
 
 // out rows [r0, r1) of the (B*C, len) rows; w_rev: per channel, padded, Wrev (see the top).
@@ -105,13 +211,13 @@ void forward_rows(const T* w_rev, const T* k, T* out, T eps, int64_t C, int64_t 
   for (int64_t r = r0; r < r1; ++r) {
     const T* p = w_rev + (r % C) * padded_length(len) + kPad;
     for (int64_t t0 = 0; t0 < len; t0 += kTile<T>) {
-      Vec<T> acc[kTileVecs];
-      tile_zero(acc);
+      Tile<T> acc;
+      acc.zero();
       // Input n reaches outputs t0 + i >= n: all of the tile up to n = t0, then fewer.
       const int64_t end = std::min(t0 + kTile<T>, len);
       tile_sum(p + t0, k + r * len, 0, t0 + 1, acc);
       tile_sum_edge(p + t0, k + r * len, t0 + 1, end, t0, true, acc);
-      tile_store(acc, eps, out + r * len + t0, len - t0);
+      acc.store_first(eps, out + r * len + t0, len - t0);
     }
   }
 }
@@ -123,13 +229,13 @@ void grad_k_rows(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t len, 
   for (int64_t r = r0; r < r1; ++r) {
     const T* p = w_fwd + (r % C) * padded_length(len) + kPad + len - 1;
     for (int64_t u0 = 0; u0 < len; u0 += kTile<T>) {
-      Vec<T> acc[kTileVecs];
-      tile_zero(acc);
+      Tile<T> acc;
+      acc.zero();
       // Input n reaches outputs u0 + i <= n: some of the tile up to n = u0 + TILE - 1.
       const int64_t edge = std::min(u0 + kTile<T> - 1, len);
       tile_sum_edge(p + u0, g + r * len, u0, edge, u0, false, acc);
       tile_sum(p + u0, g + r * len, edge, len, acc);
-      tile_store(acc, T(0), grad_k + r * len + u0, len - u0);
+      acc.store_first(T(0), grad_k + r * len + u0, len - u0);
     }
   }
 }
@@ -139,7 +245,6 @@ void grad_k_rows(const T* w_fwd, const T* g, T* grad_k, int64_t C, int64_t len, 
 template <typename T>
 void grad_w_channels(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, int64_t len,
                      int64_t c0, int64_t c1, T* scratch) {
-  constexpr int64_t V = Vec<T>::size();
   // Lag sums in whole tiles (the lags past len are computed and dropped).
   const int64_t lags = (len + kTile<T> - 1) / kTile<T> * kTile<T>;
   T* const kr = scratch + kPad;  // the reversed k row, kPad zeros on either side
@@ -150,13 +255,13 @@ void grad_w_channels(const T* g, const T* k, T* grad_w, int64_t B, int64_t C, in
       const int64_t row = (b * C + c) * len;
       for (int64_t m = 0; m < len; ++m) kr[m] = k[row + len - 1 - m];
       for (int64_t s0 = 0; s0 < len; s0 += kTile<T>) {
-        Vec<T> acc[kTileVecs];
-        for (int v = 0; v < kTileVecs; ++v) acc[v] = Vec<T>::loadu(lag_sum + s0 + v * V);
+        Tile<T> acc;
+        acc.load(lag_sum + s0);
         // Time t reaches lags s0 + i <= t: some of the tile up to t = s0 + TILE - 1.
         const int64_t edge = std::min(s0 + kTile<T> - 1, len);
         tile_sum_edge(kr + len - 1 + s0, g + row, s0, edge, s0, false, acc);
         tile_sum(kr + len - 1 + s0, g + row, edge, len, acc);
-        for (int v = 0; v < kTileVecs; ++v) acc[v].store(lag_sum + s0 + v * V);
+        acc.store(lag_sum + s0);
       }
     }
     for (int64_t s = 0; s < len; ++s) grad_w[c * len + len - 1 - s] = lag_sum[s];

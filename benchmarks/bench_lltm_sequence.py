@@ -28,7 +28,7 @@ SIZES = {
              (32, 256, 256, 1024), (128, 64, 512, 512)],
     "cpu": [(64, 16, 32, 128), (256, 16, 32, 128)],
 }
-QUICK_SIZES = {"cuda": [(16, 16, 32, 128)], "cpu": [(8, 4, 8, 16)]}
+QUICK_SIZES = {"cuda": [(16, 16, 32, 128)], "cpu": [(4, 4, 8, 16)]}
 # float32 against float64 (TF32 off): the gradients through hundreds of steps are the
 # ill-conditioned part (tests/test_lltm_sequence.py: plain PyTorch float32 is off by 1.6e-4
 # at T = 300).

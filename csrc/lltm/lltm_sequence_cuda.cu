@@ -183,15 +183,31 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
                                 sz.state};
   seq_persistent_backward<scalar_t>(p, fused_ops::current_stream(dz));
 }
+
+// FN<scalar_t>(args...) for the dtypes the persistent kernels are instantiated for (float,
+// half, bfloat16: lltm_sequence_persistent.h); seq_persistent_supported is false for others.
+#define PERSISTENT_DTYPES(TYPE, FN, ...)                                                  \
+  switch (TYPE) {                                                                         \
+    case torch::headeronly::ScalarType::Float:                                            \
+      FN<float>(__VA_ARGS__);                                                             \
+      break;                                                                              \
+    case torch::headeronly::ScalarType::Half:                                             \
+      FN<c10::Half>(__VA_ARGS__);                                                         \
+      break;                                                                              \
+    case torch::headeronly::ScalarType::BFloat16:                                         \
+      FN<c10::BFloat16>(__VA_ARGS__);                                                     \
+      break;                                                                              \
+    default:                                                                              \
+      fused_ops::raise<std::runtime_error>("lltm_sequence: no persistent kernel for ",    \
+                                           fused_ops::dtype_str(TYPE));                   \
+  }
 #endif
 
 void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                              const SeqSizes& sz) {
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
   if (use_persistent(gates, sz)) {
-    FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_sequence_forward_persistent", [&] {
-      persistent_forward<scalar_t>(w_h, gates, hs, cells, sz);
-    });
+    PERSISTENT_DTYPES(gates.scalar_type(), persistent_forward, w_h, gates, hs, cells, sz);
     return;
   }
 #else
@@ -205,9 +221,8 @@ void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells
                               Tensor& d_c0, const SeqSizes& sz) {
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
   if (use_persistent(dz, sz)) {
-    FUSED_OPS_DISPATCH_FLOATING(dz.scalar_type(), "lltm_sequence_backward_persistent", [&] {
-      persistent_backward<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz);
-    });
+    PERSISTENT_DTYPES(dz.scalar_type(), persistent_backward, w_h, dz, cells, grad_hs, grad_c_n,
+                      d_h0, d_c0, sz);
     return;
   }
 #else

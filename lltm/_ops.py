@@ -9,7 +9,10 @@ from torch_fused_ops import load_library
 load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 
 _forward = torch.ops.lltm.lltm_forward.default
-
+_backward = torch.ops.lltm.lltm_backward.default
+# Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
+# autograd kernel does for a call that needs no graph).
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 
 @torch.library.register_fake("lltm::lltm_forward")
 def _forward_fake(input, weights, bias, old_h, old_cell):
@@ -31,8 +34,66 @@ def _backward_fake(grad_h, grad_cell, new_cell, gate_weights, X, weights, output
     return (*grads, new_cell.new_empty(batch, state))
 
 
-# The autograd formula is registered in C++ (csrc/lltm/lltm.cpp, CellFunction) so that the
-# backward of a training step runs without Python.
+# Autograd. The stable ABI has no C++ autograd, so the formulas are registered here; the
+# backward runs lltm_backward, whose output_mask asks only for the gradients autograd needs.
+
+
+def _setup_context(ctx, inputs, output):
+    weights = inputs[1]
+    _, new_cell, X, gate_weights = output
+    ctx.save_for_backward(new_cell, gate_weights, X, weights)
+    # X and gate_weights are outputs only so that they can be saved; their gradients are
+    # never needed, and with materialisation off an unused one arrives as None.
+    ctx.mark_non_differentiable(X, gate_weights)
+    ctx.set_materialize_grads(False)
+
+
+def _cell_backward(ctx, grad_h, grad_cell, _grad_X, _grad_gate_weights):
+    new_cell, gate_weights, X, weights = ctx.saved_tensors
+    if grad_h is None:
+        grad_h = torch.zeros_like(new_cell)
+    if grad_cell is None:
+        grad_cell = torch.zeros_like(new_cell)
+    # Inputs, and the op's outputs: 0 input, 1 weights, 2 bias, 3 old_h, 4 old_cell.
+    need = ctx.needs_input_grad
+    args = (grad_h, grad_cell, new_cell, gate_weights, X, weights, need[:4])
+    if torch.is_grad_enabled():
+        # create_graph=True: through lltm_backward's autograd formula (below), which raises
+        # when a second backward reaches it instead of passing these gradients off as
+        # constants (silently wrong second derivatives).
+        grads = _backward(*args)
+    else:
+        # lltm_backward needs no graph: straight to its kernel instead of through its
+        # Autograd key's Python kernel (host time, which small problems are bound by).
+        with _below_autograd():
+            grads = _backward(*args)
+    d_input, d_weights, d_bias, d_old_h, d_old_cell = grads
+    return (
+        d_input if need[0] else None,
+        d_weights if need[1] else None,
+        d_bias if need[2] else None,
+        d_old_h if need[3] else None,
+        d_old_cell if need[4] else None,
+    )
+
+
+torch.library.register_autograd(
+    "lltm::lltm_forward", _cell_backward, setup_context=_setup_context
+)
+
+
+def _no_setup(ctx, inputs, output):
+    pass
+
+
+def _second_backward(ctx, *grads):
+    raise RuntimeError(
+        "lltm_cell is differentiable once: the gradients of its backward (a second backward "
+        "after create_graph=True) are not implemented"
+    )
+
+
+torch.library.register_autograd("lltm::lltm_backward", _second_backward, setup_context=_no_setup)
 
 
 def lltm_cell(input, weights, bias, old_h, old_cell):

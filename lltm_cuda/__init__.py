@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import lltm  # noqa: F401  (registers torch.ops.lltm.*)
 
+_ALL_GRADIENTS = (True, True, True, True)  # lltm_backward's output_mask
+
 
 def forward(input, weights, bias, old_h, old_cell):
     new_h, new_cell, X, gate_weights = torch.ops.lltm.lltm_forward(
@@ -27,6 +29,6 @@ def backward(grad_h, grad_cell, new_cell, input_gate, output_gate, candidate_cel
     # module hands gate_weights over as (B, 3, S), which is the same memory as (B, 3S).
     gate_weights = gate_weights.reshape(new_cell.shape[0], -1)
     d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.lltm_backward(
-        grad_h, grad_cell, new_cell, gate_weights, X, weights, [True] * 4
+        grad_h, grad_cell, new_cell, gate_weights, X, weights, _ALL_GRADIENTS
     )
     return [d_old_h, d_input, d_weights, d_bias, d_old_cell]

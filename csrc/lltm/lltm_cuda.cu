@@ -1,16 +1,21 @@
 // LLTM cell: the cuBLAS path's CUDA pointwise kernels (forward and backward), the choice
 // between that path and the single-launch kernels (lltm_cuda_small.cu), and the CUDA
-// registration. On the cuBLAS path the GEMMs run through ATen; each pointwise kernel here
-// makes one pass over its tensors, 16 bytes per access where the row length and pointers
-// allow it.
-#include <ATen/OpMathType.h>
-#include <ATen/Dispatch.h>
-#include <torch/library.h>
+// registration (and the Python module of the CUDA library, <pkg>._C_cuda). On the cuBLAS
+// path the GEMMs run through ATen (lltm_driver.h); each pointwise kernel here makes one pass
+// over its tensors, 16 bytes per access where the row length and pointers allow it.
+#include <torch/csrc/stable/library.h>
+
+#include <initializer_list>
 
 #include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
 #include "common/kernel_image.cuh"
+#include "common/module.h"
 #include "lltm/lltm.h"
 #include "lltm/lltm_cuda_small.h"
+#include "lltm/lltm_driver.h"
+
+FUSED_OPS_PYTHON_MODULE(_C_cuda)
 
 namespace lltm {
 namespace {
@@ -22,7 +27,7 @@ __global__ void forward_kernel(const scalar_t* __restrict__ gates,
                                const scalar_t* __restrict__ old_cell,
                                scalar_t* __restrict__ new_h, scalar_t* __restrict__ new_cell,
                                int64_t rows, int64_t S) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = fused_ops::opmath_t<scalar_t>;
   using P = Pack<scalar_t, V>;
   const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (j >= S) return;
@@ -51,7 +56,7 @@ __global__ void backward_kernel(const scalar_t* __restrict__ grad_h,
                                 const scalar_t* __restrict__ new_cell,
                                 const scalar_t* __restrict__ gates, scalar_t* __restrict__ d_gates,
                                 scalar_t* __restrict__ d_old_cell, int64_t rows, int64_t S) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = fused_ops::opmath_t<scalar_t>;
   using P = Pack<scalar_t, V>;
   const int64_t j = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (j >= S) return;
@@ -84,20 +89,20 @@ __global__ void backward_kernel(const scalar_t* __restrict__ grad_h,
 
 // 16-byte packs when every row start is 16-byte aligned, else one element per access.
 template <typename scalar_t>
-bool can_pack(int64_t S, std::initializer_list<const at::Tensor*> tensors) {
+bool can_pack(int64_t S, std::initializer_list<const Tensor*> tensors) {
   if (S % fused_ops::pack16<scalar_t> != 0) return false;
-  for (const at::Tensor* t : tensors) {
+  for (const Tensor* t : tensors) {
     if (!fused_ops::aligned16(t->const_data_ptr())) return false;
   }
   return true;
 }
 
-void forward_pointwise_cuda(const at::Tensor& gates, const at::Tensor& old_cell,
-                            at::Tensor& new_h, at::Tensor& new_cell) {
-  const c10::cuda::CUDAGuard guard(gates.device());
+void forward_pointwise_cuda(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
+                            Tensor& new_cell) {
+  const fused_ops::DeviceGuard guard(gates.get_device_index());
   const int64_t B = old_cell.size(0), S = old_cell.size(1);
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_forward_cuda", [&] {
+  const cudaStream_t stream = fused_ops::current_stream(gates);
+  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_forward_cuda", [&] {
     constexpr int V = fused_ops::pack16<scalar_t>;
     const bool packed = can_pack<scalar_t>(S, {&gates, &old_cell, &new_h, &new_cell});
     const fused_ops::RowLaunch launch(B, packed ? S / V : S);
@@ -105,17 +110,17 @@ void forward_pointwise_cuda(const at::Tensor& gates, const at::Tensor& old_cell,
     kernel<<<launch.grid, launch.block, 0, stream>>>(
         gates.const_data_ptr<scalar_t>(), old_cell.const_data_ptr<scalar_t>(),
         new_h.mutable_data_ptr<scalar_t>(), new_cell.mutable_data_ptr<scalar_t>(), B, S);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    FUSED_OPS_LAUNCH_CHECK();
   });
 }
 
-void backward_pointwise_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
-                             const at::Tensor& new_cell, const at::Tensor& gates,
-                             at::Tensor& d_gates, at::Tensor& d_old_cell) {
-  const c10::cuda::CUDAGuard guard(gates.device());
+void backward_pointwise_cuda(const Tensor& grad_h, const Tensor& grad_cell,
+                             const Tensor& new_cell, const Tensor& gates, Tensor& d_gates,
+                             Tensor& d_old_cell) {
+  const fused_ops::DeviceGuard guard(gates.get_device_index());
   const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cuda", [&] {
+  const cudaStream_t stream = fused_ops::current_stream(gates);
+  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_backward_cuda", [&] {
     constexpr int V = fused_ops::pack16<scalar_t>;
     const bool packed = can_pack<scalar_t>(
         S, {&grad_h, &grad_cell, &new_cell, &gates, &d_gates, &d_old_cell});
@@ -125,37 +130,37 @@ void backward_pointwise_cuda(const at::Tensor& grad_h, const at::Tensor& grad_ce
         grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(),
         new_cell.const_data_ptr<scalar_t>(), gates.const_data_ptr<scalar_t>(),
         d_gates.mutable_data_ptr<scalar_t>(), d_old_cell.mutable_data_ptr<scalar_t>(), B, S);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    FUSED_OPS_LAUNCH_CHECK();
   });
 }
 
 // Small and medium problems take the kernels of lltm_cuda_small.cu (one launch for the
 // forward, two for the backward; the rule is use_small_path); larger ones cuBLAS plus the
 // pointwise kernels above.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell) {
+std::tuple<Tensor, Tensor, Tensor, Tensor> forward_cuda(Tensor input, Tensor weights,
+                                                        Tensor bias, Tensor old_h,
+                                                        Tensor old_cell) {
   const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
   fused_ops::check_kernel_image(input);
-  if (use_small_path(sizes, input.scalar_type())) {
+  if (use_small_path(sizes, input.scalar_type(), input.get_device_index())) {
     return small_forward_cuda(input, weights, bias, old_h, old_cell, sizes);
   }
   return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cuda);
 }
 
-CellGrads backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
-                        const at::Tensor& new_cell, const at::Tensor& gate_weights,
-                        const at::Tensor& X, const at::Tensor& weights, GradMask output_mask) {
+CellGrads backward_cuda(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor gate_weights,
+                        Tensor X, Tensor weights, GradMask output_mask) {
   const CellSizes sizes =
-      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights);
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask);
   fused_ops::check_kernel_image(new_cell);
-  if (use_small_path(sizes, new_cell.scalar_type())) {
+  if (use_small_path(sizes, new_cell.scalar_type(), new_cell.get_device_index())) {
     // Two launches: the pointwise kernel below, then every GEMM and d_bias in one.
     const int64_t B = sizes.batch, S = sizes.state;
-    at::Tensor d_gates = new_empty_cuda({B, 3 * S}, new_cell);
-    at::Tensor d_old_cell = new_empty_cuda({B, S}, new_cell);
-    backward_pointwise_cuda(grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
-                            gate_weights.contiguous(), d_gates, d_old_cell);
+    Tensor d_gates = new_empty({B, 3 * S}, new_cell);
+    Tensor d_old_cell = new_empty({B, S}, new_cell);
+    backward_pointwise_cuda(as_contiguous(grad_h), as_contiguous(grad_cell),
+                            as_contiguous(new_cell), as_contiguous(gate_weights), d_gates,
+                            d_old_cell);
     auto [d_input, d_weights, d_bias, d_old_h] =
         small_backward_gemms_cuda(d_gates, X, weights, output_mask, sizes);
     return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
@@ -166,9 +171,9 @@ CellGrads backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
-  m.impl("lltm_forward", &forward_cuda);
-  m.impl("lltm_backward", &backward_cuda);
+STABLE_TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
+  m.impl("lltm_forward", TORCH_BOX(&forward_cuda));
+  m.impl("lltm_backward", TORCH_BOX(&backward_cuda));
 }
 
 }  // namespace lltm

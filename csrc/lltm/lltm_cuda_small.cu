@@ -2,15 +2,13 @@
 // lltm_cuda_small.cuh over the cuBLAS path, and their host-side launchers.
 #include "lltm/lltm_cuda_small.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/EmptyTensor.h>
-
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
 #include "lltm/lltm_cuda_small.cuh"
 
 namespace lltm {
@@ -50,9 +48,9 @@ PathOverride path_override() {
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return PathOverride::kAuto;
   if (std::strcmp(v, "small") == 0) return PathOverride::kSmall;
   if (std::strcmp(v, "cublas") == 0) return PathOverride::kCublas;
-  TORCH_CHECK_VALUE(false, "environment variable LLTM_CUDA_PATH must be 'small', 'cublas' or "
-                    "'auto' (or unset), got '", v, "'");
-  return PathOverride::kAuto;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable LLTM_CUDA_PATH must be 'small', 'cublas' or 'auto' (or unset), "
+      "got '", std::string(v), "'");
 }
 
 // Tile choice, SIMT tiles (float64; every type before sm_80). The d_X role runs TM = 4 rows
@@ -78,22 +76,23 @@ constexpr int64_t kMinBlocksPerSm = 1;
 constexpr int kSimtFwdRowsPerThread = kRowsPerThreadLarge;
 constexpr int kTcChunk = 32, kTcFwdChunkLarge = 16;
 
-int64_t sm_count() {
-  // ATen caches the device properties: no driver call per step.
-  return at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+int64_t sm_count(int device) {
+  // Cached per device (common/cuda_utils.cuh): no driver call per step.
+  return fused_ops::device_properties(device).multiProcessorCount;
 }
 
 // The tensor-core tiles (MmaTile: 3xTF32 for float32, one MMA per product for float16 and
 // bfloat16) on sm_80 and newer; float64, and older GPUs, keep the SIMT tiles.
-bool use_tensor_cores(at::ScalarType dtype) {
-  return dtype != at::kDouble && at::cuda::getCurrentDeviceProperties()->major >= 8;
+bool use_tensor_cores(torch::headeronly::ScalarType dtype, int device) {
+  return dtype != torch::headeronly::ScalarType::Double &&
+         fused_ops::device_properties(device).major >= 8;
 }
 
 // TM for B rows in tiles of kGroups * TM rows, by col_tiles column tiles (the rule above).
-int rows_per_thread(int64_t B, int64_t col_tiles) {
+int rows_per_thread(int64_t B, int64_t col_tiles, int device) {
   const int64_t large = ceil_div<int64_t>(B, kGroups * kRowsPerThreadLarge);
   const int64_t small = ceil_div<int64_t>(B, kGroups * kRowsPerThreadSmall);
-  return large * col_tiles < kMinBlocksPerSm * sm_count() && small > large
+  return large * col_tiles < kMinBlocksPerSm * sm_count(device) && small > large
              ? kRowsPerThreadSmall
              : kRowsPerThreadLarge;
 }
@@ -124,11 +123,7 @@ auto backward_kernel(bool tc) {
 // ---------------------------------------------------------------------------------------
 // Host side.
 
-at::Tensor new_empty_cuda(at::IntArrayRef size, const at::Tensor& like) {
-  return at::Tensor(at::detail::empty_cuda(size, like.scalar_type(), like.device(), std::nullopt));
-}
-
-bool use_small_path(const CellSizes& n, at::ScalarType dtype) {
+bool use_small_path(const CellSizes& n, torch::headeronly::ScalarType dtype, int device) {
   const int64_t B = n.batch, S = n.state, K = n.state + n.features;
   // The kernels need a batch row and a state column (with S = 0, X = input still has to be
   // written, which the cuBLAS path's concatenation does), and they index with 32-bit
@@ -148,76 +143,77 @@ bool use_small_path(const CellSizes& n, at::ScalarType dtype) {
   }
   const double macs =
       static_cast<double>(B) * static_cast<double>(K) * static_cast<double>(3 * S);
-  const double max_macs = use_tensor_cores(dtype) ? kSmallMaxMacsTc : kSmallMaxMacsSimt;
+  const double max_macs = use_tensor_cores(dtype, device) ? kSmallMaxMacsTc : kSmallMaxMacsSimt;
   return macs < max_macs && B <= kSmallMaxBatch && K <= kSmallMaxWidth;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_forward_cuda(
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell, const CellSizes& sizes) {
-  const c10::cuda::CUDAGuard guard(input.device());
+std::tuple<Tensor, Tensor, Tensor, Tensor> small_forward_cuda(
+    const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
+    const Tensor& old_cell, const CellSizes& sizes) {
+  const int device = input.get_device_index();
+  const fused_ops::DeviceGuard guard(device);
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
-  at::Tensor new_h = new_empty_cuda({B, S}, input);
-  at::Tensor new_cell = new_empty_cuda({B, S}, input);
-  at::Tensor X = new_empty_cuda({B, S + F}, input);
-  at::Tensor gates = new_empty_cuda({B, 3 * S}, input);
-  const auto in = input.expect_contiguous(), w = weights.expect_contiguous(),
-             b = bias.expect_contiguous(), h = old_h.expect_contiguous(),
-             c = old_cell.expect_contiguous();
+  Tensor new_h = new_empty({B, S}, input);
+  Tensor new_cell = new_empty({B, S}, input);
+  Tensor X = new_empty({B, S + F}, input);
+  Tensor gates = new_empty({B, 3 * S}, input);
+  const Tensor in = as_contiguous(input), w = as_contiguous(weights), b = as_contiguous(bias),
+               h = as_contiguous(old_h), c = as_contiguous(old_cell);
   // use_small_path admitted these sizes: every count below fits in an int.
-  const bool tc = use_tensor_cores(input.scalar_type());
+  const bool tc = use_tensor_cores(input.scalar_type(), device);
   const int64_t col_tiles = ceil_div<int64_t>(S, kFwdCols);
-  const int tm = tc ? rows_per_thread(B, col_tiles) : kSimtFwdRowsPerThread;
+  const int tm = tc ? rows_per_thread(B, col_tiles, device) : kSimtFwdRowsPerThread;
   const int blocks = static_cast<int>(ceil_div<int64_t>(B, kGroups * tm) * col_tiles);
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_small_forward_cuda", [&] {
+  const cudaStream_t stream = fused_ops::current_stream(input);
+  FUSED_OPS_DISPATCH_FLOATING(input.scalar_type(), "lltm_small_forward_cuda", [&] {
     forward_kernel<scalar_t>(tc, tm)<<<blocks, kThreads, 0, stream>>>(
-        in->const_data_ptr<scalar_t>(), w->const_data_ptr<scalar_t>(),
-        b->const_data_ptr<scalar_t>(), h->const_data_ptr<scalar_t>(),
-        c->const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
+        in.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
+        b.const_data_ptr<scalar_t>(), h.const_data_ptr<scalar_t>(),
+        c.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
         new_cell.mutable_data_ptr<scalar_t>(), X.mutable_data_ptr<scalar_t>(),
         gates.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(F),
         static_cast<int>(S));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    FUSED_OPS_LAUNCH_CHECK();
   });
   return {new_h, new_cell, X, gates};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_cuda(
-    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights,
-    GradMask output_mask, const CellSizes& sizes) {
-  const c10::cuda::CUDAGuard guard(d_gates.device());
+std::tuple<Tensor, Tensor, Tensor, Tensor> small_backward_gemms_cuda(
+    const Tensor& d_gates, const Tensor& X, const Tensor& weights, const GradMask& output_mask,
+    const CellSizes& sizes) {
+  const int device = d_gates.get_device_index();
+  const fused_ops::DeviceGuard guard(device);
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
   const int64_t N = 3 * S, K = S + F;
   // A gradient that output_mask leaves out comes back empty, as on the cuBLAS path.
-  auto gradient = [&](bool wanted, at::IntArrayRef size) {
-    return wanted ? new_empty_cuda(size, d_gates) : new_empty_cuda({0}, d_gates);
+  auto gradient = [&](bool wanted, std::initializer_list<int64_t> size) {
+    return wanted ? new_empty(size, d_gates) : new_empty({0}, d_gates);
   };
   const bool want_input = output_mask[0], want_dw = output_mask[1], want_bias = output_mask[2],
              want_old_h = output_mask[3];
-  at::Tensor d_input = gradient(want_input, {B, F});
-  at::Tensor d_weights = gradient(want_dw, {N, K});
-  at::Tensor d_bias = gradient(want_bias, {N});
-  at::Tensor d_old_h = gradient(want_old_h, {B, S});
+  Tensor d_input = gradient(want_input, {B, F});
+  Tensor d_weights = gradient(want_dw, {N, K});
+  Tensor d_bias = gradient(want_bias, {N});
+  Tensor d_old_h = gradient(want_old_h, {B, S});
   // The d_X role's columns of X: [0, S) for d_old_h, [S, K) for d_input.
   const int64_t dx_k0 = want_old_h ? 0 : S, dx_k1 = want_input ? K : S;
   // use_small_path admitted these sizes: every count below fits in an int.
   const int dx_col_tiles = static_cast<int>(ceil_div<int64_t>(dx_k1 - dx_k0, kDxCols));
-  const int dx_tm = dx_col_tiles > 0 ? rows_per_thread(B, dx_col_tiles) : kRowsPerThreadLarge;
+  const int dx_tm =
+      dx_col_tiles > 0 ? rows_per_thread(B, dx_col_tiles, device) : kRowsPerThreadLarge;
   const int dx_blocks = static_cast<int>(ceil_div<int64_t>(B, kGroups * dx_tm)) * dx_col_tiles;
   const int p_col_tiles = want_dw ? static_cast<int>(ceil_div<int64_t>(K, kPK)) : 1;
   const int p_blocks =
       want_dw || want_bias ? static_cast<int>(ceil_div<int64_t>(N, kPN)) * p_col_tiles : 0;
   if (dx_blocks + p_blocks == 0) return {d_input, d_weights, d_bias, d_old_h};
-  const auto z = d_gates.expect_contiguous(), x = X.expect_contiguous(),
-             w = weights.expect_contiguous();
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const bool tc = use_tensor_cores(d_gates.scalar_type());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, d_gates.scalar_type(), "lltm_small_backward_cuda", [&] {
+  const Tensor z = as_contiguous(d_gates), x = as_contiguous(X), w = as_contiguous(weights);
+  const cudaStream_t stream = fused_ops::current_stream(d_gates);
+  const bool tc = use_tensor_cores(d_gates.scalar_type(), device);
+  FUSED_OPS_DISPATCH_FLOATING(d_gates.scalar_type(), "lltm_small_backward_cuda", [&] {
     BackwardArgs<scalar_t> args;
-    args.d_gates = z->const_data_ptr<scalar_t>();
-    args.X = x->const_data_ptr<scalar_t>();
-    args.weights = w->const_data_ptr<scalar_t>();
+    args.d_gates = z.const_data_ptr<scalar_t>();
+    args.X = x.const_data_ptr<scalar_t>();
+    args.weights = w.const_data_ptr<scalar_t>();
     args.d_old_h = want_old_h ? d_old_h.mutable_data_ptr<scalar_t>() : nullptr;
     args.d_input = want_input ? d_input.mutable_data_ptr<scalar_t>() : nullptr;
     args.d_weights = want_dw ? d_weights.mutable_data_ptr<scalar_t>() : nullptr;
@@ -234,7 +230,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> small_backward_gemms_
     auto kernel = dx_tm == kRowsPerThreadSmall ? backward_kernel<scalar_t, kRowsPerThreadSmall>(tc)
                                                : backward_kernel<scalar_t, kRowsPerThreadLarge>(tc);
     kernel<<<dx_blocks + p_blocks, kThreads, 0, stream>>>(args);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    FUSED_OPS_LAUNCH_CHECK();
   });
   return {d_input, d_weights, d_bias, d_old_h};
 }

@@ -28,7 +28,7 @@
 // The GEMMs run on one of two register tiles (below): SimtTile, FMAs in every thread, or
 // MmaTile, tensor cores (sm_80 and newer; float32, float16, bfloat16), chosen by the host.
 //
-// Precision: inputs are widened to at::opmath_type (float for half types, double for
+// Precision: inputs are widened to fused_ops::opmath_t (float for half types, double for
 // float64) when staged into shared memory; all sums run in that type. SimtTile's products
 // too; MmaTile's products are exact (half types) or float32-accurate (3xTF32).
 // Index math is 32-bit: use_small_path sends only problems whose every tensor has fewer
@@ -39,10 +39,9 @@
 // tests/test_lltm.py compiles it as host C++ to run the kernels on a CPU (no GPU needed).
 #pragma once
 
-#include <ATen/OpMathType.h>
-
 #include <type_traits>
 
+#include "common/dispatch.h"
 #include "common/mma_tf32.h"
 #include "common/pack.h"
 #include "lltm/lltm.h"
@@ -301,7 +300,7 @@ __global__ void __launch_bounds__(kThreads)
                          const scalar_t* __restrict__ old_cell, scalar_t* __restrict__ new_h,
                          scalar_t* __restrict__ new_cell, scalar_t* __restrict__ X,
                          scalar_t* __restrict__ gates, int B, int F, int S) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = fused_ops::opmath_t<scalar_t>;
   static_assert(fwd_staging_ok<TM, CH>, "forward staging: whole loads per thread");
   static_assert(!TC || std::is_same_v<acc_t, float>, "tensor-core tiles are float");
   static_assert(sizeof(ForwardSmem<acc_t, TM, CH, TC>) <= 48 * 1024, "static shared memory");
@@ -612,7 +611,7 @@ __device__ __forceinline__ void param_role(const BackwardArgs<scalar_t>& a,
 // TC: tensor-core tiles (MmaTile) in both roles.
 template <typename scalar_t, int DX_TM, int CH = kChunk, bool TC = false>
 __global__ void __launch_bounds__(kThreads) small_backward_kernel(const BackwardArgs<scalar_t> a) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = fused_ops::opmath_t<scalar_t>;
   static_assert(dx_staging_ok<DX_TM, CH> && param_staging_ok<CH>,
                 "backward staging: whole loads per thread");
   static_assert(!TC || std::is_same_v<acc_t, float>, "tensor-core tiles are float");

@@ -1,5 +1,5 @@
 // Brick padding ("tile_pad"): the index math shared by the CPU and CUDA kernels, and the
-// host-side drivers (checks, geometry, allocation) that both devices call.
+// kernel signatures that the host-side drivers (tile_pad_driver.h) call.
 //
 // x (..., H, W) -> y (..., Ho, Wo), Ho = H + top + bottom, Wo = W + left + right.
 // DESIGN.md's definition, with input-relative r = ro - top, c = co - left and
@@ -17,8 +17,8 @@
 // in [0, Wo) (k = 0, 1, ...), in that fixed order.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <c10/macros/Macros.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/macros/Macros.h>
 
 #include <cstdint>
 
@@ -56,13 +56,11 @@ C10_HOST_DEVICE inline I end_band(I i, I off, I H, I Ho) {
   return (Ho + off - i + H - 1) / H;
 }
 
-// Writes y = tile_pad(x): both contiguous, y allocated, y.numel() > 0.
-using ForwardKernel = void (*)(const at::Tensor& x, at::Tensor& y, const Geometry& g);
-// Writes grad_x from grad_y: both contiguous, floating, grad_x.numel() > 0.
-using BackwardKernel = void (*)(const at::Tensor& grad_y, at::Tensor& grad_x, const Geometry& g);
+using Tensor = torch::stable::Tensor;
 
-at::Tensor forward(const at::Tensor& x, at::IntArrayRef pad, int64_t shift, ForwardKernel kernel);
-at::Tensor backward(const at::Tensor& grad_output, at::IntArrayRef pad, int64_t shift,
-                    BackwardKernel kernel);
+// Writes y = tile_pad(x): both contiguous, y allocated, y.numel() > 0.
+using ForwardKernel = void (*)(const Tensor& x, Tensor& y, const Geometry& g);
+// Writes grad_x from grad_y: both contiguous, floating, grad_x.numel() > 0.
+using BackwardKernel = void (*)(const Tensor& grad_y, Tensor& grad_x, const Geometry& g);
 
 }  // namespace padding_ops

@@ -10,16 +10,22 @@
 // tile padded many times over), the copies of each pixel are split into S parts (runs
 // of bands x runs of column repeats): stage 1 writes S partial sums per pixel to a float
 // workspace (under 32 MiB), stage 2 adds them in a fixed order. Bitwise deterministic.
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "common/checks.h"
 #include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
 #include "common/kernel_image.cuh"
+#include "common/module.h"
 #include "padding/tile_pad.h"
+#include "padding/tile_pad_driver.h"
+
+FUSED_OPS_PYTHON_MODULE(_C_cuda)
 
 namespace padding_ops {
 namespace {
@@ -120,7 +126,7 @@ __global__ void forward_kernel(const T* __restrict__ x, T* __restrict__ y, Dims<
 template <typename scalar_t, typename out_t, typename I>
 __global__ void backward_gather_kernel(const scalar_t* __restrict__ gy, out_t* __restrict__ out,
                                        Dims<I> d, I lead, Split<I> split, int64_t rows) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = fused_ops::opmath_t<scalar_t>;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const I R = static_cast<I>(row);
@@ -181,9 +187,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up32(int64_t a) { return ceil_div(a, 32) * 32; }
 
 // Threads the device holds at once.
-int64_t resident_threads() {
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  return static_cast<int64_t>(prop->multiProcessorCount) * prop->maxThreadsPerMultiProcessor;
+int64_t resident_threads(const Tensor& t) {
+  const cudaDeviceProp& prop = fused_ops::device_properties(t);
+  return static_cast<int64_t>(prop.multiProcessorCount) * prop.maxThreadsPerMultiProcessor;
 }
 
 // Blocks of `tx` threads along a row and 256 / tx rows; enough blocks for every row (the
@@ -198,19 +204,19 @@ struct RowsLaunch {
 };
 
 template <typename T, typename I>
-void launch_forward(const at::Tensor& x, at::Tensor& y, const Geometry& g) {
+void launch_forward(const Tensor& x, Tensor& y, const Geometry& g) {
   constexpr int V = fused_ops::pack16<T>;
   // About two packs per thread, 32 to 256 threads a row.
   const int64_t tx = std::clamp<int64_t>(round_up32(ceil_div(ceil_div(g.Wo, V), 2)), 32, 256);
   const RowsLaunch launch(g.lead * g.Ho, tx);
-  forward_kernel<T, I><<<launch.grid, launch.block, 0, at::cuda::getCurrentCUDAStream()>>>(
+  forward_kernel<T, I><<<launch.grid, launch.block, 0, fused_ops::current_stream(x)>>>(
       static_cast<const T*>(x.const_data_ptr()), static_cast<T*>(y.mutable_data_ptr()),
       dims_of<I>(g), g.lead * g.Ho, static_cast<I>(tx * V % g.W));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FUSED_OPS_LAUNCH_CHECK();
 }
 
 template <typename T>
-void forward_sized(const at::Tensor& x, at::Tensor& y, const Geometry& g) {
+void forward_sized(const Tensor& x, Tensor& y, const Geometry& g) {
   if (g.fits32) {
     launch_forward<T, int32_t>(x, y, g);
   } else {
@@ -218,8 +224,8 @@ void forward_sized(const at::Tensor& x, at::Tensor& y, const Geometry& g) {
   }
 }
 
-void forward_cuda_kernel(const at::Tensor& x, at::Tensor& y, const Geometry& g) {
-  const c10::cuda::CUDAGuard guard(x.device());
+void forward_cuda_kernel(const Tensor& x, Tensor& y, const Geometry& g) {
+  const fused_ops::DeviceGuard guard(x.get_device_index());
   fused_ops::check_kernel_image(x);
   switch (x.element_size()) {
     case 1: return forward_sized<uint8_t>(x, y, g);
@@ -228,8 +234,9 @@ void forward_cuda_kernel(const at::Tensor& x, at::Tensor& y, const Geometry& g) 
     case 8: return forward_sized<uint64_t>(x, y, g);
     case 16: return forward_sized<Bytes16>(x, y, g);
     default:
-      TORCH_CHECK_TYPE(false, "tile_pad on CUDA supports elements of 1, 2, 4, 8 or 16 bytes, got ",
-                       x.scalar_type());
+      fused_ops::raise<std::invalid_argument>(
+          "tile_pad on CUDA supports elements of 1, 2, 4, 8 or 16 bytes, got ",
+          fused_ops::dtype_str(x.scalar_type()));
   }
 }
 
@@ -237,11 +244,11 @@ void forward_cuda_kernel(const at::Tensor& x, at::Tensor& y, const Geometry& g) 
 // least ~32 copies, with the workspace under 16 MiB before rounding (32 MiB after).
 // S == 1 (no split) when the input alone has enough pixels or too few copies each.
 template <typename I>
-Split<I> choose_split(const Geometry& g, int64_t acc_size) {
+Split<I> choose_split(const Geometry& g, int64_t acc_size, int64_t resident) {
   const int64_t pixels = g.lead * g.H * g.W;
   const int64_t k_total = g.Wo / g.W + 2;  // column repeats k of any pixel lie in [0, k_total)
   const int64_t copies = g.lead * g.Ho * g.Wo / pixels;
-  int64_t splits = std::min({ceil_div(resident_threads(), pixels), copies / 32,
+  int64_t splits = std::min({ceil_div(resident, pixels), copies / 32,
                              (int64_t{16} << 20) / (pixels * acc_size)});
   if (splits <= 1) {
     return {1, static_cast<I>(g.bands), 1, static_cast<I>(k_total)};
@@ -257,43 +264,44 @@ Split<I> choose_split(const Geometry& g, int64_t acc_size) {
 }
 
 template <typename scalar_t, typename I>
-void launch_backward(const at::Tensor& grad_y, at::Tensor& grad_x, const Geometry& g) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const Split<I> split = choose_split<I>(g, sizeof(acc_t));
+void launch_backward(const Tensor& grad_y, Tensor& grad_x, const Geometry& g) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t resident = resident_threads(grad_y);
+  const Split<I> split = choose_split<I>(g, sizeof(acc_t), resident);
   const int64_t splits = static_cast<int64_t>(split.band_runs) * split.k_runs;
   const int64_t rows = splits * g.lead * g.H;
   // Enough threads along a row to fill the GPU when rows are few, at most one per pixel.
   const int64_t tx = std::min<int64_t>(
-      std::clamp<int64_t>(round_up32(ceil_div(resident_threads(), rows)), 32, 256),
+      std::clamp<int64_t>(round_up32(ceil_div(resident, rows)), 32, 256),
       round_up32(g.W));
   const RowsLaunch launch(rows, tx);
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = fused_ops::current_stream(grad_y);
   const scalar_t* gy = grad_y.const_data_ptr<scalar_t>();
   if (splits == 1) {
     backward_gather_kernel<scalar_t, scalar_t, I><<<launch.grid, launch.block, 0, stream>>>(
         gy, grad_x.mutable_data_ptr<scalar_t>(), dims_of<I>(g), static_cast<I>(g.lead), split,
         rows);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    FUSED_OPS_LAUNCH_CHECK();
     return;
   }
   const int64_t pixels = grad_x.numel();
-  constexpr auto acc_dtype = c10::CppTypeToScalarType<acc_t>::value;
-  at::Tensor partial = at::empty({splits, pixels}, grad_y.options().dtype(acc_dtype));
+  const auto acc_dtype = fused_ops::opmath_type(grad_y.scalar_type());
+  Tensor partial = torch::stable::empty({splits, pixels}, acc_dtype, std::nullopt,
+                                        grad_y.device());
   backward_gather_kernel<scalar_t, acc_t, I><<<launch.grid, launch.block, 0, stream>>>(
       gy, partial.mutable_data_ptr<acc_t>(), dims_of<I>(g), static_cast<I>(g.lead), split, rows);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FUSED_OPS_LAUNCH_CHECK();
   const dim3 reduce_block(32, kReduceLanes);
   const dim3 reduce_grid(static_cast<unsigned>(ceil_div(pixels, 32)));
   backward_reduce_kernel<scalar_t, acc_t><<<reduce_grid, reduce_block, 0, stream>>>(
       partial.const_data_ptr<acc_t>(), grad_x.mutable_data_ptr<scalar_t>(), pixels, splits);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FUSED_OPS_LAUNCH_CHECK();
 }
 
-void backward_cuda_kernel(const at::Tensor& grad_y, at::Tensor& grad_x, const Geometry& g) {
-  const c10::cuda::CUDAGuard guard(grad_y.device());
+void backward_cuda_kernel(const Tensor& grad_y, Tensor& grad_x, const Geometry& g) {
+  const fused_ops::DeviceGuard guard(grad_y.get_device_index());
   fused_ops::check_kernel_image(grad_y);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_y.scalar_type(),
-                                  "tile_pad_backward_cuda", [&] {
+  FUSED_OPS_DISPATCH_FLOATING(grad_y.scalar_type(), "tile_pad_backward_cuda", [&] {
     if (g.fits32) {
       launch_backward<scalar_t, int32_t>(grad_y, grad_x, g);
     } else {
@@ -302,19 +310,19 @@ void backward_cuda_kernel(const at::Tensor& grad_y, at::Tensor& grad_x, const Ge
   });
 }
 
-at::Tensor forward_cuda(const at::Tensor& x, at::IntArrayRef pad, int64_t shift) {
+Tensor forward_cuda(const Tensor& x, const std::vector<int64_t>& pad, int64_t shift) {
   return forward(x, pad, shift, forward_cuda_kernel);
 }
 
-at::Tensor backward_cuda(const at::Tensor& grad_output, at::IntArrayRef pad, int64_t shift) {
+Tensor backward_cuda(const Tensor& grad_output, const std::vector<int64_t>& pad, int64_t shift) {
   return backward(grad_output, pad, shift, backward_cuda_kernel);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(padding_ops, CUDA, m) {
-  m.impl("tile_pad", &forward_cuda);
-  m.impl("tile_pad_backward", &backward_cuda);
+STABLE_TORCH_LIBRARY_IMPL(padding_ops, CUDA, m) {
+  m.impl("tile_pad", TORCH_BOX(&forward_cuda));
+  m.impl("tile_pad_backward", TORCH_BOX(&backward_cuda));
 }
 
 }  // namespace padding_ops

@@ -3,8 +3,8 @@
     python -m benchmarks [--family NAME ...] [--device cpu|cuda ...] [--case TEXT ...]
                          [--quick] [--no-taichi] [--out DIR]
 
-For each family (lltm, padding, rwkv) and device (default: cpu, and cuda where present)
-it times this package, eager PyTorch, torch.compile of the same code and, where taichi
+For each family (lltm, lltm_sequence, padding, rwkv) and device (default: cpu, and cuda
+where present) it times this package, eager PyTorch, torch.compile of the same code and, where taichi
 is importable, Taichi (padding and TimeX forwards), after checking each against a
 float64 or exact reference (a wrong answer is a row marked MISMATCH; the run goes on).
 Prints a markdown table per family and device, and progress lines on stderr. With --out
@@ -21,13 +21,15 @@ import os
 
 import torch
 
-from benchmarks import bench_lltm, bench_padding, bench_rwkv, report
+from benchmarks import bench_lltm, bench_lltm_sequence, bench_padding, bench_rwkv, report
 from benchmarks.timing import environment
 
-FAMILIES = {"lltm": bench_lltm, "rwkv": bench_rwkv, "padding": bench_padding}
+FAMILIES = {"lltm": bench_lltm, "lltm_sequence": bench_lltm_sequence, "rwkv": bench_rwkv,
+            "padding": bench_padding}
 # The times each family's plot shows: (figure key, panel title).
 PLOTTED = {
     "lltm": [("fwd_ms", "forward"), ("step_ms", "training step (forward + all gradients)")],
+    "lltm_sequence": [("fwd_ms", "forward"), ("step_ms", "forward + backward (all gradients)")],
     "rwkv": [("fwd_ms", "forward"), ("total_ms", "forward + backward")],
     "padding": [("fwd_ms", "forward"), ("bwd_ms", "backward")],
 }
@@ -61,7 +63,7 @@ def main(argv=None):
     for family in args.family or sorted(FAMILIES):
         for device in devices:
             report.progress(f"{family} on {device}: started")
-            options = {} if family == "lltm" else {"use_taichi": not args.no_taichi}
+            options = {} if family.startswith("lltm") else {"use_taichi": not args.no_taichi}
             header, rows, notes, figures = FAMILIES[family].run(
                 device, quick=args.quick, cases=args.case, **options)
             where = (env.get("device", "GPU") if device == "cuda"
@@ -82,6 +84,11 @@ def main(argv=None):
                     report.progress(f"{family} on {device}: {plot_note}")
                 else:
                     text += f"\n![{family} on {device}]({family}_{device}.png)\n"
+                if family == "lltm_sequence":  # and time per step against T
+                    name = f"{family}_{device}_per_step.png"
+                    note = bench_lltm_sequence.plot_per_step(
+                        os.path.join(args.out, name), f"LLTM over a sequence, {where}", figures)
+                    text += f"\n![time per step]({name})\n" if note is None else f"\n- {note}\n"
             print(text, flush=True)
             report.progress(f"{family} on {device}: done, {len(rows)} rows")
             record["results"].append({"family": family, "device": device, "header": header,

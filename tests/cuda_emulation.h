@@ -3,7 +3,9 @@
 // another. Kernels written with the CUDA keywords compile as host C++ with the macros below
 // (static shared memory becomes a static local, which the threads of a block share); kernels
 // that take dynamic shared memory read it from emu_smem. Also: the float64 helpers that the
-// tests' reference computations use.
+// tests' reference computations use. Thread-block clusters (sm_90) too: launch_cluster runs
+// the CTAs of one cluster concurrently, with a cluster-wide barrier and each CTA's dynamic
+// shared memory reachable from the others (emu_map_shared_rank, as distributed shared memory).
 #pragma once
 
 #include <algorithm>
@@ -30,7 +32,7 @@
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static
-#define __syncthreads() emu_barrier->arrive_and_wait()
+#define __syncthreads() emu_syncthreads()
 
 struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -39,6 +41,13 @@ inline thread_local Dim3 threadIdx, blockIdx;
 inline Dim3 blockDim, gridDim;
 inline thread_local unsigned char* emu_smem;
 inline std::barrier<>* emu_barrier;
+// A cluster's CTAs run at the same time, each with its own block barrier (launch runs one
+// block at a time and uses emu_barrier).
+inline thread_local std::barrier<>* emu_block_barrier;
+
+inline void emu_syncthreads() {
+  (emu_block_barrier != nullptr ? emu_block_barrier : emu_barrier)->arrive_and_wait();
+}
 
 // A warp's meeting point for the warp-wide operations below (mma): its own barrier and the
 // fragments its lanes hand in.
@@ -46,6 +55,7 @@ struct EmuWarp {
   explicit EmuWarp(int lanes) : barrier(lanes) {}
   std::barrier<> barrier;
   float a[2][32][4], b[2][32][2];  // consecutive operations alternate between two slots
+  float shfl[2][32];                // the same for __shfl_xor_sync
 };
 inline thread_local EmuWarp* emu_warp;
 
@@ -73,6 +83,81 @@ inline void launch(int grid, int threads, int smem_bytes, const std::function<vo
         emu_warp = warps[t / 32].get();
         body();
       });
+    }
+    for (auto& t : pool) t.join();
+  }
+}
+
+// __shfl_xor_sync on floats for the calling warp (every lane calls it, full mask): lane i gets
+// lane (i ^ lane_mask)'s value. Two slots, as emu_mma_m16n8k8_tf32 explains.
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
+  EmuWarp& w = *emu_warp;
+  thread_local int slot = 0;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float (&s)[32] = w.shfl[slot];
+  slot ^= 1;
+  s[lane] = v;
+  w.barrier.arrive_and_wait();
+  return s[lane ^ lane_mask];
+}
+
+// Thread-block clusters. The calling thread's CTA rank in its cluster, the cluster barrier
+// (barrier.cluster arrive + wait: every thread of every CTA of the cluster), and a pointer
+// into the dynamic shared memory of CTA `rank` at the offset that p has in the caller's.
+inline thread_local int emu_cluster_rank_v;
+inline thread_local std::barrier<>* emu_cluster_barrier;
+inline thread_local unsigned char* const* emu_cluster_smem;
+inline unsigned emu_cluster_size_v;
+
+inline unsigned emu_cluster_rank() { return static_cast<unsigned>(emu_cluster_rank_v); }
+inline unsigned emu_cluster_size() { return emu_cluster_size_v; }
+inline void emu_cluster_sync() { emu_cluster_barrier->arrive_and_wait(); }
+
+template <typename P>
+P* emu_map_shared_rank(P* p, unsigned rank) {
+  const auto offset = reinterpret_cast<unsigned char*>(p) - emu_smem;
+  return reinterpret_cast<P*>(emu_cluster_smem[rank] + offset);
+}
+
+// Runs body() as `grid` blocks of `threads` threads in clusters of `cluster` consecutive
+// blocks (grid a multiple of cluster): the clusters one after another, the blocks of a
+// cluster at the same time, each with smem_bytes of dynamic shared memory filled with huge
+// values first (as launch does).
+inline void launch_cluster(int grid, int cluster, int threads, int smem_bytes,
+                           const std::function<void()>& body) {
+  blockDim.x = threads;
+  gridDim.x = grid;
+  emu_cluster_size_v = cluster;
+  std::vector<std::vector<double>> stores(cluster, std::vector<double>(smem_bytes / 8 + 2));
+  std::vector<unsigned char*> bases;
+  for (auto& st : stores) bases.push_back(reinterpret_cast<unsigned char*>(st.data()));
+  for (int c0 = 0; c0 < grid; c0 += cluster) {
+    for (auto* base : bases) std::memset(base, 0x7f, smem_bytes);
+    std::barrier<> cluster_bar(cluster * threads);
+    std::vector<std::unique_ptr<std::barrier<>>> block_bars;
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    for (int r = 0; r < cluster; ++r) {
+      block_bars.push_back(std::make_unique<std::barrier<>>(threads));
+      for (int w = 0; w < (threads + 31) / 32; ++w) {
+        warps.push_back(std::make_unique<EmuWarp>(std::min(32, threads - 32 * w)));
+      }
+    }
+    const int warps_per_block = (threads + 31) / 32;
+    std::vector<std::thread> pool;
+    for (int r = 0; r < cluster; ++r) {
+      for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, r, t] {
+          threadIdx.x = t;
+          blockIdx.x = c0 + r;
+          emu_smem = bases[r];
+          emu_warp = warps[r * warps_per_block + t / 32].get();
+          emu_block_barrier = block_bars[r].get();
+          emu_cluster_rank_v = r;
+          emu_cluster_barrier = &cluster_bar;
+          emu_cluster_smem = bases.data();
+          body();
+        });
+      }
     }
     for (auto& t : pool) t.join();
   }

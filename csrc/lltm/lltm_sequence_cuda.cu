@@ -1,0 +1,259 @@
+// LLTM over a sequence on CUDA: the choice between the persistent kernels
+// (lltm_sequence_persistent.h: one launch per recurrence, W_h on chip) and the per-step
+// fallback, the fallback's pointwise kernels, and the CUDA registration of the sequence ops.
+//
+// The fallback is still one op call per sequence: the driver (lltm_sequence_driver.h) runs
+// the input projection as one GEMM, then per step the recurrent GEMM through cuBLAS (aten::mm
+// into a buffer reused by every step) and one kernel below, so 2 launches per step each way;
+// it serves what the persistent kernels do not (large S, float64, GPUs they do not support).
+// LLTM_SEQUENCE_PATH=persistent|fallback forces one path (tests); unset or "auto": the
+// persistent kernels wherever seq_persistent_supported says they run.
+#include <torch/csrc/stable/library.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
+#include "common/kernel_image.cuh"
+#include "lltm/lltm.h"
+#include "lltm/lltm_sequence.h"
+#include "lltm/lltm_sequence_driver.h"
+
+// The persistent kernels are written alongside this file; until their header exists every
+// problem takes the fallback.
+#if __has_include("lltm/lltm_sequence_persistent.h")
+#include "lltm/lltm_sequence_persistent.h"
+#define LLTM_SEQUENCE_HAVE_PERSISTENT 1
+#else
+#define LLTM_SEQUENCE_HAVE_PERSISTENT 0
+#endif
+
+namespace lltm {
+namespace {
+
+// Forward step t on (b, j) of the (B, S) state: z = P_t + rec, rounded to scalar_t (the z that
+// gates keeps for the backward), then the cell. Rows b are looped with a stride of gridDim.y.
+template <typename scalar_t>
+__global__ void seq_forward_step_kernel(const scalar_t* __restrict__ rec,
+                                        scalar_t* __restrict__ z,
+                                        const scalar_t* __restrict__ c_prev,
+                                        scalar_t* __restrict__ h_out,
+                                        scalar_t* __restrict__ c_out, int64_t B, int64_t S) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= S) return;
+  for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {
+    const int64_t g = b * 3 * S + j;
+    const scalar_t zi = static_cast<acc_t>(z[g]) + static_cast<acc_t>(rec[g]);
+    const scalar_t zo = static_cast<acc_t>(z[g + S]) + static_cast<acc_t>(rec[g + S]);
+    const scalar_t zc = static_cast<acc_t>(z[g + 2 * S]) + static_cast<acc_t>(rec[g + 2 * S]);
+    z[g] = zi;
+    z[g + S] = zo;
+    z[g + 2 * S] = zc;
+    acc_t h, c;
+    cell_forward<acc_t>(zi, zo, zc, c_prev[b * S + j], h, c);
+    h_out[b * S + j] = h;
+    c_out[b * S + j] = c;
+  }
+}
+
+// Backward step t on (b, j): dh = grad_h + rec_dh (rounded to scalar_t, as the cell's grad_h
+// is), dc = carry; dz_t over z_t, carry = dL/dc_{t-1} (kept in acc_t across steps).
+template <typename scalar_t>
+__global__ void seq_backward_step_kernel(const scalar_t* __restrict__ grad_h,
+                                         const scalar_t* __restrict__ rec_dh,
+                                         const scalar_t* __restrict__ c_t,
+                                         scalar_t* __restrict__ dz,
+                                         fused_ops::opmath_t<scalar_t>* __restrict__ carry,
+                                         int64_t B, int64_t S) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= S) return;
+  for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {
+    const int64_t k = b * S + j, g = b * 3 * S + j;
+    const scalar_t dh = static_cast<acc_t>(grad_h[k]) + static_cast<acc_t>(rec_dh[k]);
+    acc_t d_i, d_o, d_c, d_cell;
+    cell_backward<acc_t>(dh, carry[k], c_t[k], dz[g], dz[g + S], dz[g + 2 * S], d_i, d_o, d_c,
+                         d_cell);
+    dz[g] = d_i;
+    dz[g + S] = d_o;
+    dz[g + 2 * S] = d_c;
+    carry[k] = d_cell;
+  }
+}
+
+void forward_step_cuda(const Tensor& rec, Tensor& gates, Tensor& hs, Tensor& cells, int64_t t) {
+  const int64_t B = hs.size(1), S = hs.size(2);
+  const cudaStream_t stream = fused_ops::current_stream(gates);
+  const fused_ops::RowLaunch launch(B, S);
+  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_sequence_forward_cuda", [&] {
+    seq_forward_step_kernel<scalar_t><<<launch.grid, launch.block, 0, stream>>>(
+        rec.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>() + t * B * 3 * S,
+        cells.const_data_ptr<scalar_t>() + t * B * S,
+        hs.mutable_data_ptr<scalar_t>() + (t + 1) * B * S,
+        cells.mutable_data_ptr<scalar_t>() + (t + 1) * B * S, B, S);
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+}
+
+void backward_step_cuda(const Tensor& grad_hs, const Tensor& rec_dh, const Tensor& cells,
+                        Tensor& dz, Tensor& carry, int64_t t) {
+  const int64_t B = cells.size(1), S = cells.size(2);
+  const cudaStream_t stream = fused_ops::current_stream(dz);
+  const fused_ops::RowLaunch launch(B, S);
+  FUSED_OPS_DISPATCH_FLOATING(dz.scalar_type(), "lltm_sequence_backward_cuda", [&] {
+    using acc_t = fused_ops::opmath_t<scalar_t>;
+    seq_backward_step_kernel<scalar_t><<<launch.grid, launch.block, 0, stream>>>(
+        grad_hs.const_data_ptr<scalar_t>() + (t + 1) * B * S, rec_dh.const_data_ptr<scalar_t>(),
+        cells.const_data_ptr<scalar_t>() + (t + 1) * B * S,
+        dz.mutable_data_ptr<scalar_t>() + t * B * 3 * S, carry.mutable_data_ptr<acc_t>(), B, S);
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+}
+
+enum class SeqPath { kAuto, kPersistent, kFallback };
+
+// LLTM_SEQUENCE_PATH, read at every call (a test sets it between calls; getenv costs far
+// less than a launch).
+SeqPath requested_path() {
+  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
+    return SeqPath::kAuto;
+  }
+  if (std::strcmp(value, "persistent") == 0) return SeqPath::kPersistent;
+  if (std::strcmp(value, "fallback") == 0) return SeqPath::kFallback;
+  fused_ops::raise<std::invalid_argument>(
+      "LLTM_SEQUENCE_PATH must be 'persistent', 'fallback' or 'auto' (or unset), got '", value,
+      "'");
+}
+
+bool persistent_supported(const Tensor& t, const SeqSizes& sz) {
+#if LLTM_SEQUENCE_HAVE_PERSISTENT
+  return seq_persistent_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
+#else
+  (void)t;
+  (void)sz;
+  return false;
+#endif
+}
+
+// True: the persistent kernels run this problem; false: the per-step fallback.
+bool use_persistent(const Tensor& t, const SeqSizes& sz) {
+  const SeqPath path = requested_path();
+  if (path == SeqPath::kFallback) return false;
+  const bool supported = persistent_supported(t, sz);
+  if (path == SeqPath::kPersistent && !supported) {
+    const cudaDeviceProp& prop = fused_ops::device_properties(t);
+    fused_ops::raise<std::invalid_argument>(
+        "LLTM_SEQUENCE_PATH=persistent, but the persistent LLTM sequence kernels do not run ",
+        fused_ops::dtype_str(t.scalar_type()), " with batch ", fused_ops::num(sz.batch),
+        " and state_size ", fused_ops::num(sz.state), " on ", prop.name, " (sm_",
+        fused_ops::num(prop.major), fused_ops::num(prop.minor),
+        LLTM_SEQUENCE_HAVE_PERSISTENT ? ")" : "; this build has none)",
+        "; unset LLTM_SEQUENCE_PATH or set it to 'fallback'");
+  }
+  return supported;
+}
+
+#if LLTM_SEQUENCE_HAVE_PERSISTENT
+template <typename scalar_t>
+void persistent_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
+                        const SeqSizes& sz) {
+  const SeqForward<scalar_t> p{w_h.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
+                               hs.mutable_data_ptr<scalar_t>(),
+                               cells.mutable_data_ptr<scalar_t>(), sz.steps, sz.batch, sz.state};
+  seq_persistent_forward<scalar_t>(p, fused_ops::current_stream(gates));
+}
+
+template <typename scalar_t>
+void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
+                         const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
+                         Tensor& d_c0, const SeqSizes& sz) {
+  const SeqBackward<scalar_t> p{w_h.const_data_ptr<scalar_t>(),
+                                dz.mutable_data_ptr<scalar_t>(),
+                                cells.const_data_ptr<scalar_t>(),
+                                grad_hs.const_data_ptr<scalar_t>(),
+                                grad_c_n.const_data_ptr<scalar_t>(),
+                                d_h0.mutable_data_ptr<scalar_t>(),
+                                d_c0.mutable_data_ptr<scalar_t>(),
+                                sz.steps,
+                                sz.batch,
+                                sz.state};
+  seq_persistent_backward<scalar_t>(p, fused_ops::current_stream(dz));
+}
+
+// FN<scalar_t>(args...) for the dtypes the persistent kernels are instantiated for (float,
+// half, bfloat16: lltm_sequence_persistent.h); seq_persistent_supported is false for others.
+#define PERSISTENT_DTYPES(TYPE, FN, ...)                                                  \
+  switch (TYPE) {                                                                         \
+    case torch::headeronly::ScalarType::Float:                                            \
+      FN<float>(__VA_ARGS__);                                                             \
+      break;                                                                              \
+    case torch::headeronly::ScalarType::Half:                                             \
+      FN<c10::Half>(__VA_ARGS__);                                                         \
+      break;                                                                              \
+    case torch::headeronly::ScalarType::BFloat16:                                         \
+      FN<c10::BFloat16>(__VA_ARGS__);                                                     \
+      break;                                                                              \
+    default:                                                                              \
+      fused_ops::raise<std::runtime_error>("lltm_sequence: no persistent kernel for ",    \
+                                           fused_ops::dtype_str(TYPE));                   \
+  }
+#endif
+
+void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
+                             const SeqSizes& sz) {
+#if LLTM_SEQUENCE_HAVE_PERSISTENT
+  if (use_persistent(gates, sz)) {
+    PERSISTENT_DTYPES(gates.scalar_type(), persistent_forward, w_h, gates, hs, cells, sz);
+    return;
+  }
+#else
+  (void)use_persistent(gates, sz);  // raises where the persistent path is forced
+#endif
+  per_step_forward(w_h, gates, hs, cells, sz, forward_step_cuda);
+}
+
+void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
+                              const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
+                              Tensor& d_c0, const SeqSizes& sz) {
+#if LLTM_SEQUENCE_HAVE_PERSISTENT
+  if (use_persistent(dz, sz)) {
+    PERSISTENT_DTYPES(dz.scalar_type(), persistent_backward, w_h, dz, cells, grad_hs, grad_c_n,
+                      d_h0, d_c0, sz);
+    return;
+  }
+#else
+  (void)use_persistent(dz, sz);
+#endif
+  per_step_backward(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cuda);
+}
+
+std::tuple<Tensor, Tensor, Tensor> sequence_forward_cuda(Tensor input, Tensor weights,
+                                                         Tensor bias, Tensor h0, Tensor c0) {
+  const SeqSizes sz = check_sequence_forward_args(input, weights, bias, h0, c0);
+  const fused_ops::DeviceGuard guard(input.get_device_index());
+  fused_ops::check_kernel_image(input);
+  return sequence_forward(input, weights, bias, h0, c0, sz, forward_recurrence_cuda);
+}
+
+SeqGrads sequence_backward_cuda(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
+                                Tensor hs, Tensor cells, Tensor gates, SeqGradMask output_mask) {
+  const SeqSizes sz = check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells,
+                                                   gates, output_mask);
+  const fused_ops::DeviceGuard guard(input.get_device_index());
+  fused_ops::check_kernel_image(input);
+  return sequence_backward(grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
+                           backward_recurrence_cuda);
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
+  m.impl("lltm_sequence_forward", TORCH_BOX(&sequence_forward_cuda));
+  m.impl("lltm_sequence_backward", TORCH_BOX(&sequence_backward_cuda));
+}
+
+}  // namespace lltm

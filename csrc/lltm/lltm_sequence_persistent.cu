@@ -1,0 +1,219 @@
+// LLTM over a whole sequence: the launchers of the persistent kernels
+// (lltm_sequence_persistent.cuh), and the choice of cluster size and batch rows per cluster.
+//
+// Cluster size nc: 16 CTAs (non-portable: the H100 allows it) for S >= 128, where 8 CTAs
+// would leave each with 16 columns or more and the step's GEMM on few SMs; else min(8, S).
+// When the 16-CTA cluster cannot be placed (occupancy query 0) or does not fit, 8.
+// Batch rows per cluster bc: spread the batch over as many clusters as run at once
+// (cudaOccupancyMaxActiveClusters, at most SMs / nc: one CTA per SM), bc = ceil(B / clusters),
+// capped by the shared memory of a CTA (its W_h share plus per batch row the two A buffers,
+// the GEMM output and the carry; make_plan); more clusters than fit then run in waves (they
+// are independent). Neither direction is supported when one batch row does not fit.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include "common/cuda_utils.cuh"
+#include "lltm/lltm_sequence_persistent.cuh"
+#include "lltm/lltm_sequence_persistent.h"
+
+namespace lltm {
+namespace {
+
+using persistent::kThreads;
+using persistent::make_plan;
+using persistent::Plan;
+
+using torch::headeronly::ScalarType;
+
+struct Config {
+  Plan plan;
+  int clusters = 0;  // 0: does not fit
+};
+
+template <typename T, int RB>
+void* kernel_ptr(bool backward) {
+  return backward ? reinterpret_cast<void*>(persistent::backward_kernel<T, RB>)
+                  : reinterpret_cast<void*>(persistent::forward_kernel<T, RB>);
+}
+
+template <typename T>
+void* kernel_for(int rb, bool backward) {
+  return rb == 4 ? kernel_ptr<T, 4>(backward)
+                 : rb == 2 ? kernel_ptr<T, 2>(backward) : kernel_ptr<T, 1>(backward);
+}
+
+// Once per kernel and device: the opt-in shared memory limit and 16-CTA clusters.
+void prepare(const void* kernel, int device) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!done.insert({kernel, device}).second) return;
+  const int limit = static_cast<int>(fused_ops::device_properties(device).sharedMemPerBlockOptin);
+  FUSED_OPS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+  FUSED_OPS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+}
+
+cudaLaunchConfig_t launch_config(const Plan& p, int clusters, cudaStream_t stream,
+                                 cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.nc));
+  cfg.blockDim = dim3(static_cast<unsigned>(p.threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(p.total) * sizeof(float);
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(p.nc);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+template <typename T>
+Config choose_uncached(int device, int64_t batch, int state, bool backward) {
+  const cudaDeviceProp& prop = fused_ops::device_properties(device);
+  const int64_t limit = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  const int sms = prop.multiProcessorCount;
+  for (int c = state >= 128 ? 0 : 1; c < 2; ++c) {
+    const int nc = c == 0 ? 16 : (state < 8 ? state : 8);
+    // The largest bc that fits (the layout grows with bc, up to the ks padding, so scan).
+    int bc_max = 0;
+    for (int64_t bc = 1; bc <= batch; ++bc) {
+      if (int64_t(make_plan(state, nc, static_cast<int>(bc), backward, kThreads).total) * 4 >
+          limit) {
+        break;
+      }
+      bc_max = static_cast<int>(bc);
+    }
+    if (bc_max == 0) continue;
+    const Plan probe = make_plan(state, nc, bc_max, backward, kThreads);
+    void* kernel = kernel_for<T>(probe.rb, backward);
+    prepare(kernel, device);
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = launch_config(probe, 1, nullptr, &attr);
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: this size is refused, try the next
+      fit = 0;
+    }
+    if (fit < 1) continue;
+    fit = std::min(fit, std::max(1, sms / nc));
+    int64_t clusters = std::min<int64_t>(batch, fit);
+    int64_t bc = (batch + clusters - 1) / clusters;
+    if (bc > bc_max) {
+      bc = bc_max;
+      clusters = (batch + bc - 1) / bc;
+    }
+    bc = (batch + clusters - 1) / clusters;
+    Config out;
+    out.plan = make_plan(state, nc, static_cast<int>(bc), backward, kThreads);
+    out.clusters = static_cast<int>(clusters);
+    return out;
+  }
+  return Config{};
+}
+
+// choose_uncached, cached per (device, dtype, direction, batch, state).
+template <typename T>
+Config choose(int device, int64_t batch, int64_t state, bool backward) {
+  if (batch < 1 || state < 1 || state > (1 << 20) || batch > (int64_t(1) << 31) / 2) {
+    return Config{};
+  }
+  static std::mutex mutex;
+  static std::map<std::tuple<int, bool, int64_t, int64_t>, Config> cache;
+  const auto key = std::make_tuple(device, backward, batch, state);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const Config cfg = choose_uncached<T>(device, batch, static_cast<int>(state), backward);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[key] = cfg;
+  return cfg;
+}
+
+int current_device() {
+  int device = 0;
+  FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+template <typename T>
+bool supported_as(int device, int64_t batch, int64_t state) {
+  const cudaDeviceProp& prop = fused_ops::device_properties(device);
+  if (prop.major < 9) return false;
+  int cluster_launch = 0;
+  FUSED_OPS_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+  if (!cluster_launch) return false;
+  // A build without sm_90 code (e.g. compute_80 PTX JIT-compiled for this device) has kernels
+  // that trap: refuse.
+  cudaFuncAttributes attrs{};
+  if (cudaFuncGetAttributes(&attrs, kernel_ptr<T, 1>(false)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (attrs.ptxVersion < 90) return false;
+  return choose<T>(device, batch, state, false).clusters > 0 &&
+         choose<T>(device, batch, state, true).clusters > 0;
+}
+
+template <typename T, typename Args>
+void launch(const Args& args, bool backward, cudaStream_t stream) {
+  if (args.batch < 1 || args.state < 1) return;
+  if (!backward && args.steps < 1) return;
+  const int device = current_device();
+  const Config c = choose<T>(device, args.batch, args.state, backward);
+  FUSED_OPS_CHECK(c.clusters > 0, "lltm_sequence: the persistent kernels do not support batch ",
+                  fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),
+                  " on this device (seq_persistent_supported is false)");
+  void* kernel = kernel_for<T>(c.plan.rb, backward);
+  prepare(kernel, device);
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg = launch_config(c.plan, c.clusters, stream, &attr);
+  void* params[2] = {const_cast<Plan*>(&c.plan), const_cast<Args*>(&args)};
+  FUSED_OPS_CUDA_CHECK(cudaLaunchKernelExC(&cfg, kernel, params));
+  FUSED_OPS_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool seq_persistent_supported(int device, ScalarType dtype, int64_t batch, int64_t state) {
+  switch (dtype) {
+    case ScalarType::Float:
+      return supported_as<float>(device, batch, state);
+    case ScalarType::Half:
+      return supported_as<c10::Half>(device, batch, state);
+    case ScalarType::BFloat16:
+      return supported_as<c10::BFloat16>(device, batch, state);
+    default:
+      return false;
+  }
+}
+
+template <typename T>
+void seq_persistent_forward(const SeqForward<T>& args, cudaStream_t stream) {
+  launch<T>(args, false, stream);
+}
+
+template <typename T>
+void seq_persistent_backward(const SeqBackward<T>& args, cudaStream_t stream) {
+  launch<T>(args, true, stream);
+}
+
+template void seq_persistent_forward<float>(const SeqForward<float>&, cudaStream_t);
+template void seq_persistent_forward<c10::Half>(const SeqForward<c10::Half>&, cudaStream_t);
+template void seq_persistent_forward<c10::BFloat16>(const SeqForward<c10::BFloat16>&,
+                                                    cudaStream_t);
+template void seq_persistent_backward<float>(const SeqBackward<float>&, cudaStream_t);
+template void seq_persistent_backward<c10::Half>(const SeqBackward<c10::Half>&, cudaStream_t);
+template void seq_persistent_backward<c10::BFloat16>(const SeqBackward<c10::BFloat16>&,
+                                                     cudaStream_t);
+
+}  // namespace lltm

@@ -3,6 +3,10 @@
 and run (CPU, and CUDA where present), and torch.compile(dynamic=True) over several shapes
 with one compilation for all of them."""
 
+import functools
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -67,10 +71,33 @@ def test_export(family, device):
         torch.testing.assert_close(program.module()(*inputs), model(*inputs), rtol=0, atol=0)
 
 
+PLAIN_AOTI = """
+import sys, torch
+from torch._inductor import aoti_compile_and_package, aoti_load_package
+model, x = torch.nn.Linear(4, 3).to(sys.argv[1]), torch.randn(2, 4, device=sys.argv[1])
+path = aoti_compile_and_package(torch.export.export(model, (x,)), package_path=sys.argv[2])
+torch.testing.assert_close(aoti_load_package(path)(x), model(x))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def aoti_crashes_without_this_package(device, directory):
+    """Whether AOTInductor itself dies by a signal on a plain nn.Linear package on this device,
+    in a subprocess: torch 2.11.0+cu130 on the lent GPU machine segfaults in
+    aoti_load_package for any model (seen 2026-11-24), which says nothing about these ops."""
+    package = f"{directory}/plain_{device}.pt2"
+    run = subprocess.run([sys.executable, "-c", PLAIN_AOTI, device, package],
+                         capture_output=True, text=True, timeout=900)
+    return run.returncode < 0
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_aoti_package(family, device, tmp_path):
+def test_aoti_package(family, device, tmp_path_factory):
     from torch._inductor import aoti_compile_and_package, aoti_load_package
 
+    tmp_path = tmp_path_factory.mktemp(f"aoti_{family}_{device}")
+    if aoti_crashes_without_this_package(device, str(tmp_path_factory.getbasetemp())):
+        pytest.skip(f"this torch's AOTInductor crashes on a plain nn.Linear package on {device}")
     model, inputs = model_and_inputs(family, device)
     program = torch.export.export(model, inputs)
     path = aoti_compile_and_package(program, package_path=str(tmp_path / f"{family}.pt2"))

@@ -77,11 +77,12 @@ def assert_close_to(got, want, tol, what=""):
         assert err <= tol, f"{what} {name}: relative error {err:.2e} > {tol:.0e}"
 
 
-# float32 against float64: a norm-wise relative error of 1e-4. The gradients are the
-# ill-conditioned part: through T = 300 steps at S = 129 the cell state grows and the plain
-# PyTorch loop in float32 is off by 1.3e-4 to 1.6e-4 in the five gradients (this op by 2.4e-5,
-# measured on the CPU); outputs and states stay near 1e-6.
-F32_TOL = 1e-4
+# float32 against float64: a norm-wise relative error of 3e-4, twice the plain PyTorch loop's
+# own float32 error (DESIGN.md's rule). The gradients are the ill-conditioned part: through
+# T = 300 steps at S = 129 the cell state grows and the plain loop in float32 is off by 1.3e-4
+# to 1.6e-4 in the five gradients; this op by 2.4e-5 on this machine's CPU and 1.4e-4 on the
+# GPU machine's (another BLAS, other GEMM blockings); outputs and states stay near 1e-6.
+F32_TOL = 3e-4
 
 
 @pytest.mark.parametrize("T", [1, 5, 40, 300])

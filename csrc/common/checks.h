@@ -22,6 +22,12 @@
 #include <string_view>
 #include <utility>
 
+// Headers of torch < 2.13 name the error-code check of a C shim call TORCH_ERROR_CODE_CHECK
+// (a source build against such a torch; the wheel is built against 2.14's headers).
+#if !defined(STABLE_TORCH_ERROR_CODE_CHECK) && defined(TORCH_ERROR_CODE_CHECK)
+#define STABLE_TORCH_ERROR_CODE_CHECK TORCH_ERROR_CODE_CHECK
+#endif
+
 namespace fused_ops {
 
 using Tensor = torch::stable::Tensor;

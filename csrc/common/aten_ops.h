@@ -12,6 +12,8 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/csrc/stable/version.h>
 
+#include "common/checks.h"  // STABLE_TORCH_ERROR_CODE_CHECK under torch < 2.13 headers too
+
 #include <array>
 #include <optional>
 

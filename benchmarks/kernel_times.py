@@ -6,9 +6,9 @@ shapes: the before/after check of a change that must not slow a kernel (the stab
 
 Kernel times come from torch.profiler (CUDA activity), over `--reps` calls of each op after
 warm-up: per kernel name, the median duration of its launches. Host times are the wall time of
-a call with no GPU work pending on tiny inputs (CPU tensors: the whole call; CUDA tensors:
-until the launches return), median of many calls: what a Python op wrapper or the dispatcher
-adds. Every function uses only the public API, so the same file measures any build.
+a call on tiny CPU tensors, one thread, median of many calls: what the Python op wrapper,
+autograd and the dispatcher add to a call. Every function uses only the public API, so the same file measures any build (run it
+as a script with that build on PYTHONPATH; it imports the families only to measure).
 """
 
 import argparse
@@ -18,12 +18,10 @@ import time
 
 import torch
 
-import lltm
-import padding_ops
-import rwkv_ops
-
 
 def lltm_case(B, F, S, dtype=torch.float32):
+    import lltm
+
     def make():
         x = torch.randn(B, F, device="cuda", dtype=dtype, requires_grad=True)
         w = (torch.randn(3 * S, S + F, device="cuda", dtype=dtype) / (S + F) ** 0.5)
@@ -42,6 +40,8 @@ def lltm_case(B, F, S, dtype=torch.float32):
 
 
 def timex_case(B, C, T, dtype=torch.float32):
+    import rwkv_ops
+
     w = torch.randn(C, T, device="cuda", dtype=dtype, requires_grad=True)
     k = torch.randn(B, C, T, device="cuda", dtype=dtype, requires_grad=True)
     g = torch.randn(B, C, T, device="cuda", dtype=dtype)
@@ -53,6 +53,8 @@ def timex_case(B, C, T, dtype=torch.float32):
 
 
 def pad_case(shape, pad, shift, dtype=torch.float32):
+    import padding_ops
+
     x = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
 
     def step():
@@ -101,6 +103,10 @@ def host_us(fn, reps=2000):
 
 def host_cases():
     """Per-call host time on tiny CPU tensors (the op wrappers, autograd and dispatcher)."""
+    import lltm
+    import padding_ops
+    import rwkv_ops
+
     x, w, b = torch.randn(2, 3), torch.randn(12, 7), torch.randn(12)
     h, c = torch.randn(2, 4), torch.randn(2, 4)
     wg, xg, bg, hg, cg = (t.clone().requires_grad_() for t in (w, x, b, h, c))
@@ -135,6 +141,8 @@ def host_cases():
 
 def measure(reps):
     torch.backends.cuda.matmul.allow_tf32 = False
+    import lltm
+
     record = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
               "package": getattr(lltm, "__version__", "?"), "kernels": {}, "host_us": {}}
     for label, step in cases():

@@ -7,8 +7,9 @@ shapes: the before/after check of a change that must not slow a kernel (the stab
 Kernel times come from torch.profiler (CUDA activity), over `--reps` calls of each op after
 warm-up: per kernel name, the median duration of its launches. Host times are the wall time of
 a call on tiny CPU tensors, one thread, median of many calls: what the Python op wrapper,
-autograd and the dispatcher add to a call. Every function uses only the public API, so the same file measures any build (run it
-as a script with that build on PYTHONPATH; it imports the families only to measure).
+autograd and the dispatcher add to a call. Every function uses only the public API, so the
+same file measures any build (run it as a script with that build on PYTHONPATH; it imports
+the families only to measure).
 """
 
 import argparse

@@ -22,6 +22,9 @@ _backward = torch.ops.lltm.lltm_sequence_backward.default
 # Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
 # autograd kernel does for a call that needs no graph).
 _below_autograd = torch._C._AutoDispatchBelowAutograd
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 @torch.library.register_fake("lltm::lltm_sequence_forward")
@@ -98,6 +101,38 @@ torch.library.register_autograd(
 )
 
 
+class _SequenceFunction(torch.autograd.Function):
+    """The eager fast path of lltm_sequence: the same formula as the registration above
+    (_setup_context, _sequence_backward: one formula, two entry points) without
+    torch.library's generated autograd wrapper, whose per-call Python work costs more than the
+    rest of a small call. Direct op calls, opcheck, torch.compile and export keep using the
+    registered formula."""
+
+    # forward takes ctx (no setup_context): Function.apply binds the arguments with
+    # inspect.signature when a setup_context is defined, which costs tens of microseconds.
+    @staticmethod
+    def forward(ctx, input, weights, bias, h0, c0):
+        with _below_autograd():
+            output = _forward(input, weights, bias, h0, c0)
+        _setup_context(ctx, (input, weights, bias, h0, c0), output)
+        return output
+
+    backward = staticmethod(_sequence_backward)
+
+
+def _sequence_op(input, weights, bias, h0, c0):
+    """(hs, cells, gates) of lltm_sequence_forward: eager calls skip the registered autograd
+    wrapper (straight to the kernel when no graph is needed, else _SequenceFunction); traced
+    calls (torch.compile, export) and functorch transforms call the op itself."""
+    if _is_compiling() or _functorch_active():
+        return _forward(input, weights, bias, h0, c0)
+    if _grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
+                            or h0.requires_grad or c0.requires_grad):
+        return _SequenceFunction.apply(input, weights, bias, h0, c0)
+    with _below_autograd():
+        return _forward(input, weights, bias, h0, c0)
+
+
 def lltm_sequence(input, weights, bias, h0, c0):
     """The LLTM cell applied over a sequence, as one op; differentiable in every argument.
 
@@ -106,7 +141,7 @@ def lltm_sequence(input, weights, bias, h0, c0):
     (exactly lltm_cell applied step by step), h_n and c_n (B, S) the final states (h0 and c0
     themselves, copied, for T = 0).
     """
-    hs, cells, _ = _forward(input, weights, bias, h0, c0)
+    hs, cells, _ = _sequence_op(input, weights, bias, h0, c0)
     return hs[1:], (hs[-1], cells[-1])
 
 

@@ -222,6 +222,43 @@ def test_non_contiguous_arguments(device):
     assert_close_to(got, want, F32_TOL, "non-contiguous")
 
 
+def test_transposed_and_offset_weights(device):
+    # weights as a transposed buffer (column stride != 1: W_h's copy falls back to copy_) and
+    # as a view with a storage offset (the driver's strided views of W_x and W_h start at it).
+    T, B, F, S = 6, 2, 3, 4
+    want, inputs = reference_results(T, B, F, S)
+    x, w, b, h0, c0 = (t.to(device, torch.float32) for t in inputs)
+    w_t = w.t().contiguous().t()
+    w_off = torch.cat([torch.zeros_like(w), w])[3 * S:]
+    assert w_t.stride(1) != 1 and w_off.storage_offset() > 0
+    for weights in (w_t, w_off):
+        got = run(lltm.lltm_sequence, [x, weights, b, h0, c0], cotangents(T, B, S))
+        assert_close_to(got, want, F32_TOL, "strided weights")
+
+
+def test_eager_fast_path_matches_registered_formula(device):
+    # lltm_sequence's eager path (an autograd.Function around the op, below its Autograd key)
+    # and a direct call of the op (torch.library's registered autograd) run one formula: the
+    # same outputs and gradients, bit for bit, with and without grad.
+    T, B, F, S = 9, 3, 4, 6
+    inputs = make_inputs(T, B, F, S, device)
+    cots = cotangents(T, B, S)
+
+    def direct(*args):
+        hs, cells, _ = torch.ops.lltm.lltm_sequence_forward(*args)
+        return hs[1:], (hs[-1], cells[-1])
+
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    output, _ = lltm.lltm_sequence(*leaves)
+    assert type(output.grad_fn.next_functions[0][0]).__name__ == "_SequenceFunctionBackward"
+    fast, registered = run(lltm.lltm_sequence, inputs, cots), run(direct, inputs, cots)
+    for name, a, b in zip(NAMES, fast, registered):
+        assert torch.equal(a, b), name
+    with torch.no_grad():
+        for a, b in zip(lltm.lltm_sequence(*leaves)[0], direct(*leaves)[0]):
+            assert torch.equal(a, b)
+
+
 def test_backward_deterministic(device):
     T, B, F, S = 30, 5, 6, 33
     inputs = make_inputs(T, B, F, S, device)

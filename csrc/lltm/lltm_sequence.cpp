@@ -3,10 +3,12 @@
 // per-step loop) is lltm_sequence_driver.h; the CPU part here is the pointwise pass of one
 // step, parallel over the batch, run between the per-step recurrent GEMMs (MKL/oneDNN through
 // aten::mm). The autograd formula lives in Python (lltm/_sequence.py).
+#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/cpu_features.h"
 #include "common/dispatch.h"
@@ -123,28 +125,68 @@ void backward_step_cpu(const Tensor& grad_hs, const Tensor& rec_dh, const Tensor
   });
 }
 
+// The driver's primitives on the CPU (lltm_sequence_driver.h's SeqDevice).
+void copy2d_cpu(const Tensor&, void* dst, int64_t dpitch, const void* src, int64_t spitch,
+                int64_t width, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                static_cast<size_t>(width));
+  }
+}
+
+void zero_cpu(const Tensor&, void* dst, int64_t bytes) {
+  if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+}
+
+void add_cpu(const Tensor& like, void* out, const void* a, const void* b, int64_t n) {
+  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cpu", [&] {
+    using acc_t = fused_ops::opmath_t<scalar_t>;
+    const scalar_t* x = static_cast<const scalar_t*>(a);
+    const scalar_t* y = static_cast<const scalar_t*>(b);
+    scalar_t* o = static_cast<scalar_t*>(out);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<acc_t>(x[i]) + static_cast<acc_t>(y[i]);
+  });
+}
+
+// Column sums in double, rows in order (deterministic), rounded once to scalar_t.
+void column_sum_cpu(const Tensor& like, void* out, const void* x, int64_t rows, int64_t n) {
+  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cpu", [&] {
+    const scalar_t* in = static_cast<const scalar_t*>(x);
+    std::vector<double> acc(static_cast<size_t>(n), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const scalar_t* row = in + r * n;
+      for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(row[j]);
+    }
+    scalar_t* o = static_cast<scalar_t*>(out);
+    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<scalar_t>(acc[j]);
+  });
+}
+
+constexpr SeqDevice kCpu{aoti_torch_cpu_mm_out, aoti_torch_cpu_addmm_out, copy2d_cpu, zero_cpu,
+                         add_cpu, column_sum_cpu};
+
 void forward_recurrence_cpu(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                             const SeqSizes& sz) {
-  per_step_forward(w_h, gates, hs, cells, sz, forward_step_cpu);
+  per_step_forward(kCpu, w_h, gates, hs, cells, sz, forward_step_cpu);
 }
 
 void backward_recurrence_cpu(const Tensor& w_h, Tensor& dz, const Tensor& cells,
                              const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
                              Tensor& d_c0, const SeqSizes& sz) {
-  per_step_backward(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cpu);
+  per_step_backward(kCpu, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cpu);
 }
 
 std::tuple<Tensor, Tensor, Tensor> sequence_forward_cpu(Tensor input, Tensor weights,
                                                         Tensor bias, Tensor h0, Tensor c0) {
   const SeqSizes sz = check_sequence_forward_args(input, weights, bias, h0, c0);
-  return sequence_forward(input, weights, bias, h0, c0, sz, forward_recurrence_cpu);
+  return sequence_forward(kCpu, input, weights, bias, h0, c0, sz, forward_recurrence_cpu);
 }
 
 SeqGrads sequence_backward_cpu(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
                                Tensor hs, Tensor cells, Tensor gates, SeqGradMask output_mask) {
   const SeqSizes sz = check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells,
                                                    gates, output_mask);
-  return sequence_backward(grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
+  return sequence_backward(kCpu, grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
                            backward_recurrence_cpu);
 }
 

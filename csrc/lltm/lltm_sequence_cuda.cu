@@ -8,8 +8,10 @@
 // it serves what the persistent kernels do not (large S, float64, GPUs they do not support).
 // LLTM_SEQUENCE_PATH=persistent|fallback forces one path (tests); unset or "auto": the
 // persistent kernels wherever seq_persistent_supported says they run.
+#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
 #include <torch/csrc/stable/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -83,6 +85,83 @@ __global__ void seq_backward_step_kernel(const scalar_t* __restrict__ grad_h,
     carry[k] = d_cell;
   }
 }
+
+// out[i] = a[i] + b[i] in acc_t, rounded once (d_h0 = grad_hs[0] + dz_0 W_h of the fallback).
+template <typename scalar_t>
+__global__ void seq_add_kernel(scalar_t* __restrict__ out, const scalar_t* __restrict__ a,
+                               const scalar_t* __restrict__ b, int64_t n) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = static_cast<acc_t>(a[i]) + static_cast<acc_t>(b[i]);
+  }
+}
+
+// Column sums of x (rows, n): block (32, kSumRows) over 32 columns; thread (tx, ty) adds rows
+// ty, ty + kSumRows, ... in order, then the kSumRows partial sums are added in order of ty:
+// a fixed order of additions, so the result is bitwise deterministic.
+constexpr int kSumRows = 32;
+template <typename scalar_t>
+__global__ void seq_column_sum_kernel(scalar_t* __restrict__ out, const scalar_t* __restrict__ x,
+                                      int64_t rows, int64_t n) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  __shared__ acc_t partial[kSumRows][33];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  acc_t acc = 0;
+  if (j < n) {
+    for (int64_t r = threadIdx.y; r < rows; r += kSumRows) acc += static_cast<acc_t>(x[r * n + j]);
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    acc_t sum = partial[0][threadIdx.x];
+    for (int k = 1; k < kSumRows; ++k) sum += partial[k][threadIdx.x];
+    out[j] = sum;
+  }
+}
+
+// The driver's primitives on CUDA (lltm_sequence_driver.h's SeqDevice), on the current stream.
+void copy2d_cuda(const Tensor& like, void* dst, int64_t dpitch, const void* src, int64_t spitch,
+                 int64_t width, int64_t rows) {
+  if (rows == 0 || width == 0) return;
+  FUSED_OPS_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dpitch), src,
+                                         static_cast<size_t>(spitch), static_cast<size_t>(width),
+                                         static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                         fused_ops::current_stream(like)));
+}
+
+void zero_cuda(const Tensor& like, void* dst, int64_t bytes) {
+  if (bytes == 0) return;
+  FUSED_OPS_CUDA_CHECK(
+      cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), fused_ops::current_stream(like)));
+}
+
+void add_cuda(const Tensor& like, void* out, const void* a, const void* b, int64_t n) {
+  if (n == 0) return;
+  const cudaStream_t stream = fused_ops::current_stream(like);
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cuda", [&] {
+    seq_add_kernel<scalar_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        static_cast<scalar_t*>(out), static_cast<const scalar_t*>(a),
+        static_cast<const scalar_t*>(b), n);
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+}
+
+void column_sum_cuda(const Tensor& like, void* out, const void* x, int64_t rows, int64_t n) {
+  if (n == 0) return;
+  const cudaStream_t stream = fused_ops::current_stream(like);
+  const dim3 block(32, kSumRows);
+  const dim3 grid(static_cast<unsigned>((n + 31) / 32));
+  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cuda", [&] {
+    seq_column_sum_kernel<scalar_t><<<grid, block, 0, stream>>>(
+        static_cast<scalar_t*>(out), static_cast<const scalar_t*>(x), rows, n);
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+}
+
+constexpr SeqDevice kCuda{aoti_torch_cuda_mm_out, aoti_torch_cuda_addmm_out, copy2d_cuda,
+                          zero_cuda, add_cuda, column_sum_cuda};
 
 void forward_step_cuda(const Tensor& rec, Tensor& gates, Tensor& hs, Tensor& cells, int64_t t) {
   const int64_t B = hs.size(1), S = hs.size(2);
@@ -213,7 +292,7 @@ void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tenso
 #else
   (void)use_persistent(gates, sz);  // raises where the persistent path is forced
 #endif
-  per_step_forward(w_h, gates, hs, cells, sz, forward_step_cuda);
+  per_step_forward(kCuda, w_h, gates, hs, cells, sz, forward_step_cuda);
 }
 
 void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
@@ -228,7 +307,7 @@ void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells
 #else
   (void)use_persistent(dz, sz);
 #endif
-  per_step_backward(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cuda);
+  per_step_backward(kCuda, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cuda);
 }
 
 std::tuple<Tensor, Tensor, Tensor> sequence_forward_cuda(Tensor input, Tensor weights,
@@ -236,7 +315,7 @@ std::tuple<Tensor, Tensor, Tensor> sequence_forward_cuda(Tensor input, Tensor we
   const SeqSizes sz = check_sequence_forward_args(input, weights, bias, h0, c0);
   const fused_ops::DeviceGuard guard(input.get_device_index());
   fused_ops::check_kernel_image(input);
-  return sequence_forward(input, weights, bias, h0, c0, sz, forward_recurrence_cuda);
+  return sequence_forward(kCuda, input, weights, bias, h0, c0, sz, forward_recurrence_cuda);
 }
 
 SeqGrads sequence_backward_cuda(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
@@ -245,7 +324,7 @@ SeqGrads sequence_backward_cuda(Tensor grad_hs, Tensor grad_c_n, Tensor input, T
                                                    gates, output_mask);
   const fused_ops::DeviceGuard guard(input.get_device_index());
   fused_ops::check_kernel_image(input);
-  return sequence_backward(grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
+  return sequence_backward(kCuda, grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
                            backward_recurrence_cuda);
 }
 

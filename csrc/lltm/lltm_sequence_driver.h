@@ -6,6 +6,7 @@
 // libraries are separate shared objects and each carries its own copy.
 #pragma once
 
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/c/shim.h>
 #include <torch/csrc/stable/macros.h>
 #include <torch/csrc/stable/ops.h>
@@ -15,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <tuple>
 #include <vector>
 
@@ -104,46 +106,134 @@ inline SeqSizes check_sequence_backward_args(const Tensor& grad_hs, const Tensor
   return {T, B, F, S};
 }
 
-// aten::mm.out: out = self @ mat2, written into out (which may be a strided view whose rows
-// or columns a BLAS can address, such as a column block of a row-major matrix: ATen's GEMM
-// then writes it in place; otherwise it goes through a temporary). No allocation for a
-// contiguous out, which is what the per-step GEMMs need under CUDA graph capture.
-inline void mm_out(Tensor& out, const Tensor& self, const Tensor& mat2) {
-  std::array<StableIValue, 3> stack{torch::stable::detail::from(self),
-                                    torch::stable::detail::from(mat2),
-                                    torch::stable::detail::from(out)};
-  STABLE_TORCH_ERROR_CODE_CHECK(
-      torch_call_dispatcher("aten::mm", "out", stack.data(), TORCH_ABI_VERSION));
-  (void)torch::stable::detail::to<Tensor>(stack[0]);  // releases the returned handle
-}
+// The device-specific primitives of the driver, so that the hot path makes no dispatcher call
+// (each torch_call_dispatcher call boxes its arguments and looks the op up by name: several
+// microseconds of host time): the device's AOTI GEMM shims (the same ATen kernels as aten::mm
+// and aten::addmm, called directly) and raw copies, fills and reductions in stream order.
+struct SeqDevice {
+  // aoti_torch_{cpu,cuda}_mm_out: out = self @ mat2; out may be a strided view whose rows or
+  // columns a BLAS can address (a column block of a row-major matrix: written in place).
+  AOTITorchError (*mm_out)(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2);
+  // aoti_torch_{cpu,cuda}_addmm_out: out = beta self + alpha mat1 @ mat2 (what aten::linear
+  // runs for a 2-D input with a bias: addmm(bias, input, weight^T), beta = alpha = 1).
+  AOTITorchError (*addmm_out)(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat1,
+                              AtenTensorHandle mat2, double beta, double alpha);
+  // rows rows of width bytes from src (row pitch spitch bytes) to dst (row pitch dpitch), on
+  // like's device (its current stream).
+  void (*copy2d)(const Tensor& like, void* dst, int64_t dpitch, const void* src, int64_t spitch,
+                 int64_t width, int64_t rows);
+  // bytes zero bytes at dst.
+  void (*zero)(const Tensor& like, void* dst, int64_t bytes);
+  // out[i] = a[i] + b[i], i < n, like's dtype (added in its opmath type, rounded once).
+  void (*add)(const Tensor& like, void* out, const void* a, const void* b, int64_t n);
+  // out[j] = sum over r < rows of x[r * n + j], j < n, like's dtype; deterministic (a fixed
+  // order of additions, independent of timing), accumulated in at least the opmath type.
+  void (*column_sum)(const Tensor& like, void* out, const void* x, int64_t rows, int64_t n);
+};
 
-// A contiguous uninitialised tensor of like's device and the given dtype.
-inline Tensor seq_empty(std::initializer_list<int64_t> size, const Tensor& like,
-                        torch::headeronly::ScalarType dtype) {
-  const std::vector<int64_t> sizes(size);
-  return torch::stable::new_empty(
-      like, torch::headeronly::IntHeaderOnlyArrayRef(sizes.data(), sizes.size()), dtype);
+inline void seq_check(AOTITorchError err) { STABLE_TORCH_ERROR_CODE_CHECK(err); }
+
+// An uninitialised contiguous tensor on like's device: aoti_torch_empty_strided directly
+// (lltm_driver.h's new_empty, for up to 3 dimensions and any dtype), no dispatcher call.
+inline Tensor seq_empty(std::initializer_list<int64_t> size, const Tensor& like, int32_t dtype) {
+  constexpr int64_t kMaxDims = 3;
+  const int64_t ndim = static_cast<int64_t>(size.size());
+  int64_t strides[kMaxDims];
+  int64_t stride = 1;
+  for (int64_t d = ndim - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= size.begin()[d];
+  }
+  int32_t device_type, device_index;
+  seq_check(aoti_torch_get_device_type(like.get(), &device_type));
+  seq_check(aoti_torch_get_device_index(like.get(), &device_index));
+  AtenTensorHandle out = nullptr;
+  seq_check(aoti_torch_empty_strided(ndim, size.begin(), strides, dtype, device_type,
+                                     device_index, &out));
+  return Tensor(out);
+}
+inline int32_t seq_dtype(const Tensor& t) {
+  int32_t dtype;
+  seq_check(aoti_torch_get_dtype(t.get(), &dtype));
+  return dtype;
 }
 inline Tensor seq_empty(std::initializer_list<int64_t> size, const Tensor& like) {
-  return seq_empty(size, like, like.scalar_type());
+  return seq_empty(size, like, seq_dtype(like));
 }
 
-// t viewed with a new shape (t contiguous, or a view ATen can reshape without a copy).
-inline Tensor seq_view(const Tensor& t, std::initializer_list<int64_t> size) {
-  const std::vector<int64_t> sizes(size);
-  return torch::stable::view(t,
-                             torch::headeronly::IntHeaderOnlyArrayRef(sizes.data(), sizes.size()));
+// A view of base's storage with the given sizes and strides, offset elements past base's own
+// storage offset (aoti_torch__reinterpret_tensor: a new TensorImpl, no dispatcher call, no
+// view tracking; used only for the driver's internal operands).
+inline Tensor seq_strided(const Tensor& base, int64_t offset, std::initializer_list<int64_t> size,
+                          std::initializer_list<int64_t> stride) {
+  AtenTensorHandle out = nullptr;
+  seq_check(aoti_torch__reinterpret_tensor(base.get(), static_cast<int64_t>(size.size()),
+                                           size.begin(), stride.begin(), offset, &out));
+  return Tensor(out);
 }
-
-// Rows [start, start + length) of a 2-D or 3-D tensor along dim 0 (a view, through the AOTI
-// shim rather than the dispatcher: the per-step loop makes a few per step).
-inline Tensor seq_rows(const Tensor& t, int64_t start, int64_t length) {
-  Tensor self = t;  // torch::stable::narrow takes a non-const reference
-  return torch::stable::narrow(self, 0, start, length);
+// A contiguous view of a contiguous base's elements [offset, offset + prod(size)).
+inline Tensor seq_view(const Tensor& base, int64_t offset, std::initializer_list<int64_t> size) {
+  constexpr int64_t kMaxDims = 3;
+  const int64_t ndim = static_cast<int64_t>(size.size());
+  int64_t strides[kMaxDims];
+  int64_t stride = 1;
+  for (int64_t d = ndim - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= size.begin()[d];
+  }
+  AtenTensorHandle out = nullptr;
+  seq_check(aoti_torch__reinterpret_tensor(base.get(), ndim, size.begin(), strides, offset, &out));
+  return Tensor(out);
 }
 
 inline Tensor seq_contiguous(const Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
+}
+
+// dst (rows, cols), contiguous, = src (rows, cols), same dtype: one raw 2-D copy where src's
+// rows are contiguous (the usual case), else ATen's copy_ (through the dispatcher).
+inline void seq_copy_matrix(const SeqDevice& dev, Tensor& dst, const Tensor& src) {
+  const int64_t rows = src.size(0), cols = src.size(1);
+  if (rows == 0 || cols == 0) return;
+  if (cols == 1 || src.stride(1) == 1) {
+    const int64_t es = static_cast<int64_t>(dst.element_size());
+    const int64_t width = cols * es;
+    const int64_t spitch = rows == 1 ? width : src.stride(0) * es;
+    if (spitch >= width) {
+      dev.copy2d(dst, dst.mutable_data_ptr(), width, src.const_data_ptr(), spitch, width, rows);
+      return;
+    }
+  }
+  torch::stable::copy_(dst, src);
+}
+
+// dst (contiguous) = src, same shape and dtype: one raw copy for a contiguous src.
+inline void seq_copy_all(const SeqDevice& dev, Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  if (src.is_contiguous()) {
+    const int64_t bytes = dst.numel() * static_cast<int64_t>(dst.element_size());
+    dev.copy2d(dst, dst.mutable_data_ptr(), bytes, src.const_data_ptr(), bytes, bytes, 1);
+    return;
+  }
+  torch::stable::copy_(dst, src);
+}
+
+inline void seq_mm_out(const SeqDevice& dev, const Tensor& out, const Tensor& self,
+                       const Tensor& mat2) {
+  seq_check(dev.mm_out(out.get(), self.get(), mat2.get()));
+}
+
+// input (T, B, F) as (T B, F): a view of a contiguous input, else a contiguous copy.
+inline Tensor seq_flat_input(const Tensor& input, const SeqSizes& sz) {
+  if (input.is_contiguous()) return seq_view(input, 0, {sz.steps * sz.batch, sz.features});
+  const int64_t flat[] = {sz.steps * sz.batch, sz.features};
+  return torch::stable::reshape(input, torch::headeronly::IntHeaderOnlyArrayRef(flat, 2));
+}
+
+// W_x = weights[:, S:] (3S, F), a strided view (the GEMMs read it in place).
+inline Tensor seq_input_weights(const Tensor& weights, const SeqSizes& sz) {
+  const int64_t s0 = weights.stride(0), s1 = weights.stride(1);
+  return seq_strided(weights, sz.state * s1, {3 * sz.state, sz.features}, {s0, s1});
 }
 
 // The device-specific pointwise pass of one forward step t (tensors of lltm_sequence.h, all
@@ -159,44 +249,47 @@ using SeqBackwardStep = void (*)(const Tensor& grad_hs, const Tensor& rec_dh,
                                  const Tensor& cells, Tensor& dz, Tensor& carry, int64_t t);
 
 // The forward recurrence of lltm_sequence.h one step at a time: the recurrent GEMM through
-// ATen (MKL/oneDNN on a CPU, cuBLAS on a GPU) into one (B, 3S) buffer reused by every step,
-// then the device's pointwise step. w_h is W_h (3S, S) contiguous.
-inline void per_step_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
-                             const SeqSizes& sz, SeqForwardStep step) {
+// the device's mm shim (MKL/oneDNN on a CPU, cuBLAS on a GPU) into one (B, 3S) buffer reused
+// by every step, then the device's pointwise step. w_h is W_h (3S, S) contiguous.
+inline void per_step_forward(const SeqDevice& dev, const Tensor& w_h, Tensor& gates, Tensor& hs,
+                             Tensor& cells, const SeqSizes& sz, SeqForwardStep step) {
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
-  const Tensor w_h_t = torch::stable::transpose(w_h, 0, 1);  // (S, 3S), a view
-  const Tensor hs2 = seq_view(hs, {(T + 1) * B, S});
+  const Tensor w_h_t = seq_strided(w_h, 0, {S, 3 * S}, {1, S});  // W_h^T, a view
   Tensor rec = seq_empty({B, 3 * S}, gates);
   for (int64_t t = 0; t < T; ++t) {
-    mm_out(rec, seq_rows(hs2, t * B, B), w_h_t);
+    seq_mm_out(dev, rec, seq_view(hs, t * B * S, {B, S}), w_h_t);
     step(rec, gates, hs, cells, t);
   }
 }
 
 // The backward recurrence of lltm_sequence.h one step at a time (dz holds z on entry, dz on
 // exit); writes d_h0 = dz_0 W_h + grad_hs[0] and d_c0.
-inline void per_step_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
-                              const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
-                              Tensor& d_c0, const SeqSizes& sz, SeqBackwardStep step) {
+inline void per_step_backward(const SeqDevice& dev, const Tensor& w_h, Tensor& dz,
+                              const Tensor& cells, const Tensor& grad_hs,
+                              const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0,
+                              const SeqSizes& sz, SeqBackwardStep step) {
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
-  const Tensor dz2 = seq_view(dz, {T * B, 3 * S});
-  // rec_dh is the second half of a (2, B, S) pair whose first half gets grad_hs[0] at the
-  // end: d_h0 is then the pair's sum over dim 0 (aten::add has a Scalar argument, which the
-  // stable dispatcher call cannot pass).
-  Tensor pair = seq_empty({2, B, S}, dz);
-  Tensor rec_dh = torch::stable::select(pair, 0, 1);
-  torch::stable::zero_(rec_dh);
-  Tensor carry = seq_empty({B, S}, dz, fused_ops::opmath_type(dz.scalar_type()));
-  torch::stable::copy_(carry, grad_c_n);
+  Tensor rec_dh = seq_empty({B, S}, dz);
+  dev.zero(rec_dh, rec_dh.mutable_data_ptr(),
+           B * S * static_cast<int64_t>(rec_dh.element_size()));
+  const torch::headeronly::ScalarType acc = fused_ops::opmath_type(dz.scalar_type());
+  Tensor carry = seq_empty({B, S}, dz, static_cast<int32_t>(acc));
+  if (acc == dz.scalar_type()) {
+    seq_copy_matrix(dev, carry, grad_c_n);
+  } else {
+    torch::stable::copy_(carry, grad_c_n);  // converted to the opmath dtype
+  }
   for (int64_t t = T - 1; t >= 0; --t) {
     step(grad_hs, rec_dh, cells, dz, carry, t);
-    mm_out(rec_dh, seq_rows(dz2, t * B, B), w_h);
+    seq_mm_out(dev, rec_dh, seq_view(dz, t * B * 3 * S, {B, 3 * S}), w_h);
   }
-  Tensor first = torch::stable::select(pair, 0, 0);
-  torch::stable::copy_(first, torch::stable::select(grad_hs, 0, 0));
-  const int64_t dim0[] = {0};
-  torch::stable::sum_out(d_h0, pair, torch::headeronly::IntHeaderOnlyArrayRef(dim0, 1));
-  torch::stable::copy_(d_c0, carry);
+  dev.add(d_h0, d_h0.mutable_data_ptr(), grad_hs.const_data_ptr(), rec_dh.const_data_ptr(),
+          B * S);  // grad_hs[0] + dz_0 W_h
+  if (acc == dz.scalar_type()) {
+    seq_copy_all(dev, d_c0, carry);
+  } else {
+    torch::stable::copy_(d_c0, carry);
+  }
 }
 
 // A device's whole forward recurrence: (w_h, gates, hs, cells, sizes) as lltm_sequence.h.
@@ -207,86 +300,88 @@ using SeqBackwardRecurrence = void (*)(const Tensor& w_h, Tensor& dz, const Tens
                                        const Tensor& grad_hs, const Tensor& grad_c_n,
                                        Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz);
 
-// W_h = weights[:, :S], contiguous (lltm_sequence.h's w_h).
-inline Tensor recurrent_weights(const Tensor& weights, int64_t S) {
-  Tensor w = weights;
-  return torch::stable::contiguous(torch::stable::narrow(w, 1, 0, S));
+// W_h = weights[:, :S], contiguous (lltm_sequence.h's w_h): one raw 2-D copy.
+inline Tensor recurrent_weights(const SeqDevice& dev, const Tensor& weights, int64_t S) {
+  Tensor w_h = seq_empty({3 * S, S}, weights);
+  seq_copy_matrix(dev, w_h, seq_strided(weights, 0, {3 * S, S},
+                                        {weights.stride(0), weights.stride(1)}));
+  return w_h;
 }
 
 // lltm::lltm_sequence_forward -> (hs, cells, gates), fresh contiguous buffers (none aliases an
 // argument); the arguments have passed the checks.
 inline std::tuple<Tensor, Tensor, Tensor> sequence_forward(
-    const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& h0,
-    const Tensor& c0, const SeqSizes& sz, SeqForwardRecurrence recurrence) {
-  const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
+    const SeqDevice& dev, const Tensor& input, const Tensor& weights, const Tensor& bias,
+    const Tensor& h0, const Tensor& c0, const SeqSizes& sz, SeqForwardRecurrence recurrence) {
+  const int64_t T = sz.steps, B = sz.batch, S = sz.state;
   Tensor hs = seq_empty({T + 1, B, S}, input);
   Tensor cells = seq_empty({T + 1, B, S}, input);
-  Tensor hs0 = torch::stable::select(hs, 0, 0);
-  torch::stable::copy_(hs0, h0);
-  Tensor cells0 = torch::stable::select(cells, 0, 0);
-  torch::stable::copy_(cells0, c0);
-  if (T == 0 || B == 0 || S == 0) {
-    return {hs, cells, seq_empty({T, B, 3 * S}, input)};
+  Tensor gates = seq_empty({T, B, 3 * S}, input);
+  if (B > 0 && S > 0) {
+    Tensor hs0 = seq_view(hs, 0, {B, S});
+    seq_copy_matrix(dev, hs0, h0);
+    Tensor cells0 = seq_view(cells, 0, {B, S});
+    seq_copy_matrix(dev, cells0, c0);
   }
-  // P = x W_x^T + bias for every step at once: one GEMM whose output becomes gates. W_x is a
-  // column block of weights (a strided view, which the GEMM reads in place); the reshape
-  // copies only a non-contiguous input.
-  Tensor w = weights;
-  const Tensor w_x = torch::stable::narrow(w, 1, S, F);
-  const int64_t flat[] = {T * B, F};
-  const Tensor x2 = torch::stable::reshape(input, torch::headeronly::IntHeaderOnlyArrayRef(flat, 2));
-  Tensor gates = seq_view(fused_ops::aten::linear(x2, w_x, bias), {T, B, 3 * S});
-  recurrence(recurrent_weights(weights, S), gates, hs, cells, sz);
+  if (T == 0 || B == 0 || S == 0) return {hs, cells, gates};
+  // P = x W_x^T + bias for every step at once: one addmm (what aten::linear runs) written
+  // straight into gates. W_x is a column block of weights, read in place.
+  const Tensor w_x = seq_input_weights(weights, sz);
+  const Tensor w_x_t = seq_strided(w_x, 0, {sz.features, 3 * S}, {w_x.stride(1), w_x.stride(0)});
+  seq_check(dev.addmm_out(seq_view(gates, 0, {T * B, 3 * S}).get(), bias.get(),
+                          seq_flat_input(input, sz).get(), w_x_t.get(), 1.0, 1.0));
+  recurrence(recurrent_weights(dev, weights, S), gates, hs, cells, sz);
   return {hs, cells, gates};
 }
 
 // lltm::lltm_sequence_backward -> (d_input, d_weights, d_bias, d_h0, d_c0), each contiguous;
 // an entry whose mask flag is false comes back empty. The recurrence fills dz (a copy of
 // gates: the saved z stay intact for a second backward with retain_graph); then every
-// weight and input gradient is one GEMM (or one sum) over all T*B rows.
-inline SeqGrads sequence_backward(const Tensor& grad_hs, const Tensor& grad_c_n,
-                                  const Tensor& input, const Tensor& weights, const Tensor& hs,
-                                  const Tensor& cells, const Tensor& gates,
-                                  const SeqGradMask& mask, const SeqSizes& sz,
-                                  SeqBackwardRecurrence recurrence) {
+// weight and input gradient is one GEMM (or one column sum) over all T*B rows.
+inline SeqGrads sequence_backward(const SeqDevice& dev, const Tensor& grad_hs,
+                                  const Tensor& grad_c_n, const Tensor& input,
+                                  const Tensor& weights, const Tensor& hs, const Tensor& cells,
+                                  const Tensor& gates, const SeqGradMask& mask,
+                                  const SeqSizes& sz, SeqBackwardRecurrence recurrence) {
   const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
   Tensor d_h0 = seq_empty({B, S}, input);
   Tensor d_c0 = seq_empty({B, S}, input);
-  Tensor dz = torch::stable::clone(gates);
+  Tensor dz = seq_empty({T, B, 3 * S}, input);
+  seq_copy_all(dev, dz, gates);
   if (T == 0 || B == 0 || S == 0) {
-    torch::stable::copy_(d_h0, torch::stable::select(grad_hs, 0, 0));
-    torch::stable::copy_(d_c0, grad_c_n);
+    if (B > 0 && S > 0) {
+      seq_copy_matrix(dev, d_h0, seq_strided(grad_hs, 0, {B, S},
+                                             {grad_hs.stride(1), grad_hs.stride(2)}));
+      seq_copy_matrix(dev, d_c0, grad_c_n);
+    }
   } else {
-    recurrence(recurrent_weights(weights, S), dz, seq_contiguous(cells),
+    recurrence(recurrent_weights(dev, weights, S), dz, seq_contiguous(cells),
                seq_contiguous(grad_hs), seq_contiguous(grad_c_n), d_h0, d_c0, sz);
   }
   auto skipped = [&] { return seq_empty({0}, input); };
-  const Tensor dz2 = seq_view(dz, {T * B, 3 * S});
-  const Tensor dz2_t = torch::stable::transpose(dz2, 0, 1);  // (3S, TB), a view
-  Tensor w = weights;
+  const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
+  const Tensor dz2_t = seq_strided(dz, 0, {3 * S, T * B}, {1, 3 * S});  // dz^T, a view
   Tensor d_input = skipped();
   if (mask[0]) {
     // d_x = dz W_x: one GEMM over all steps (W_x a strided view, read in place).
-    d_input = seq_view(fused_ops::aten::mm(dz2, torch::stable::narrow(w, 1, S, F)), {T, B, F});
+    d_input = seq_empty({T, B, F}, input);
+    seq_mm_out(dev, seq_view(d_input, 0, {T * B, F}), dz2, seq_input_weights(weights, sz));
   }
   Tensor d_weights = skipped();
   if (mask[1]) {
     // [d_W_h | d_W_x] = dz^T [hs[:T] | x]: two GEMMs over all steps, each written straight
     // into its column block of one (3S, S + F) buffer.
     d_weights = seq_empty({3 * S, S + F}, input);
-    Tensor d_w_h = torch::stable::narrow(d_weights, 1, 0, S);
-    Tensor d_w_x = torch::stable::narrow(d_weights, 1, S, F);
-    const Tensor h_prev = seq_view(seq_rows(seq_contiguous(hs), 0, T), {T * B, S});
-    const int64_t flat[] = {T * B, F};
-    const Tensor x2 =
-        torch::stable::reshape(input, torch::headeronly::IntHeaderOnlyArrayRef(flat, 2));
-    mm_out(d_w_h, dz2_t, h_prev);
-    mm_out(d_w_x, dz2_t, x2);
+    const Tensor d_w_h = seq_strided(d_weights, 0, {3 * S, S}, {S + F, 1});
+    const Tensor d_w_x = seq_strided(d_weights, S, {3 * S, F}, {S + F, 1});
+    const Tensor h_prev = seq_view(seq_contiguous(hs), 0, {T * B, S});
+    seq_mm_out(dev, d_w_h, dz2_t, h_prev);
+    seq_mm_out(dev, d_w_x, dz2_t, seq_flat_input(input, sz));
   }
   Tensor d_bias = skipped();
   if (mask[2]) {
-    const int64_t rows[] = {0};
-    d_bias = torch::stable::sum(dz2, torch::headeronly::IntHeaderOnlyArrayRef(rows, 1));
+    d_bias = seq_empty({3 * S}, input);
+    if (S > 0) dev.column_sum(d_bias, d_bias.mutable_data_ptr(), dz.const_data_ptr(), T * B, 3 * S);
   }
   return {d_input, d_weights, d_bias, d_h0, d_c0};
 }

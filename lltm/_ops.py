@@ -14,6 +14,16 @@ _backward = torch.ops.lltm.lltm_backward.default
 # autograd kernel does for a call that needs no graph).
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 
+# lltm_cell's eager fast path (below) and its guards, looked up once.
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch._C.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
+_functorch_active = torch._C._are_functorch_transforms_active
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+
 @torch.library.register_fake("lltm::lltm_forward")
 def _forward_fake(input, weights, bias, old_h, old_cell):
     batch, state = old_h.shape
@@ -96,13 +106,50 @@ def _second_backward(ctx, *grads):
 torch.library.register_autograd("lltm::lltm_backward", _second_backward, setup_context=_no_setup)
 
 
+class _Cell(torch.autograd.Function):
+    """lltm_forward's autograd formula (_setup_context, _cell_backward: the ones registered
+    above) as a plain autograd.Function: lltm_cell's eager entry point. The op's generated
+    wrapper costs several times the host time of a Function (a Python autograd kernel, its
+    own Function, the op redispatched), which small problems are bound by; compile, export,
+    fake tensors and functorch transforms go through the op and its registered formula."""
+
+    # forward(ctx, ...) rather than a separate setup_context: half the host time of apply.
+    @staticmethod
+    def forward(ctx, *inputs):
+        with _below_autograd():  # straight to the kernel (grad mode is off in here anyway)
+            output = _forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_cell_backward)
+
+
+def _plain_eager(*tensors):
+    """Plain eager tensors with no transform, mode or subclass in play: the cases where
+    lltm_cell may skip the op's Autograd key (what torch.library's kernel would do there)."""
+    if _functorch_active() or _dispatch_modes() or _function_modes():
+        return False
+    for t in tensors:
+        if type(t) is not _Tensor and type(t) is not _Parameter:
+            return False
+    return True
+
+
 def lltm_cell(input, weights, bias, old_h, old_cell):
     """One LLTM step; differentiable in every argument. Returns (new_h, new_cell).
 
     input (B, F), weights (3S, S+F), bias (3S,), old_h and old_cell (B, S); all on one
     device with one floating dtype.
     """
-    new_h, new_cell, _, _ = _forward(input, weights, bias, old_h, old_cell)
+    # torch.compile / export trace the op (is_compiling() first: dynamo folds it and never
+    # looks at the rest); so do anything but plain eager tensors.
+    if _is_compiling() or not _plain_eager(input, weights, bias, old_h, old_cell):
+        new_h, new_cell, _, _ = _forward(input, weights, bias, old_h, old_cell)
+    elif _grad_enabled() and _any_requires_grad(input, weights, bias, old_h, old_cell):
+        new_h, new_cell, _, _ = _Cell.apply(input, weights, bias, old_h, old_cell)
+    else:  # no graph needed: the kernel, past the op's Autograd key
+        with _below_autograd():
+            new_h, new_cell, _, _ = _forward(input, weights, bias, old_h, old_cell)
     return new_h, new_cell
 
 

@@ -14,6 +14,27 @@ _backward = torch.ops.rwkv_ops.timex_backward.default
 # autograd kernel does for a call that needs no graph).
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 
+# The eager fast path's guards, looked up once.
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch._C.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
+_functorch_active = torch._C._are_functorch_transforms_active
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+
+
+def _plain_eager(*tensors):
+    """Plain eager tensors with no transform, mode or subclass in play: the cases where the
+    public function may skip the op's Autograd key (what torch.library's kernel would do)."""
+    if _functorch_active() or _dispatch_modes() or _function_modes():
+        return False
+    for t in tensors:
+        if type(t) is not _Tensor and type(t) is not _Parameter:
+            return False
+    return True
+
 
 @torch.library.register_fake("rwkv_ops::timex_forward")
 def _forward_fake(w, k, eps=0.0):
@@ -95,6 +116,25 @@ torch.library.register_autograd(
 )
 
 
+class _TimeX(torch.autograd.Function):
+    """timex_forward's autograd formula (_save_inputs, _forward_backward: the ones registered
+    above) as a plain autograd.Function: timex's eager entry point. The op's generated
+    wrapper costs several times the host time of a Function, which small problems are bound
+    by. Its backward under create_graph=True goes through timex_backward's autograd formula,
+    so double backward works as through the op. compile, export, fake tensors and functorch
+    transforms go through the op and its registered formula."""
+
+    # forward(ctx, ...) rather than a separate setup_context: half the host time of apply.
+    @staticmethod
+    def forward(ctx, *inputs):
+        with _below_autograd():  # straight to the kernel (grad mode is off in here anyway)
+            output = _forward(*inputs)
+        _save_inputs(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_forward_backward)
+
+
 def timex(w, k, eps=0.0):
     """RWKV's TimeX: out[b, c, t] = eps + sum_{u <= t} w[c, T-1-(t-u)] * k[b, c, u].
 
@@ -102,7 +142,15 @@ def timex(w, k, eps=0.0):
     Differentiable in w and k (eps is a constant). Equal to
     `F.conv1d(F.pad(k, (T-1, 0)), w.unsqueeze(1), groups=C) + eps`.
     """
-    return _forward(w, k, float(eps))
+    eps = float(eps)
+    # torch.compile / export trace the op (is_compiling() first: dynamo folds it and never
+    # looks at the rest); so do anything but plain eager tensors.
+    if _is_compiling() or not _plain_eager(w, k):
+        return _forward(w, k, eps)
+    if _grad_enabled() and _any_requires_grad(w, k):
+        return _TimeX.apply(w, k, eps)
+    with _below_autograd():  # no graph needed: the kernel, past the op's Autograd key
+        return _forward(w, k, eps)
 
 
 class TimeX(torch.nn.Module):

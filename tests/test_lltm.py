@@ -228,6 +228,36 @@ def test_compile_fullgraph(device):
         torch.testing.assert_close(g, w)
 
 
+def test_eager_fast_path_matches_op(device):
+    # Eager lltm_cell runs the op's autograd formula through a plain autograd.Function (host
+    # time); the op itself (what compile, export and fake tensors take) through
+    # register_autograd. One formula, so the results are bitwise equal.
+    torch.manual_seed(0)
+    inputs = make_inputs(4, 6, 5, device, dtype=torch.float32)
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    fast = lltm.lltm_cell(*inputs)
+    op = torch.ops.lltm.lltm_forward(*inputs)[:2]
+    assert "Generated" not in type(fast[0].grad_fn).__name__
+    assert "Generated" in type(op[0].grad_fn).__name__
+    for f, o in zip(fast, op):
+        assert torch.equal(f, o)
+    for wrt in ([0, 1, 2, 3, 4], [0, 3], [1, 2, 4]):
+        args = [inputs[i] for i in wrt]
+        for outs, grads in (((0, 1), (grad_h, grad_cell)), ((0,), (grad_h,)), ((1,), (grad_cell,))):
+            got = torch.autograd.grad([fast[i] for i in outs], args, grads, retain_graph=True)
+            want = torch.autograd.grad([op[i] for i in outs], args, grads, retain_graph=True)
+            for g, w in zip(got, want):
+                assert torch.equal(g, w)
+    with torch.no_grad():
+        fast = lltm.lltm_cell(*inputs)
+    assert not fast[0].requires_grad and all(torch.equal(f, o) for f, o in zip(fast, op))
+    compiled = torch.compile(lltm.lltm_cell, fullgraph=True)
+    got = torch.autograd.grad(compiled(*inputs), inputs, (grad_h, grad_cell))
+    want = torch.autograd.grad(op, inputs, (grad_h, grad_cell))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
 def test_opcheck(device):
     inputs = make_inputs(5, 4, 6, device)
     torch.library.opcheck(torch.ops.lltm.lltm_forward.default, inputs)

@@ -179,6 +179,37 @@ def test_compile_fullgraph(device):
         torch.testing.assert_close(g, x)
 
 
+def test_eager_fast_path_matches_op(device):
+    # Eager timex runs the op's autograd formula through a plain autograd.Function (host
+    # time); the op itself (what compile, export and fake tensors take) through
+    # register_autograd. One formula, so the results are bitwise equal, double backward too.
+    torch.manual_seed(0)
+    w, k = make(3, 4, 17, device, dtype=torch.float32)
+    grad = torch.randn_like(k)
+    fast, op = rwkv_ops.timex(w, k, 0.5), torch.ops.rwkv_ops.timex_forward(w, k, 0.5)
+    assert "Generated" not in type(fast.grad_fn).__name__
+    assert "Generated" in type(op.grad_fn).__name__
+    assert torch.equal(fast, op)
+    for wrt in ([w, k], [w], [k]):
+        got = torch.autograd.grad(fast, wrt, grad, retain_graph=True, create_graph=True)
+        want = torch.autograd.grad(op, wrt, grad, retain_graph=True, create_graph=True)
+        for g, x in zip(got, want):
+            assert torch.equal(g, x)
+        gg = [torch.randn_like(g) for g in got]
+        got2 = torch.autograd.grad(got, [w, k], gg, allow_unused=True)
+        want2 = torch.autograd.grad(want, [w, k], gg, allow_unused=True)
+        for g, x in zip(got2, want2):
+            assert (g is None and x is None) or torch.equal(g, x)
+    with torch.no_grad():
+        fast = rwkv_ops.timex(w, k, 0.5)
+    assert not fast.requires_grad and torch.equal(fast, op)
+    compiled = torch.compile(rwkv_ops.timex, fullgraph=True)
+    got = torch.autograd.grad(compiled(w, k, 0.5), [w, k], grad)
+    want = torch.autograd.grad(op, [w, k], grad)
+    for g, x in zip(got, want):
+        torch.testing.assert_close(g, x)
+
+
 def test_opcheck(device):
     w, k = make(3, 4, 17, device)
     torch.library.opcheck(torch.ops.rwkv_ops.timex_forward.default, (w, k, 0.5))

@@ -18,3 +18,13 @@ def timex_formula(w, k, eps=0.0):
     lag = t[:, None] - t[None, :]  # t - u
     L = w[:, (T - 1 - lag).clamp(0, T - 1)] * (lag >= 0)  # (C, T, T)
     return torch.einsum("ctu,bcu->bct", L, k) + eps
+
+
+def timex_fftconv(w, k, eps=0.0):
+    """The FFT convolution in plain PyTorch (the Hyena/H3 `fftconv` idiom): rfft of k and of
+    the reversed w at length 2T, their product, irfft, the first T outputs. O(T log T)."""
+    T = k.shape[-1]
+    n = 2 * T
+    k_f = torch.fft.rfft(k, n=n)
+    w_f = torch.fft.rfft(w.flip(-1), n=n)
+    return torch.fft.irfft(k_f * w_f, n=n)[..., :T] + eps

@@ -285,7 +285,8 @@ CUDA_SHAPES = [(1, 9, 129), (3, 17, 255), (1, 5, 257), (4, 3, 513), (5, 3, 257),
 
 @cuda_only
 @pytest.mark.parametrize("shape", CUDA_SHAPES + [(2, 3, 4100), (20, 2, 4100)])
-def test_cuda_tiles_and_long_t_against_conv1d(shape):
+def test_cuda_tiles_and_long_t_against_conv1d(shape, monkeypatch):
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")  # the direct kernels' tiles (auto: FFT at 4100)
     w, k = make(*shape, "cuda")
     grad = torch.randn_like(k)
     want = out_and_grads(timex_conv1d, w, k, grad, 0.5)

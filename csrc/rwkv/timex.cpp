@@ -17,6 +17,8 @@
 #include "common/module.h"
 #include "rwkv/timex.h"
 #include "rwkv/timex_cpu.h"
+#include "rwkv/timex_fft.h"
+#include "rwkv/timex_fft_cpu.h"
 
 FUSED_OPS_PYTHON_MODULE(_C)
 
@@ -25,6 +27,16 @@ namespace {
 
 using fused_ops::Tensor;
 using torch::headeronly::ScalarType;
+
+// Longest T that the direct kernels take on the CPU when RWKV_TIMEX_ALGO is auto; longer
+// rows go to the FFT. Measured by benchmarks/timex_crossover.py (see there).
+constexpr int64_t kCpuDirectMaxT = 256;
+
+bool use_fft_cpu(int64_t T) {
+  const fft::Algo algo = fft::algo_override();
+  if (algo == fft::Algo::kAuto) return T > kCpuDirectMaxT;
+  return algo != fft::Algo::kDirect;  // fft and fft_library: the one FFT path on the CPU
+}
 
 // Rows of T elements per parallel_for task: about 64k multiply-adds each.
 int64_t grain(int64_t T) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, T * T / 2)); }
@@ -103,6 +115,14 @@ void backward_rows_cpu(const Tensor& w_fwd, const Tensor& ka, const Tensor& ga, 
 Tensor forward_cpu(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  if (k.numel() != 0 && use_fft_cpu(T)) {  // the FFT path allocates its output last
+    const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+    Tensor result;
+    FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cpu_fft", [&] {
+      result = fft::forward<scalar_t>(fft::CpuBackend<fused_ops::opmath_t<scalar_t>>{}, wc, kc, eps);
+    });
+    return result;
+  }
   const ScalarType acc_type = fused_ops::opmath_type(k.scalar_type());
   Tensor out = torch::stable::empty({B, C, T}, acc_type, std::nullopt, k.device());
   if (out.numel() == 0) return torch::stable::to(out, k.scalar_type());
@@ -117,6 +137,15 @@ Tensor forward_cpu(Tensor w, Tensor k, double eps) {
 std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
   check_timex_grad(grad_out, w, k);
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  if (k.numel() != 0 && use_fft_cpu(T)) {  // the FFT path allocates its outputs last
+    const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
+    const Tensor kc = torch::stable::contiguous(k);
+    std::tuple<Tensor, Tensor> result;
+    FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cpu_fft", [&] {
+      result = fft::backward<scalar_t>(fft::CpuBackend<fused_ops::opmath_t<scalar_t>>{}, gc, wc, kc);
+    });
+    return result;
+  }
   const ScalarType acc_type = fused_ops::opmath_type(k.scalar_type());
   Tensor grad_k = torch::stable::empty({B, C, T}, acc_type, std::nullopt, k.device());
   // The kernels write every element of grad_w; with B == 0 it is an empty sum, zeros.

@@ -15,6 +15,8 @@
 #include "common/kernel_image.cuh"
 #include "common/module.h"
 #include "rwkv/timex.h"
+#include "rwkv/timex_fft.h"
+#include "rwkv/timex_fft_cuda.cuh"
 #include "rwkv/timex_kernels.cuh"
 
 FUSED_OPS_PYTHON_MODULE(_C_cuda)
@@ -129,6 +131,28 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
   wgrad_for_batch<scalar_t>(gc, kc, grad_w, stream);
 }
 
+// Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by accumulation type;
+// longer rows go to the FFT. Measured on the H100 by benchmarks/timex_crossover.py (the
+// table there): the direct kernels' cost grows as T^2, the FFT's as T log T.
+constexpr int64_t kDirectMaxT[] = {/*float and half types*/ 2048, /*double*/ 512};
+
+bool use_fft_cuda(const Tensor& k) {
+  const fft::Algo algo = fft::algo_override();
+  if (algo != fft::Algo::kAuto) return algo != fft::Algo::kDirect;
+  return k.size(2) > kDirectMaxT[k.scalar_type() == torch::headeronly::ScalarType::Double];
+}
+
+template <typename scalar_t>
+Tensor fft_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+  return fft::forward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream}, w, k, eps);
+}
+
+template <typename scalar_t>
+std::tuple<Tensor, Tensor> fft_backward(const Tensor& g, const Tensor& w, const Tensor& k,
+                                        cudaStream_t stream) {
+  return fft::backward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream}, g, w, k);
+}
+
 Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   fused_ops::check_kernel_image(k);
@@ -136,6 +160,13 @@ Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = torch::stable::contiguous(w);
   const Tensor kc = torch::stable::contiguous(k);
+  if (k.numel() != 0 && use_fft_cuda(k)) {  // the FFT path allocates its output last
+    Tensor out;
+    FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cuda_fft", [&] {
+      out = fft_forward<scalar_t>(wc, kc, eps, stream);
+    });
+    return out;
+  }
   Tensor out = torch::stable::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(),
                                     std::nullopt, k.device());
   if (out.numel() == 0) return out;
@@ -153,6 +184,13 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
   const Tensor gc = torch::stable::contiguous(grad_out);
   const Tensor wc = torch::stable::contiguous(w);
   const Tensor kc = torch::stable::contiguous(k);
+  if (k.numel() != 0 && use_fft_cuda(k)) {  // the FFT path allocates its outputs last
+    std::tuple<Tensor, Tensor> grads;
+    FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda_fft", [&] {
+      grads = fft_backward<scalar_t>(gc, wc, kc, stream);
+    });
+    return grads;
+  }
   Tensor grad_k = torch::stable::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(),
                                        std::nullopt, k.device());
   Tensor grad_w =

@@ -1,0 +1,146 @@
+// RWKV TimeX: which algorithm runs a call, and the FFT algorithm's host driver (CPU and
+// CUDA alike; each device brings its pointwise kernels and its FFT call as a Backend).
+//
+// The direct kernels cost B*C*T^2 multiply-adds; an FFT convolution B*C*T*log T. Per call
+// the op takes the faster exact one for the shape, dtype and device: direct below the
+// crossover length, FFT above it (kDirectMaxT, measured by benchmarks/timex_crossover.py).
+// The environment variable RWKV_TIMEX_ALGO=direct|fft|fft_library|auto (read at every call)
+// forces one, for tests and benchmarks. "fft" is the fastest FFT kernel for the call (on
+// CUDA the fused on-chip one where it applies), "fft_library" the FFT through ATen's FFT
+// (cuFFT / pocketfft or MKL) with this package's fused pointwise passes around it.
+//
+// The library FFT path, with M >= T a length the FFT libraries do fast (2^a 3^b 5^c 7^d)
+// and N = 2M >= 2T - 1 (so the circular convolution of the zero-padded rows is the linear
+// one on the T outputs kept):
+//   forward   pack k rows, pack w rows reversed (W) -> two complex FFTs of length M ->
+//             split, product K W, merge (one pass, in place) -> inverse FFT -> first T + eps
+//   backward  pack g, k, W -> three FFTs -> one pass over each channel's frequencies: for
+//             b = 0..B-1 in order, P += G conj(K), and G conj(W) merged in place -> inverse
+//             FFTs of the B*C grad_k rows and of the C rows of P -> first T (grad_w reversed)
+// The half spectra never exist as separate tensors (timex_spectral.h). Sums over b run in
+// a fixed order and the FFTs are deterministic: same inputs, same bits.
+#pragma once
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "common/checks.h"
+#include "common/dispatch.h"
+
+namespace rwkv::fft {
+
+using fused_ops::Tensor;
+using torch::headeronly::ScalarType;
+
+enum class Algo { kAuto, kDirect, kFft, kFftLibrary };
+
+// RWKV_TIMEX_ALGO, read at every call (a test sets it between calls; getenv costs far less
+// than a launch).
+inline Algo algo_override() {
+  const char* v = std::getenv("RWKV_TIMEX_ALGO");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Algo::kAuto;
+  if (std::strcmp(v, "direct") == 0) return Algo::kDirect;
+  if (std::strcmp(v, "fft") == 0) return Algo::kFft;
+  if (std::strcmp(v, "fft_library") == 0) return Algo::kFftLibrary;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable RWKV_TIMEX_ALGO must be 'direct', 'fft', 'fft_library' or 'auto' "
+      "(or unset), got '", std::string(v), "'");
+}
+
+// Smallest M >= n of the form 2^a 3^b 5^c 7^d: lengths that cuFFT and pocketfft run with
+// their fast radices (a prime factor such as 4097 = 17 * 241 costs several times more).
+inline int64_t fft_half_length(int64_t n) {
+  for (int64_t m = n < 1 ? 1 : n;; ++m) {
+    int64_t r = m;
+    for (int64_t p : {2, 3, 5, 7}) {
+      while (r % p == 0) r /= p;
+    }
+    if (r == 1) return m;
+  }
+}
+
+// One batched complex FFT of length M over the rows of a contiguous (rows, M) complex
+// tensor, unnormalised (forward: e^{-2 pi i k n / M}; inverse: e^{+...}), through the AOTI
+// C shim of aten::_fft_c2c for the device (Backend::c2c_shim).
+template <typename Shim>
+Tensor c2c(Shim shim, const Tensor& x, bool forward) {
+  const int64_t dim = 1;
+  AtenTensorHandle out = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(shim(x.get(), &dim, 1, /*normalization=*/0, forward, &out));
+  return Tensor(out);
+}
+
+// The complex dtype that holds the packed rows of acc_t (float or double).
+template <typename acc_t>
+constexpr ScalarType complex_type() {
+  return sizeof(acc_t) == 8 ? ScalarType::ComplexDouble : ScalarType::ComplexFloat;
+}
+
+// acc_t pointer to a complex tensor's data: its values read as (re, im) pairs of acc_t.
+template <typename acc_t>
+acc_t* reals(const Tensor& t) {
+  return static_cast<acc_t*>(t.data_ptr());
+}
+
+// out (B, C, T) of k's dtype = eps + the causal convolution. w (C, T) and k contiguous.
+// Backend (the device's): pack, forward_product, backward_product, crop and c2c_shim.
+template <typename scalar_t, typename Backend>
+Tensor forward(const Backend& be, const Tensor& w, const Tensor& k, double eps) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2), M = fft_half_length(T);
+  const ScalarType ctype = complex_type<acc_t>();
+  Tensor zw = torch::stable::empty({C, M}, ctype, std::nullopt, k.device());
+  be.pack(w.const_data_ptr<scalar_t>(), C, T, /*reversed=*/true, reals<acc_t>(zw), M);
+  zw = c2c(be.c2c_shim, zw, true);
+  Tensor z = torch::stable::empty({B * C, M}, ctype, std::nullopt, k.device());
+  be.pack(k.const_data_ptr<scalar_t>(), B * C, T, /*reversed=*/false, reals<acc_t>(z), M);
+  z = c2c(be.c2c_shim, z, true);
+  be.forward_product(reals<acc_t>(z), reals<acc_t>(zw), B * C, C, M);
+  zw = Tensor();  // freed before the inverse's output is allocated: lower peak memory
+  z = c2c(be.c2c_shim, z, false);
+  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  be.crop(reals<acc_t>(z), B * C, T, M, eps, /*reversed=*/false, out.mutable_data_ptr<scalar_t>());
+  return out;
+}
+
+// (grad_w, grad_k) of k's dtype; g, w, k contiguous, B >= 1.
+template <typename scalar_t, typename Backend>
+std::tuple<Tensor, Tensor> backward(const Backend& be, const Tensor& g, const Tensor& w,
+                                    const Tensor& k) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2), M = fft_half_length(T);
+  const ScalarType ctype = complex_type<acc_t>();
+  Tensor zw = torch::stable::empty({C, M}, ctype, std::nullopt, k.device());
+  be.pack(w.const_data_ptr<scalar_t>(), C, T, /*reversed=*/true, reals<acc_t>(zw), M);
+  zw = c2c(be.c2c_shim, zw, true);
+  Tensor zk = torch::stable::empty({B * C, M}, ctype, std::nullopt, k.device());
+  be.pack(k.const_data_ptr<scalar_t>(), B * C, T, /*reversed=*/false, reals<acc_t>(zk), M);
+  zk = c2c(be.c2c_shim, zk, true);
+  Tensor zg = torch::stable::empty({B * C, M}, ctype, std::nullopt, k.device());
+  be.pack(g.const_data_ptr<scalar_t>(), B * C, T, /*reversed=*/false, reals<acc_t>(zg), M);
+  zg = c2c(be.c2c_shim, zg, true);
+  Tensor zp = torch::stable::empty({C, M}, ctype, std::nullopt, k.device());
+  be.backward_product(reals<acc_t>(zg), reals<acc_t>(zk), reals<acc_t>(zw), reals<acc_t>(zp),
+                      B, C, M);
+  zk = Tensor();
+  zw = Tensor();
+  zg = c2c(be.c2c_shim, zg, false);
+  Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  be.crop(reals<acc_t>(zg), B * C, T, M, 0.0, /*reversed=*/false,
+          grad_k.mutable_data_ptr<scalar_t>());
+  zg = Tensor();
+  zp = c2c(be.c2c_shim, zp, false);
+  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  be.crop(reals<acc_t>(zp), C, T, M, 0.0, /*reversed=*/true, grad_w.mutable_data_ptr<scalar_t>());
+  return {grad_w, grad_k};
+}
+
+}  // namespace rwkv::fft

@@ -1,0 +1,190 @@
+"""TimeX's algorithms (direct Toeplitz kernels, FFT convolution), each forced through
+RWKV_TIMEX_ALGO, against float64 references, and the choice between them."""
+
+import pytest
+import torch
+from conftest import DEVICES, rel_err
+
+import rwkv_ops
+from rwkv_ops.reference import timex_conv1d, timex_fftconv
+
+cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
+
+# Forced algorithms per device: on the CPU "fft" and "fft_library" are the same path.
+ALGOS = {"cpu": ["direct", "fft"], "cuda": ["direct", "fft", "fft_library"]}
+CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
+# The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
+CROSSOVER = {("cpu", torch.float32): 256, ("cuda", torch.float32): 2048,
+             ("cuda", torch.float64): 512}
+LENGTHS = [1, 2, 63, 64, 65, 1000, 4096, 4097, 10007, 16384, 65536]
+
+
+@pytest.fixture(params=CASES, ids=[f"{d}-{a}" for d, a in CASES])
+def forced(request, monkeypatch):
+    device, algo = request.param
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", algo)
+    return device, algo
+
+
+def make(B, C, T, device, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(B * 1000003 + C * 1009 + T)
+    w = torch.randn(C, T, generator=gen, dtype=torch.float64) / T**0.5
+    k = torch.randn(B, C, T, generator=gen, dtype=torch.float64)
+    g = torch.randn(B, C, T, generator=gen, dtype=torch.float64)
+    return [t.to(device, dtype) for t in (w, k, g)]
+
+
+def reference(w, k, g, eps):
+    """out, grad_w, grad_k in float64 (conv1d up to T = 4096, the float64 FFT above)."""
+    w64, k64 = (t.detach().double().requires_grad_() for t in (w, k))
+    fn = timex_conv1d if k.shape[-1] <= 4096 else timex_fftconv
+    out = fn(w64, k64, eps)
+    return [out.detach(), *torch.autograd.grad(out, [w64, k64], g.double())]
+
+
+def ours(w, k, g, eps):
+    return [torch.ops.rwkv_ops.timex_forward(w, k, eps),
+            *torch.ops.rwkv_ops.timex_backward(g, w, k)]
+
+
+def max_rel(got, want):
+    """max |got - want| / max |want|: every element counts, not only the norm."""
+    got, want = got.double().to(want.device), want
+    scale = want.abs().max().item()
+    return (got - want).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+@pytest.mark.parametrize("T", LENGTHS)
+def test_float32_against_float64(forced, T):
+    device, algo = forced
+    if algo == "direct" and device == "cpu" and T > 16384:
+        pytest.skip("the direct CPU kernels at T = 65536 take minutes (T^2)")
+    shapes = [(1, 1, T), (3, 5, T)] if T <= 16384 else [(1, 1, T), (3, 1, T)]
+    for shape in shapes:
+        w, k, g = make(*shape, device, torch.float32)
+        want = reference(w, k, g, 0.3)
+        got = ours(w, k, g, 0.3)
+        for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+            assert a.dtype == torch.float32 and a.shape == b.shape, name
+            # 2e-6 (the FFT's bound) elementwise; the direct kernels' sums of T float products
+            # grow as sqrt(T) ulps: 1e-5 relative at T = 65536 in the norm.
+            err = max_rel(a, b) if algo != "direct" else rel_err(a, b)
+            assert err < (2e-6 if algo != "direct" else 1e-5), (name, shape, err)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 7), (3, 2, 65), (2, 3, 1000), (1, 2, 4097)])
+def test_float64_matches_reference(forced, shape):
+    device, _ = forced
+    w, k, g = make(*shape, device)
+    for a, b in zip(ours(w, k, g, 0.3), reference(w, k, g, 0.3)):
+        torch.testing.assert_close(a, b.to(device), rtol=1e-10, atol=1e-11)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("T", [65, 4097])
+def test_half_types(forced, dtype, tol, T):
+    device, _ = forced
+    w, k, g = make(3, 5, T, device, dtype)
+    for a, b in zip(ours(w, k, g, 0.3), reference(w, k, g, 0.3)):
+        assert a.dtype == dtype
+        assert rel_err(a, b) < tol
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (3, 2, 33)])
+def test_gradcheck(forced, shape):
+    device, _ = forced
+    w, k, _ = make(*shape, device)
+    w.requires_grad_()
+    k.requires_grad_()
+    assert torch.autograd.gradcheck(lambda w, k: rwkv_ops.timex(w, k, 0.5), (w, k))
+    assert torch.autograd.gradgradcheck(lambda w, k: rwkv_ops.timex(w, k, 0.5), (w, k))
+
+
+def test_opcheck(forced):
+    device, _ = forced
+    w, k, g = make(3, 4, 300, device)
+    torch.library.opcheck(torch.ops.rwkv_ops.timex_forward.default, (w, k, 0.5))
+    torch.library.opcheck(torch.ops.rwkv_ops.timex_backward.default, (g, w, k))
+
+
+def test_deterministic_at_long_t(forced):
+    device, algo = forced
+    if algo == "direct" and device == "cpu":
+        pytest.skip("the direct CPU kernels' determinism: test_rwkv.py")
+    w, k, g = make(4, 3, 16384, device, torch.float32)
+    first = ours(w, k, g, 0.1)
+    for _ in range(2):
+        for a, b in zip(ours(w, k, g, 0.1), first):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_algorithms_agree_at_the_crossover(device, dtype, monkeypatch):
+    crossover = CROSSOVER.get((device, dtype), CROSSOVER.get((device, torch.float32)))
+    for T in (crossover, crossover + 1):
+        w, k, g = make(2, 3, T, device, dtype)
+        results = {}
+        for algo in ("direct", "fft", "auto"):
+            monkeypatch.setenv("RWKV_TIMEX_ALGO", algo)
+            results[algo] = ours(w, k, g, 0.2)
+        tol = 3e-6 if dtype == torch.float32 else 1e-12
+        for a, b in zip(results["direct"], results["fft"]):
+            assert rel_err(a, b) < tol, T
+        # auto is the direct kernels up to the crossover, the FFT after it.
+        picked = results["direct" if T <= crossover else "fft"]
+        for a, b in zip(results["auto"], picked):
+            assert torch.equal(a, b), T
+
+
+def test_compile_fullgraph_and_module_at_long_t(forced):
+    device, _ = forced
+    torch.manual_seed(0)
+    layer = rwkv_ops.TimeX(3, 5000, eps=0.25).to(device)  # w sliced to the last T columns
+    k = torch.randn(2, 3, 4100, device=device, requires_grad=True)
+
+    def step(k):
+        return layer(k).square().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    want = reference(layer.w[:, -4100:], k, torch.ones_like(k), 0.25)
+    got_loss = compiled(k)
+    gw, gk = torch.autograd.grad(got_loss, [layer.w, k])
+    out = layer(k)
+    assert max_rel(out.detach(), want[0]) < 2e-6 or rel_err(out, want[0]) < 1e-5
+    grad = 2 * out.detach()
+    want = reference(layer.w[:, -4100:], k, grad, 0.25)
+    assert torch.equal(gw[:, :900], torch.zeros_like(gw[:, :900]))  # columns not used
+    assert rel_err(gw[:, 900:], want[1]) < 1e-5 and rel_err(gk, want[2]) < 1e-5
+
+
+@cuda_only
+@pytest.mark.parametrize("algo", ALGOS["cuda"])
+def test_cuda_graph_capture(algo, monkeypatch):
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", algo)
+    w, k, g = make(2, 3, 8192, "cuda", torch.float32)
+    want = ours(w, k, g, 0.1)  # warm-up: plans and workspaces exist before the capture
+    static = [t.clone() for t in (w, k, g)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ours(*static, 0.1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = ours(*static, 0.1)
+    for t, src in zip(static, make(2, 3, 8192, "cuda", torch.float32)):
+        t.copy_(src * 0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, ours(*static, 0.1)):
+        assert torch.equal(a, b)
+    for a, b in zip(outs, want):  # out is eps + linear: grads halve, out - eps halves
+        assert not torch.equal(a, b)
+
+
+def test_bad_algorithm_value(device, monkeypatch):
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fastest")
+    w, k, _ = make(1, 2, 8, device)
+    with pytest.raises(ValueError, match="RWKV_TIMEX_ALGO must be"):
+        torch.ops.rwkv_ops.timex_forward(w, k, 0.0)

@@ -84,11 +84,12 @@ def main(argv=None):
                     report.progress(f"{family} on {device}: {plot_note}")
                 else:
                     text += f"\n![{family} on {device}]({family}_{device}.png)\n"
-                if family == "lltm_sequence":  # and time per step against T
-                    name = f"{family}_{device}_per_step.png"
-                    note = bench_lltm_sequence.plot_per_step(
-                        os.path.join(args.out, name), f"LLTM over a sequence, {where}", figures)
-                    text += f"\n![time per step]({name})\n" if note is None else f"\n- {note}\n"
+                extra = getattr(FAMILIES[family], "EXTRA_PLOT", None)
+                if extra:  # a family's second plot: time per step, time against T
+                    name = f"{family}_{device}_{extra[0]}.png"
+                    note = FAMILIES[family].plot_extra(
+                        os.path.join(args.out, name), f"{family}: {extra[1]}, {where}", figures)
+                    text += f"\n![{extra[1]}]({name})\n" if note is None else f"\n- {note}\n"
             print(text, flush=True)
             report.progress(f"{family} on {device}: done, {len(rows)} rows")
             record["results"].append({"family": family, "device": device, "header": header,

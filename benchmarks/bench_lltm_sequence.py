@@ -19,7 +19,7 @@ speedup plot, <out>/lltm_sequence_<device>_per_step.png plots microseconds per s
 import torch
 
 import lltm
-from benchmarks.report import failure, fmt, pair, progress, speedup, wanted
+from benchmarks.report import failure, fmt, pair, plot_loglog, progress, speedup, wanted
 from benchmarks.timing import call_stats, input_sets, median_ms, medians_ms
 from lltm.reference import lltm_cell_reference
 
@@ -242,40 +242,16 @@ def run(device, quick=False, cases=None):
     return header, rows, notes, figures
 
 
-def plot_per_step(path, title, figures):
+# The family's second plot (benchmarks/__main__.py): file suffix and what it shows.
+EXTRA_PLOT = ("per_step", "time per step")
+
+
+def plot_extra(path, title, figures):
     """Microseconds per step (forward + backward) against T, one line per variant and
     (B, F, S); log-log. Returns None, or why no plot was written."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        return f"matplotlib not importable ({exc}): no per-step plot"
     lines = {}
     for f in figures:
         if f.get("step_us_per_step"):
-            key = (f["variant"], f"(B, F, S) = ({f['B']}, {f['F']}, {f['S']})")
+            key = f"{f['variant']}, (B, F, S) = ({f['B']}, {f['F']}, {f['S']})"
             lines.setdefault(key, []).append((f["T"], f["step_us_per_step"]))
-    if not lines:
-        return "nothing to plot (no fwd+bwd time)"
-    fig, ax = plt.subplots(figsize=(9, 6))
-    variants_seen = list(dict.fromkeys(v for v, _ in lines))
-    shapes = list(dict.fromkeys(s for _, s in lines))
-    for (variant, shape), points in lines.items():
-        points.sort()
-        ax.plot([t for t, _ in points], [us for _, us in points],
-                marker="os^vD<>"[shapes.index(shape) % 7],
-                color=f"C{variants_seen.index(variant) % 10}",
-                linestyle="-" if "torch-fused-ops" in variant else "--",
-                label=f"{variant}, {shape}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("T (steps)")
-    ax.set_ylabel("microseconds per step, forward + backward")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
+    return plot_loglog(path, title, lines, "T (steps)", "microseconds per step, forward + backward")

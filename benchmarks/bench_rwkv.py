@@ -1,5 +1,9 @@
-"""RWKV TimeX: this package against the conv1d form (cuDNN on GPU, TF32 off) and
-torch.compile of it.
+"""RWKV TimeX: this package against the conv1d form (cuDNN on GPU, TF32 off), the FFT
+convolution in plain PyTorch (rwkv_ops.reference.timex_fftconv: what users run for long
+kernels), and torch.compile of each. The conv1d rows stop at CONV1D_MAX_T (their T^2 cost).
+The "algorithm" column says which of this package's algorithms the call ran
+(rwkv_ops.timex_algorithm), and a log-log plot shows each variant's
+time per (b, c) row against T: how its cost grows with T.
 
 "fwd" is one forward; "bwd" is the backward alone (gradients of w and k from a retained
 graph). FLOPs = B*C*T*(T+1) per direction (the triangle's multiply-adds, 2 FLOPs each), so
@@ -17,14 +21,16 @@ import torch
 
 import rwkv_ops
 from benchmarks import taichi_kernels
-from benchmarks.report import failure, fmt, pair, progress, rate, speedup, wanted
+from benchmarks.report import failure, fmt, pair, plot_loglog, progress, rate, speedup, wanted
 from benchmarks.timing import PEAK_FP32_TFLOPS, call_stats, cuda_kernels, input_sets, median_ms
-from rwkv_ops.reference import timex_conv1d
+from rwkv_ops.reference import timex_conv1d, timex_fftconv
 
 SIZES = {
-    "cuda": [(32, 768, 768), (8, 1024, 1024), (64, 768, 256), (4, 1024, 4096)],
-    "cpu": [(2, 64, 256)],
+    "cuda": [(32, 768, 768), (8, 1024, 1024), (64, 768, 256), (4, 1024, 4096), (2, 1024, 8192),
+             (1, 1024, 16384), (1, 512, 32768), (1, 256, 65536)],
+    "cpu": [(2, 64, 256), (1, 16, 8192)],
 }
+CONV1D_MAX_T = {"cuda": 8192, "cpu": 2048}  # longer: the conv1d rows would take minutes
 QUICK_SIZES = {"cuda": [(8, 64, 256)], "cpu": [(1, 8, 64)]}
 TOLERANCE = 1e-4  # relative error of float32 results against float64 (TF32 off)
 CHECK_CHANNELS = 16  # channels compared with the float64 reference on large shapes
@@ -40,12 +46,17 @@ def results(fn, w, k, grad):
     return [out, *torch.autograd.grad(out, [w, k], grad)]
 
 
+def reference64(w, k, grad):
+    """out, grad_w, grad_k in float64: conv1d up to T = 4096, the float64 FFT convolution
+    above (accurate to 1e-15, and seconds instead of minutes)."""
+    fn = timex_conv1d if k.shape[-1] <= 4096 else timex_fftconv
+    return results(fn, w.double().requires_grad_(), k.double().requires_grad_(), grad.double())
+
+
 def check(fn, has_bwd, w, k, grad, channels):
     """Largest relative error of out (and grad_w, grad_k where the variant has a backward)
     over `channels` against float64."""
-    w64 = w.detach()[channels].double().requires_grad_()
-    k64 = k.detach()[:, channels].double().requires_grad_()
-    want = results(timex_conv1d, w64, k64, grad[:, channels].double())
+    want = reference64(w.detach()[channels], k.detach()[:, channels], grad[:, channels])
     if not has_bwd:
         return rel(fn(w.detach(), k.detach(), EPS)[:, channels], want[0])
     got = results(fn, w, k, grad)
@@ -53,13 +64,19 @@ def check(fn, has_bwd, w, k, grad, channels):
     return max(rel(g, x) for g, x in zip(picked, want))
 
 
-def variants(device, taichi):
+COMPILED = {}  # one torch.compile wrapper per reference, over all cases
+
+
+def variants(device, taichi, T):
     """name -> (role, function of (w, k, eps), whether it has a backward)."""
-    out = {
-        "torch-fused-ops": ("ours", rwkv_ops.timex, True),
-        "conv1d eager" + (" (cuDNN)" if device == "cuda" else ""): ("eager", timex_conv1d, True),
-        "torch.compile(conv1d)": ("compile", torch.compile(timex_conv1d), True),
-    }
+    for fn in (timex_conv1d, timex_fftconv):
+        COMPILED.setdefault(fn, torch.compile(fn))
+    out = {"torch-fused-ops": ("ours", rwkv_ops.timex, True)}
+    if T <= CONV1D_MAX_T[device]:
+        out["conv1d eager" + (" (cuDNN)" if device == "cuda" else "")] = ("eager", timex_conv1d, True)
+        out["torch.compile(conv1d)"] = ("compile", COMPILED[timex_conv1d], True)
+    out["FFT conv eager" + (" (cuFFT)" if device == "cuda" else "")] = ("fft", timex_fftconv, True)
+    out["torch.compile(FFT conv)"] = ("fft_compile", COMPILED[timex_fftconv], True)
     if taichi is not None:
         out["Taichi (forward only)"] = ("taichi", taichi_kernels.timex, False)
     return out
@@ -80,7 +97,7 @@ def run(device, quick=False, cases=None, use_taichi=True):
     peak = (f"; % peak: of {PEAK_FP32_TFLOPS:g} TFLOP/s (float32 FMA, H100)"
             if device == "cuda" else "")
     notes = [f"FLOPs = B*C*T*(T+1) per direction{peak}; backward timed alone from a retained "
-             "graph; vs eager / vs compile: the conv1d row's time over the row's time (>1: the "
+             "graph; vs FFT conv / vs compiled FFT conv: that row's time over the row's time (>1: the "
              "row is faster); peak MiB: allocated during one call above what was allocated "
              "before it"]
     if use_taichi and taichi is None:
@@ -106,41 +123,42 @@ def run(device, quick=False, cases=None, use_taichi=True):
         else:
             channels = torch.arange(C, device=device)
         timed = {}
-        for name, (role, fn, has_bwd) in variants(device, taichi).items():
+        for name, (role, fn, has_bwd) in variants(device, taichi, T).items():
             try:
                 timed[name] = measure(fn, has_bwd, sets, channels, device, budget)
             except Exception as exc:  # the row says what happened; the run goes on
                 timed[name] = {"check": failure(exc), "err": None, "fwd": None, "bwd": None}
             timed[name]["role"] = role
+            timed[name]["algo"] = rwkv_ops.timex_algorithm(k) if role == "ours" else None
             if device == "cuda":
                 torch.cuda.empty_cache()
-        eager, compiled = (next(r for r in timed.values() if r["role"] == role)
-                           for role in ("eager", "compile"))
+        fft, fft_compiled = (next(r for r in timed.values() if r["role"] == role)
+                             for role in ("fft", "fft_compile"))
         for name, r in timed.items():
             total = r["fwd"] + r["bwd"] if r["fwd"] is not None and r["bwd"] is not None else None
             fwd_tf = flops / r["fwd"] / 1e9 if r["fwd"] else None
             bwd_tf = 2 * flops / r["bwd"] / 1e9 if r["bwd"] else None
-            rows.append([size, name, fmt(r["fwd"]), fmt(r["bwd"]), fmt(total),
+            rows.append([size, name, r["algo"] or "", fmt(r["fwd"]), fmt(r["bwd"]), fmt(total),
                          rate(fwd_tf, device), rate(bwd_tf, device),
                          pair(r.get("fwd_kernels"), r.get("bwd_kernels"), "g"),
                          pair(r.get("fwd_peak"), r.get("bwd_peak"), ".1f"),
                          *(f"{speedup(base['fwd'], r['fwd'])} / {speedup(base.get('total'), total)}"
-                           for base in (eager, compiled)),
+                           for base in (fft, fft_compiled)),
                          r["check"]])
             figures.append({"case": size, "variant": name, "role": r["role"],
                             "ok": r["check"].startswith("ok"), "check": r["check"],
                             "B": B, "C": C, "T": T, "rel_err": r["err"], "fwd_ms": r["fwd"],
                             "bwd_ms": r["bwd"], "total_ms": total, "fwd_tflops": fwd_tf,
-                            "bwd_tflops": bwd_tf,
+                            "bwd_tflops": bwd_tf, "algorithm": r["algo"],
                             **{key: r.get(key) for key in ("fwd_kernels", "bwd_kernels",
                                                            "fwd_peak", "bwd_peak")}})
         if device == "cuda":
             notes.append(kernel_note(size, w, k, grad, flops))
             notes.append(half_types_note(size, sets, channels, flops, budget))
     pct = " (% peak)" if device == "cuda" else ""
-    header = ["(B, C, T)", "variant", "fwd ms", "bwd ms", "fwd+bwd ms", f"fwd TFLOP/s{pct}",
+    header = ["(B, C, T)", "variant", "algorithm", "fwd ms", "bwd ms", "fwd+bwd ms", f"fwd TFLOP/s{pct}",
               f"bwd TFLOP/s{pct}", "kernels fwd / bwd", "peak MiB fwd / bwd",
-              "vs eager (fwd / fwd+bwd)", "vs compile (fwd / fwd+bwd)",
+              "vs FFT conv (fwd / fwd+bwd)", "vs compiled FFT conv (fwd / fwd+bwd)",
               f"check (rel err < {TOLERANCE:g})"]
     return header, rows, notes, figures
 
@@ -171,6 +189,22 @@ def measure(fn, has_bwd, sets, channels, device, budget):
     return r
 
 
+def plot_extra(path, title, figures):
+    """Forward + backward time per (b, c) row against T, per variant, log-log: the direct
+    kernels' time grows as T^2, an FFT's as T log T."""
+    lines = {}
+    for f in figures:
+        if f.get("total_ms") and f.get("ok"):
+            lines.setdefault(f["variant"], []).append(
+                (f["T"], f["total_ms"] * 1e3 / (f["B"] * f["C"])))
+    return plot_loglog(path, title, lines, "T (time steps)",
+                       "microseconds per (b, c) row, forward + backward")
+
+
+# The family's second plot (benchmarks/__main__.py): file suffix and what it shows.
+EXTRA_PLOT = ("vs_T", "time against T")
+
+
 def kernel_note(size, w, k, grad, flops):
     """This package's forward and backward split into kernels (profiler, device time)."""
     wd, kd = w.detach(), k.detach()
@@ -182,8 +216,12 @@ def kernel_note(size, w, k, grad, flops):
             short = ("toeplitz causal" if "toeplitz_kernel" in name and causal
                      else "toeplitz anti-causal (grad_k)" if "toeplitz_kernel" in name
                      else "wgrad (grad_w)" if "wgrad_kernel" in name
-                     else "flip w" if "flip_pad" in name else name[:40])
-            tflops = flops / ms / 1e9 if "flip" not in short else None
+                     else "flip w" if "flip_pad" in name
+                     else "FFT pack" if "pack_kernel" in name
+                     else "FFT product" if "product_kernel" in name
+                     else "FFT crop" if "crop_kernel" in name
+                     else "cuFFT" if "fft" in name.lower() else name[:40])
+            tflops = flops / ms / 1e9 if "toeplitz" in short or "wgrad" in short else None
             rate = f", {tflops:.1f} TFLOP/s" if tflops else ""
             parts.append(f"{label} {short}: {ms:.3f} ms{rate}")
     return f"{size} kernels: " + "; ".join(parts)
@@ -197,8 +235,7 @@ def half_types_note(size, sets, channels, flops, budget):
     for dtype in (torch.bfloat16, torch.float16):
         lo = [tuple(t.detach().to(dtype) for t in s) for s in sets]
         w, k, grad = lo[0]
-        want = results(timex_conv1d, w[channels].double().requires_grad_(),
-                       k[:, channels].double().requires_grad_(), grad[:, channels].double())
+        want = reference64(w[channels], k[:, channels], grad[:, channels])
         out = torch.ops.rwkv_ops.timex_forward(w, k, EPS)
         grad_w, grad_k = torch.ops.rwkv_ops.timex_backward(grad, w, k)
         got = [out[:, channels], grad_w[channels], grad_k[:, channels]]

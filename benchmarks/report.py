@@ -2,7 +2,8 @@
 markdown tables, the check column of a failed variant, and the speedup plots.
 
 Each family's run() returns, next to its table, one "figure" per row: a dict with the
-row's case, variant, role ("ours", "eager", "compile", "taichi", "floor" or "other"),
+row's case, variant, role ("ours", "eager", "compile", "fft", "fft_compile", "taichi",
+"floor" or "other"),
 whether its check passed, and its numbers (times in ms, launches, peak MiB; None where
 not measured). The plots and the JSON file are made from those.
 """
@@ -15,7 +16,9 @@ from benchmarks.timing import PEAK_FP32_TFLOPS
 
 START = time.monotonic()
 # Roles an alternative plays, in plot order, with the label of its bars.
-ALTERNATIVES = {"eager": "eager PyTorch", "compile": "torch.compile", "taichi": "Taichi"}
+ALTERNATIVES = {"eager": "eager PyTorch", "compile": "torch.compile",
+                "fft": "FFT conv (PyTorch)", "fft_compile": "torch.compile(FFT conv)",
+                "taichi": "Taichi"}
 
 
 def progress(text):
@@ -146,3 +149,33 @@ def rate(tflops, device):
     if device != "cuda":
         return f"{tflops:.3g}"
     return f"{tflops:.1f} ({100 * tflops / PEAK_FP32_TFLOPS:.0f}%)"
+
+
+def plot_loglog(path, title, lines, xlabel, ylabel):
+    """One log-log line per label: lines = {label: [(x, y), ...]}; this package's lines
+    solid, the others dashed. Returns None, or why no plot was written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"matplotlib not importable ({exc}): no plot {path}"
+    if not lines:
+        return f"nothing to plot in {path}"
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for i, (label, points) in enumerate(lines.items()):
+        points = sorted(points)
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="os^vD<>"[i % 7],
+                color=f"C{i % 10}", linestyle="-" if "torch-fused-ops" in label else "--",
+                label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

@@ -1,5 +1,5 @@
 """RWKV TimeX: RWKV's causal depthwise convolution over time, with fused CPU and CUDA kernels."""
 
-from rwkv_ops._ops import TimeX, timex
+from rwkv_ops._ops import TimeX, timex, timex_algorithm
 
-__all__ = ["TimeX", "timex"]
+__all__ = ["TimeX", "timex", "timex_algorithm"]

@@ -14,8 +14,8 @@ cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
 ALGOS = {"cpu": ["direct", "fft"], "cuda": ["direct", "fft", "fft_library"]}
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
-CROSSOVER = {("cpu", torch.float32): 256, ("cuda", torch.float32): 2048,
-             ("cuda", torch.float64): 512}
+CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
+             ("cuda", torch.float32): 2048, ("cuda", torch.float64): 512}
 LENGTHS = [1, 2, 63, 64, 65, 1000, 4096, 4097, 10007, 16384, 65536]
 
 
@@ -120,7 +120,7 @@ def test_deterministic_at_long_t(forced):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_algorithms_agree_at_the_crossover(device, dtype, monkeypatch):
-    crossover = CROSSOVER.get((device, dtype), CROSSOVER.get((device, torch.float32)))
+    crossover = CROSSOVER[device, dtype]
     for T in (crossover, crossover + 1):
         w, k, g = make(2, 3, T, device, dtype)
         results = {}
@@ -131,6 +131,8 @@ def test_algorithms_agree_at_the_crossover(device, dtype, monkeypatch):
         for a, b in zip(results["direct"], results["fft"]):
             assert rel_err(a, b) < tol, T
         # auto is the direct kernels up to the crossover, the FFT after it.
+        monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+        assert (rwkv_ops.timex_algorithm(k) == "direct") == (T <= crossover)
         picked = results["direct" if T <= crossover else "fft"]
         for a, b in zip(results["auto"], picked):
             assert torch.equal(a, b), T
@@ -181,6 +183,18 @@ def test_cuda_graph_capture(algo, monkeypatch):
         assert torch.equal(a, b)
     for a, b in zip(outs, want):  # out is eps + linear: grads halve, out - eps halves
         assert not torch.equal(a, b)
+
+
+def test_forced_algorithm_is_reported(forced):
+    device, algo = forced
+    k = torch.randn(2, 3, 5000, device=device)
+    got = rwkv_ops.timex_algorithm(k)
+    if algo == "direct":
+        assert got == "direct"
+    elif device == "cpu" or algo == "fft_library":
+        assert got == "fft_library"
+    else:
+        assert got in ("fft_fused", "fft_library")
 
 
 def test_bad_algorithm_value(device, monkeypatch):

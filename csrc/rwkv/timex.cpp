@@ -28,14 +28,28 @@ namespace {
 using fused_ops::Tensor;
 using torch::headeronly::ScalarType;
 
-// Longest T that the direct kernels take on the CPU when RWKV_TIMEX_ALGO is auto; longer
-// rows go to the FFT. Measured by benchmarks/timex_crossover.py (see there).
-constexpr int64_t kCpuDirectMaxT = 256;
+// Longest T that the direct kernels take on the CPU when RWKV_TIMEX_ALGO is auto, by
+// accumulation type; longer rows go to the FFT. Measured with benchmarks/timex_crossover.py
+// on the 2-core CPU machine (benchmarks/results/timex_crossover_cpu.md): the direct kernels
+// win up to T = 256-768 in float32 (the more rows, the earlier the FFT wins), 256-512 in
+// float64.
+constexpr int64_t kCpuDirectMaxT[] = {/*float and half types*/ 512, /*double*/ 256};
 
-bool use_fft_cpu(int64_t T) {
+fft::Kernel choose_cpu(const Tensor& k) {
   const fft::Algo algo = fft::algo_override();
-  if (algo == fft::Algo::kAuto) return T > kCpuDirectMaxT;
-  return algo != fft::Algo::kDirect;  // fft and fft_library: the one FFT path on the CPU
+  if (algo == fft::Algo::kAuto) {
+    const bool dbl = k.scalar_type() == ScalarType::Double;
+    return k.size(2) > kCpuDirectMaxT[dbl] ? fft::Kernel::kFftLibrary : fft::Kernel::kDirect;
+  }
+  // fft and fft_library: the one FFT path on the CPU
+  return algo == fft::Algo::kDirect ? fft::Kernel::kDirect : fft::Kernel::kFftLibrary;
+}
+
+bool use_fft_cpu(const Tensor& k) { return choose_cpu(k) != fft::Kernel::kDirect; }
+
+int64_t algorithm_cpu(Tensor k) {
+  fused_ops::check_rank(k, "k", 3);
+  return static_cast<int64_t>(choose_cpu(k));
 }
 
 // Rows of T elements per parallel_for task: about 64k multiply-adds each.
@@ -115,7 +129,7 @@ void backward_rows_cpu(const Tensor& w_fwd, const Tensor& ka, const Tensor& ga, 
 Tensor forward_cpu(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  if (k.numel() != 0 && use_fft_cpu(T)) {  // the FFT path allocates its output last
+  if (k.numel() != 0 && use_fft_cpu(k)) {  // the FFT path allocates its output last
     const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
     Tensor result;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cpu_fft", [&] {
@@ -137,7 +151,7 @@ Tensor forward_cpu(Tensor w, Tensor k, double eps) {
 std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
   check_timex_grad(grad_out, w, k);
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  if (k.numel() != 0 && use_fft_cpu(T)) {  // the FFT path allocates its outputs last
+  if (k.numel() != 0 && use_fft_cpu(k)) {  // the FFT path allocates its outputs last
     const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
     const Tensor kc = torch::stable::contiguous(k);
     std::tuple<Tensor, Tensor> result;
@@ -168,11 +182,14 @@ std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
 STABLE_TORCH_LIBRARY(rwkv_ops, m) {
   m.def("timex_forward(Tensor w, Tensor k, float eps=0.0) -> Tensor");
   m.def("timex_backward(Tensor grad_out, Tensor w, Tensor k) -> (Tensor grad_w, Tensor grad_k)");
+  // Which algorithm timex_forward / timex_backward run for k (rwkv_ops.timex_algorithm).
+  m.def("timex_algorithm(Tensor k) -> int");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(rwkv_ops, CPU, m) {
   m.impl("timex_forward", TORCH_BOX(&forward_cpu));
   m.impl("timex_backward", TORCH_BOX(&backward_cpu));
+  m.impl("timex_algorithm", TORCH_BOX(&algorithm_cpu));
 }
 
 }  // namespace rwkv

@@ -136,10 +136,28 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // table there): the direct kernels' cost grows as T^2, the FFT's as T log T.
 constexpr int64_t kDirectMaxT[] = {/*float and half types*/ 2048, /*double*/ 512};
 
-bool use_fft_cuda(const Tensor& k) {
-  const fft::Algo algo = fft::algo_override();
-  if (algo != fft::Algo::kAuto) return algo != fft::Algo::kDirect;
-  return k.size(2) > kDirectMaxT[k.scalar_type() == torch::headeronly::ScalarType::Double];
+// The fused on-chip FFT kernels where they apply, else the library FFT path.
+fft::Kernel fastest_fft(const Tensor& k) {
+  (void)k;
+  return fft::Kernel::kFftLibrary;
+}
+
+fft::Kernel choose_cuda(const Tensor& k) {
+  switch (fft::algo_override()) {
+    case fft::Algo::kDirect: return fft::Kernel::kDirect;
+    case fft::Algo::kFftLibrary: return fft::Kernel::kFftLibrary;
+    case fft::Algo::kFft: return fastest_fft(k);
+    case fft::Algo::kAuto: break;
+  }
+  const bool dbl = k.scalar_type() == torch::headeronly::ScalarType::Double;
+  return k.size(2) > kDirectMaxT[dbl] ? fastest_fft(k) : fft::Kernel::kDirect;
+}
+
+bool use_fft_cuda(const Tensor& k) { return choose_cuda(k) != fft::Kernel::kDirect; }
+
+int64_t algorithm_cuda(Tensor k) {
+  fused_ops::check_rank(k, "k", 3);
+  return static_cast<int64_t>(choose_cuda(k));
 }
 
 template <typename scalar_t>
@@ -208,6 +226,7 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 STABLE_TORCH_LIBRARY_IMPL(rwkv_ops, CUDA, m) {
   m.impl("timex_forward", TORCH_BOX(&forward_cuda));
   m.impl("timex_backward", TORCH_BOX(&backward_cuda));
+  m.impl("timex_algorithm", TORCH_BOX(&algorithm_cuda));
 }
 
 }  // namespace rwkv

@@ -42,6 +42,10 @@ using torch::headeronly::ScalarType;
 
 enum class Algo { kAuto, kDirect, kFft, kFftLibrary };
 
+// What a call runs: the codes that the op rwkv_ops::timex_algorithm returns (rwkv_ops/_ops.py
+// names them).
+enum class Kernel : int64_t { kDirect = 0, kFftLibrary = 1, kFftFused = 2 };
+
 // RWKV_TIMEX_ALGO, read at every call (a test sets it between calls; getenv costs far less
 // than a launch).
 inline Algo algo_override() {

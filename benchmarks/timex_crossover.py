@@ -1,0 +1,73 @@
+"""The sweep behind TimeX's algorithm choice (csrc/rwkv/timex_cuda.cu kDirectMaxT,
+csrc/rwkv/timex.cpp kCpuDirectMaxT): forward + backward op time of each algorithm, forced
+with RWKV_TIMEX_ALGO, by length T, batch rows B*C and dtype. Prints a markdown table and,
+per (dtype, rows), the longest T at which the direct kernels are still the faster ones.
+
+    python -m benchmarks.timex_crossover [--device cuda|cpu] [--out FILE.md]
+"""
+
+import argparse
+import os
+
+import torch
+
+import rwkv_ops  # noqa: F401  (registers torch.ops.rwkv_ops)
+from benchmarks.timing import median_ms
+
+LENGTHS = {"cuda": [256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
+           "cpu": [256, 512, 768, 1024, 1536, 2048]}
+ROWS = {"cuda": [(1, 256), (4, 1024), (32, 1024)], "cpu": [(1, 16), (4, 64)]}
+DTYPES = {"cuda": [torch.float32, torch.bfloat16, torch.float64],
+          "cpu": [torch.float32, torch.float64]}
+ALGOS = {"cuda": ["direct", "fft", "fft_library"], "cpu": ["direct", "fft"]}
+
+
+def time_algo(algo, w, k, g, device):
+    os.environ["RWKV_TIMEX_ALGO"] = algo
+
+    def call(i):
+        torch.ops.rwkv_ops.timex_forward(w, k, 0.0)
+        return torch.ops.rwkv_ops.timex_backward(g, w, k)
+
+    return median_ms(call, device, warmup=2, reps=20, budget_s=0.3)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", help="also write the table to this markdown file")
+    args = parser.parse_args(argv)
+    device = args.device
+    lines = [f"TimeX forward + backward op time, ms (median), {device}"
+             + (f" {torch.cuda.get_device_name()}" if device == "cuda" else "")
+             + f", torch {torch.__version__}", "",
+             "| dtype | (B, C) | T | " + " | ".join(ALGOS[device]) + " | fastest |",
+             "|" + " --- |" * (len(ALGOS[device]) + 4)]
+    summary = []
+    with torch.no_grad():
+        for dtype in DTYPES[device]:
+            for B, C in ROWS[device]:
+                last_direct = None
+                for T in LENGTHS[device]:
+                    w = torch.randn(C, T, device=device, dtype=dtype) / T**0.5
+                    k = torch.randn(B, C, T, device=device, dtype=dtype)
+                    g = torch.randn(B, C, T, device=device, dtype=dtype)
+                    times = {a: time_algo(a, w, k, g, device) for a in ALGOS[device]}
+                    best = min(times, key=times.get)
+                    if best == "direct":
+                        last_direct = T
+                    lines.append(f"| {str(dtype)[6:]} | ({B}, {C}) | {T} | "
+                                 + " | ".join(f"{times[a]:.3f}" for a in ALGOS[device])
+                                 + f" | {best} |")
+                summary.append(f"{str(dtype)[6:]} (B, C) = ({B}, {C}): direct fastest up to "
+                               f"T = {last_direct}")
+    os.environ.pop("RWKV_TIMEX_ALGO", None)
+    text = "\n".join(lines + [""] + [f"- {s}" for s in summary]) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

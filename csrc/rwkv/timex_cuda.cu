@@ -131,10 +131,20 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
   wgrad_for_batch<scalar_t>(gc, kc, grad_w, stream);
 }
 
-// Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by accumulation type;
-// longer rows go to the FFT. Measured on the H100 by benchmarks/timex_crossover.py (the
-// table there): the direct kernels' cost grows as T^2, the FFT's as T log T.
-constexpr int64_t kDirectMaxT[] = {/*float and half types*/ 2048, /*double*/ 512};
+// Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by dtype; longer rows
+// go to the FFT. The direct kernels' cost grows as T^2, the FFT's as T log T plus a fixed
+// host cost of ~0.2-0.3 ms (7 to 11 launches and cuFFT plan lookups), so where they cross
+// moves with the number of rows B*C. Measured on the H100, forward + backward
+// (benchmarks/results/timex_crossover_h100.md): float32 at T = 1536 with 4096 to 32768 rows
+// (the FFT wins from 2048 on everywhere, direct up to 2048 with 256 rows); bfloat16 from 1536
+// on; float64 (FMA direct kernels) from 512 on with 4096 or more rows.
+constexpr int64_t kDirectMaxT[] = {/*float32*/ 1536, /*float16, bfloat16*/ 1024,
+                                   /*float64*/ 256};
+
+int direct_table_index(torch::headeronly::ScalarType t) {
+  using torch::headeronly::ScalarType;
+  return t == ScalarType::Float ? 0 : t == ScalarType::Double ? 2 : 1;
+}
 
 // The fused on-chip FFT kernels where they apply, else the library FFT path.
 fft::Kernel fastest_fft(const Tensor& k) {
@@ -149,8 +159,8 @@ fft::Kernel choose_cuda(const Tensor& k) {
     case fft::Algo::kFft: return fastest_fft(k);
     case fft::Algo::kAuto: break;
   }
-  const bool dbl = k.scalar_type() == torch::headeronly::ScalarType::Double;
-  return k.size(2) > kDirectMaxT[dbl] ? fastest_fft(k) : fft::Kernel::kDirect;
+  return k.size(2) > kDirectMaxT[direct_table_index(k.scalar_type())] ? fastest_fft(k)
+                                                                       : fft::Kernel::kDirect;
 }
 
 bool use_fft_cuda(const Tensor& k) { return choose_cuda(k) != fft::Kernel::kDirect; }

@@ -31,8 +31,8 @@ using torch::headeronly::ScalarType;
 // Longest T that the direct kernels take on the CPU when RWKV_TIMEX_ALGO is auto, by
 // accumulation type; longer rows go to the FFT. Measured with benchmarks/timex_crossover.py
 // on the 2-core CPU machine (benchmarks/results/timex_crossover_cpu.md): the direct kernels
-// win up to T = 256-768 in float32 (the more rows, the earlier the FFT wins), 256-512 in
-// float64.
+// win up to T = 512 (256 rows) to 1024 (16 rows) in float32, 256 to 768 in float64; the
+// table takes the many-rows end, where the time is.
 constexpr int64_t kCpuDirectMaxT[] = {/*float and half types*/ 512, /*double*/ 256};
 
 fft::Kernel choose_cpu(const Tensor& k) {

@@ -1,8 +1,10 @@
 // RWKV TimeX, FFT algorithm on CUDA: the pointwise kernels around cuFFT (aten::_fft_c2c
 // through its AOTI C shim; ATen caches the plans), one thread per element or per frequency
-// pair. Memory-bound passes, each reading and writing its data once: rows stride over
-// blockIdx.y and elements over blockIdx.x, so that no thread divides a 64-bit flat index
-// (with one, the pack pass ran at a third of the memory bandwidth on the H100). The arithmetic is in timex_spectral.h, the driver in
+// pair. Memory-bound passes, each reading and writing its data once. A block takes chunks
+// of kChunk consecutive elements of one row, each thread kChunk / kThreads of them, kThreads
+// apart (coalesced, independent loads in flight), from a grid of at most kMaxBlocks: with
+// one element per thread and a block per 256 elements the pack pass ran at a third of the
+// H100's memory bandwidth. The arithmetic is in timex_spectral.h, the driver in
 // timex_fft.h.
 #pragma once
 
@@ -21,23 +23,33 @@ namespace gpu {
 
 constexpr int kThreads = 256;
 
-// Grid-stride loops over rows (y) and over the elements of a row (x).
-#define TIMEX_FOR_ROWS(r, rows) for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)
-#define TIMEX_FOR_COLS(j, n) \
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < (n); \
-       j += int64_t{gridDim.x} * blockDim.x)
+constexpr int kChunk = 4 * kThreads;
+constexpr int64_t kMaxBlocks = 4096;
+
+// Calls f(row, column) for every column < n of every row < rows (a 64-bit division per
+// chunk, not per element).
+template <typename F>
+__device__ __forceinline__ void for_each_in_rows(int64_t rows, int64_t n, F&& f) {
+  const int64_t per_row = (n + kChunk - 1) / kChunk;
+  for (int64_t q = blockIdx.x; q < rows * per_row; q += gridDim.x) {
+    const int64_t r = q / per_row;
+    const int64_t c0 = (q - r * per_row) * kChunk + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kChunk / kThreads; ++i) {
+      const int64_t c = c0 + int64_t{i} * kThreads;
+      if (c < n) f(r, c);
+    }
+  }
+}
 
 template <typename in_t, typename acc_t>
 __global__ void __launch_bounds__(kThreads) pack_kernel(const in_t* __restrict__ src, int64_t rows,
                                                        int64_t T, bool reversed,
                                                        acc_t* __restrict__ dst, int64_t M) {
-  TIMEX_FOR_ROWS(r, rows) {
-    const in_t* s = src + r * T;
-    acc_t* d = dst + r * 2 * M;
-    TIMEX_FOR_COLS(j, 2 * M) {
-      d[j] = j < T ? static_cast<acc_t>(s[reversed ? T - 1 - j : j]) : acc_t(0);
-    }
-  }
+  for_each_in_rows(rows, 2 * M, [&](int64_t r, int64_t j) {
+    dst[r * 2 * M + j] = j < T ? static_cast<acc_t>(src[r * T + (reversed ? T - 1 - j : j)])
+                               : acc_t(0);
+  });
 }
 
 template <typename acc_t>
@@ -47,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) forward_product_kernel(acc_t* __rest
                                                                   int64_t M) {
   using Cpx = spectral::Cpx<acc_t>;
   const acc_t s = acc_t(1) / static_cast<acc_t>(M);
-  TIMEX_FOR_ROWS(r, rows) TIMEX_FOR_COLS(k, spectral::pairs_per_row(M)) {
+  for_each_in_rows(rows, spectral::pairs_per_row(M), [&](int64_t r, int64_t k) {
     const spectral::Pair p = spectral::pair_of(k, M);
     Cpx* zr = reinterpret_cast<Cpx*>(z) + r * M;
     const Cpx* wr = reinterpret_cast<const Cpx*>(zw) + (r % C) * M;
@@ -58,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) forward_product_kernel(acc_t* __rest
     spectral::merge(xk * wk, xj * wj, tw, s, uk, uj);
     zr[p.k] = uk;
     if (!p.single()) zr[p.j] = uj;
-  }
+  });
 }
 
 // One thread per (channel, frequency pair); the batch in order: a deterministic sum.
@@ -68,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) backward_product_kernel(
     acc_t* __restrict__ zp, int64_t B, int64_t C, int64_t M) {
   using Cpx = spectral::Cpx<acc_t>;
   const acc_t s = acc_t(1) / static_cast<acc_t>(M);
-  TIMEX_FOR_ROWS(c, C) TIMEX_FOR_COLS(k, spectral::pairs_per_row(M)) {
+  for_each_in_rows(C, spectral::pairs_per_row(M), [&](int64_t c, int64_t k) {
     const spectral::Pair p = spectral::pair_of(k, M);
     const Cpx tw = spectral::twiddle(k, M, acc_t(0));
     const Cpx* wr = reinterpret_cast<const Cpx*>(zw) + c * M;
@@ -92,28 +104,21 @@ __global__ void __launch_bounds__(kThreads) backward_product_kernel(
     spectral::merge(ak, aj, tw, s, uk, uj);
     pr[p.k] = uk;
     if (!p.single()) pr[p.j] = uj;
-  }
+  });
 }
 
 template <typename acc_t, typename out_t>
 __global__ void __launch_bounds__(kThreads) crop_kernel(const acc_t* __restrict__ y, int64_t rows,
                                                        int64_t T, int64_t M, acc_t eps,
                                                        bool reversed, out_t* __restrict__ dst) {
-  TIMEX_FOR_ROWS(r, rows) {
-    const acc_t* s = y + r * 2 * M;
-    out_t* d = dst + r * T;
-    TIMEX_FOR_COLS(t, T) { d[t] = static_cast<out_t>(eps + s[reversed ? T - 1 - t : t]); }
-  }
+  for_each_in_rows(rows, T, [&](int64_t r, int64_t t) {
+    dst[r * T + t] = static_cast<out_t>(eps + y[r * 2 * M + (reversed ? T - 1 - t : t)]);
+  });
 }
 
-#undef TIMEX_FOR_ROWS
-#undef TIMEX_FOR_COLS
-
-// Blocks for rows of n elements: x covers a row (up to 2^16 blocks, the loop strides over
-// the rest), y the rows (up to 2^16 - 1, the same).
-inline dim3 blocks_for(int64_t rows, int64_t n) {
-  return dim3(static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 16)),
-              static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+// Blocks for rows of n elements each (for_each_in_rows loops over the chunks beyond).
+inline unsigned blocks_for(int64_t rows, int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>(rows * ((n + kChunk - 1) / kChunk), kMaxBlocks));
 }
 
 }  // namespace gpu

@@ -17,6 +17,7 @@
 #include "rwkv/timex.h"
 #include "rwkv/timex_fft.h"
 #include "rwkv/timex_fft_cuda.cuh"
+#include "rwkv/timex_fft_fused.h"
 #include "rwkv/timex_kernels.cuh"
 
 FUSED_OPS_PYTHON_MODULE(_C_cuda)
@@ -148,8 +149,7 @@ int direct_table_index(torch::headeronly::ScalarType t) {
 
 // The fused on-chip FFT kernels where they apply, else the library FFT path.
 fft::Kernel fastest_fft(const Tensor& k) {
-  (void)k;
-  return fft::Kernel::kFftLibrary;
+  return fft::fused_supported(k) ? fft::Kernel::kFftFused : fft::Kernel::kFftLibrary;
 }
 
 fft::Kernel choose_cuda(const Tensor& k) {
@@ -163,7 +163,6 @@ fft::Kernel choose_cuda(const Tensor& k) {
                                                                        : fft::Kernel::kDirect;
 }
 
-bool use_fft_cuda(const Tensor& k) { return choose_cuda(k) != fft::Kernel::kDirect; }
 
 int64_t algorithm_cuda(Tensor k) {
   fused_ops::check_rank(k, "k", 3);
@@ -188,7 +187,9 @@ Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = torch::stable::contiguous(w);
   const Tensor kc = torch::stable::contiguous(k);
-  if (k.numel() != 0 && use_fft_cuda(k)) {  // the FFT path allocates its output last
+  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  if (algo == fft::Kernel::kFftFused) return fft::fused_forward(wc, kc, eps, stream);
+  if (algo == fft::Kernel::kFftLibrary) {  // allocates its output last: lower peak memory
     Tensor out;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cuda_fft", [&] {
       out = fft_forward<scalar_t>(wc, kc, eps, stream);
@@ -212,7 +213,9 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
   const Tensor gc = torch::stable::contiguous(grad_out);
   const Tensor wc = torch::stable::contiguous(w);
   const Tensor kc = torch::stable::contiguous(k);
-  if (k.numel() != 0 && use_fft_cuda(k)) {  // the FFT path allocates its outputs last
+  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  if (algo == fft::Kernel::kFftFused) return fft::fused_backward(gc, wc, kc, stream);
+  if (algo == fft::Kernel::kFftLibrary) {  // allocates its outputs last: lower peak memory
     std::tuple<Tensor, Tensor> grads;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda_fft", [&] {
       grads = fft_backward<scalar_t>(gc, wc, kc, stream);

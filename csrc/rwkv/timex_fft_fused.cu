@@ -1,0 +1,114 @@
+// RWKV TimeX: host side of the fused on-chip FFT convolution (timex_fft_fused.h). Per call:
+// the twiddle table (256 KiB, one small kernel: a buffer from torch's caching allocator each
+// call keeps the op free of device-global state and capturable in a CUDA graph), the
+// spectra of W = w reversed (C rows), then one kernel per output (forward: out; backward:
+// grad_k, then grad_w summed over b inside its kernel).
+#include "rwkv/timex_fft_fused.h"
+
+#include <torch/csrc/stable/ops.h>
+
+#include <climits>
+#include <optional>
+#include <type_traits>
+
+#include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
+#include "rwkv/timex_fft_kernels.cuh"
+
+namespace rwkv::fft {
+namespace {
+
+using fused_ops::Tensor;
+using torch::headeronly::ScalarType;
+
+Tensor bytes(int64_t n, const Tensor& like) {
+  return torch::stable::empty({static_cast<int64_t>(n)}, ScalarType::Byte, std::nullopt,
+                              like.device());
+}
+
+template <typename T>
+T* as(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+Tensor twiddles(const Tensor& like, cudaStream_t stream) {
+  Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes()), like);
+  FUSED_OPS_CUDA_CHECK(launch_twiddles(as<cf32>(tw), stream));
+  return tw;
+}
+
+// The spectra of W (w reversed in time): C rows of M complex floats.
+template <typename scalar_t>
+Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
+  const int64_t C = w.size(0), T = w.size(1);
+  Tensor spec = bytes(static_cast<int64_t>(spectrum_bytes(C, T)), w);
+  FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T,
+                                                 /*reversed=*/true, as<cf32>(spec),
+                                                 as<const cf32>(tw), stream));
+  return spec;
+}
+
+template <typename scalar_t>
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const Tensor tw = twiddles(k, stream);
+  const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
+  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+                                             out.mutable_data_ptr<scalar_t>(), B, C, T,
+                                             static_cast<float>(eps), /*correlate=*/false,
+                                             as<const cf32>(tw), stream));
+  return out;
+}
+
+template <typename scalar_t>
+std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
+                                          cudaStream_t stream) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const Tensor tw = twiddles(k, stream);
+  const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
+  Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+                                             grad_k.mutable_data_ptr<scalar_t>(), B, C, T, 0.f,
+                                             /*correlate=*/true, as<const cf32>(tw), stream));
+  const int ctas = wgrad_ctas<scalar_t>(C, T, fused_ops::device_properties(k).multiProcessorCount);
+  const Tensor scratch = bytes(static_cast<int64_t>(wgrad_scratch_bytes(ctas, T)), k);
+  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  FUSED_OPS_CUDA_CHECK(launch_wgrad<scalar_t>(g.const_data_ptr<scalar_t>(),
+                                              k.const_data_ptr<scalar_t>(),
+                                              grad_w.mutable_data_ptr<scalar_t>(), B, C, T,
+                                              as<cf32>(scratch), ctas, as<const cf32>(tw), stream));
+  return {grad_w, grad_k};
+}
+
+}  // namespace
+
+bool fused_supported(const Tensor& k) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  return k.scalar_type() != ScalarType::Double && supported(T) && B * C <= INT_MAX &&
+         static_cast<size_t>(smem_bytes(fft_length(T))) <=
+             fused_ops::device_properties(k).sharedMemPerBlockOptin;
+}
+
+Tensor fused_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+  Tensor out;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_forward", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      out = forward_typed<scalar_t>(w, k, eps, stream);
+    }
+  });
+  return out;
+}
+
+std::tuple<Tensor, Tensor> fused_backward(const Tensor& g, const Tensor& w, const Tensor& k,
+                                          cudaStream_t stream) {
+  std::tuple<Tensor, Tensor> grads;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_backward", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      grads = backward_typed<scalar_t>(g, w, k, stream);
+    }
+  });
+  return grads;
+}
+
+}  // namespace rwkv::fft

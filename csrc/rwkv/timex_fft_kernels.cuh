@@ -1,0 +1,328 @@
+// RWKV TimeX at long T: FFT convolution with each row's transform on chip (one CTA per row,
+// the row in shared memory, butterflies in registers; timex_fft_math.cuh has the FFT).
+//
+// Per channel c, with W[d] = w[c, T-1-d] and M = the smallest power of two >= T, N = 2M
+// (>= 2T - 1, so that circular convolution of the zero-padded rows is linear):
+//   out[b, t]    = eps + sum_{u <= t} W[t-u] k[b, u]       = IDFT(K W^)[t]          (conv)
+//   grad_k[b, n] = sum_{t >= n} W[t-n] g[b, t]             = IDFT(G conj(W^))[n]    (conv)
+//   grad_w[T-1-s] = sum_b sum_{t >= s} g[b, t] k[b, t-s]   = IDFT(sum_b G conj(K))[s] (wgrad)
+// with X^ the length-N real DFT of a row; W^ is made once per call (spectrum). Inputs are
+// float, half or bfloat16, converted to float on load; everything on chip is float; outputs
+// are rounded to the input type once. float64 goes elsewhere (timex_fft.h, cuFFT).
+//
+// Memory: every kernel takes smem_bytes(M) of dynamic shared memory (136 KiB at M = 16384:
+// fits sm_80's 163 KiB and sm_90's 227 KiB per block; 1 CTA per SM there, 3 at M = 8192 on
+// sm_90). Global traffic: conv reads its row once and writes it once, plus the M complex
+// floats of W^ (L2-resident across the B rows of a channel); wgrad reads g and k once and
+// keeps a running spectrum sum per CTA in scratch (2M complex floats, L2-resident: each
+// entry is read and written by the one thread that owns its frequency, in b order, so the
+// sum is deterministic, with no atomics).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "rwkv/timex_fft_math.cuh"
+
+#ifndef TIMEX_EMULATE
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#endif
+
+namespace rwkv::fft {
+
+// Threads per CTA on the GPU: M / 16 up to kThreads (Shape), so 16 complex values per thread
+// from M = 16 to 16384 (radix 16 stages, the last of radix 2, 4 or 8 where log2 M % 4 != 0).
+// nvcc 13, sm_90, every kernel at every M and dtype: at most 64 registers (the limit at 1024
+// threads), no spills, no local memory (the stages are calls: timex_fft_math.cuh says why).
+constexpr int kThreads = 1024;
+
+template <typename S>
+struct alignas(2 * sizeof(S)) Two {
+  S a, b;
+};
+
+// True where row[i], row[i + 1] for even i (or T - 2 - i) can be one access: T even and the
+// row aligned to two elements.
+template <typename S>
+TIMEX_FFT_DEVICE bool pairs_aligned(const S* row, int T) {
+  return T % 2 == 0 && reinterpret_cast<uintptr_t>(row) % (2 * sizeof(S)) == 0;
+}
+
+// z[n] = x[2n] + i x[2n+1] of a row of T elements (x[i] = row[i], or row[T-1-i] where
+// reversed), zero from T on, in float.
+template <typename S>
+struct RowLoad {
+  const S* row;
+  int T;
+  bool reversed, vec;
+  TIMEX_FFT_DEVICE cf32 operator()(int n) const {
+    const int i = 2 * n;
+    if (i >= T) return {0.f, 0.f};
+    if (vec) {
+      const Two<S> p = *reinterpret_cast<const Two<S>*>(row + (reversed ? T - 2 - i : i));
+      return reversed ? cf32{static_cast<float>(p.b), static_cast<float>(p.a)}
+                      : cf32{static_cast<float>(p.a), static_cast<float>(p.b)};
+    }
+    const int i0 = reversed ? T - 1 - i : i, i1 = reversed ? T - 2 - i : i + 1;
+    return {static_cast<float>(row[i0]), i + 1 < T ? static_cast<float>(row[i1]) : 0.f};
+  }
+};
+
+// The inverse transform's output n is f = conj(y[2n] + i y[2n+1]): stores eps + y[i] at
+// row[i] (or row[T-1-i] where reversed) for i < T, rounded to S.
+template <typename S>
+struct RowStore {
+  S* row;
+  int T;
+  bool reversed, vec;
+  float eps;
+  TIMEX_FFT_DEVICE void operator()(int n, cf32 f) const {
+    const int i = 2 * n;
+    if (i >= T) return;
+    const S a = static_cast<S>(eps + f.x), b = static_cast<S>(eps - f.y);
+    if (vec) {
+      *reinterpret_cast<Two<S>*>(row + (reversed ? T - 2 - i : i)) =
+          reversed ? Two<S>{b, a} : Two<S>{a, b};
+      return;
+    }
+    row[reversed ? T - 1 - i : i] = a;
+    if (i + 1 < T) row[reversed ? T - 2 - i : i + 1] = b;
+  }
+};
+
+// tw[m] = e^{-2 pi i m / kTwiddles}: any grid, any block size (the table every kernel reads).
+// A template only so that the header may be included by several translation units.
+template <int = 0>
+TIMEX_FFT_KERNEL(256) twiddle_kernel(cf32* __restrict__ tw) {
+  for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < kTwiddles;
+       m += static_cast<int>(gridDim.x * blockDim.x)) {
+    tw[m] = twiddle_value(m);
+  }
+}
+
+// spec[r] = packed half spectrum (timex_fft_math.cuh) of row r of x (rows of T elements,
+// read reversed where asked: the spectrum of W = w flipped), one CTA per row.
+template <typename scalar_t, class Sh>
+TIMEX_FFT_KERNEL(Sh::THREADS)
+spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __restrict__ spec,
+                const cf32* __restrict__ tw) {
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const int64_t r = blockIdx.x;
+  const scalar_t* row = x + r * T;
+  fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)},
+                       SmemStore{sm});
+  TIMEX_FFT_SYNC();
+  cf32* s = spec + r * Sh::M;
+  split_pairs<Sh>(sm, tw, [s](int k, int j, cf32 pk, cf32 pj) {
+    s[k] = pk;
+    s[j] = pj;
+  });
+}
+
+// out[b, c] = eps + IDFT(X^ S[c])  (CORRELATE: X^ conj(S[c])), first T values, for the rows
+// x[b, c] of x (B, C, T); spec (C, M) from spectrum_kernel. One CTA per row, rows b * C + c.
+template <typename scalar_t, class Sh, bool CORRELATE>
+TIMEX_FFT_KERNEL(Sh::THREADS)
+conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
+            scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw) {
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const int64_t r = blockIdx.x;
+  const scalar_t* row = x + r * T;
+  fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)},
+                       SmemStore{sm});
+  TIMEX_FFT_SYNC();
+  const cf32* s = spec + (r % C) * Sh::M;
+  split_pairs<Sh>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
+    merge<Sh>(sm, tw, k, j, product<CORRELATE>(k, pk, s[k]), product<CORRELATE>(j, pj, s[j]));
+  });
+  TIMEX_FFT_SYNC();
+  scalar_t* o = out + r * T;
+  fft<Sh, true, false>(sm, tw, SmemLoad{sm}, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+}
+
+// grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): CTA i does channels
+// i, i + gridDim.x, ..., each b in order: g's row to spectrum G (kept in scratch), k's row to
+// K, acc += G conj(K) (in scratch until the last b), then the inverse. scratch: 2M complex
+// floats per CTA (wgrad_scratch_bytes).
+template <typename scalar_t, class Sh>
+TIMEX_FFT_KERNEL(Sh::THREADS)
+wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
+             scalar_t* __restrict__ grad_w, int B, int C, int T, cf32* __restrict__ scratch,
+             const cf32* __restrict__ tw) {
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  cf32* gs = scratch + int64_t{blockIdx.x} * 2 * Sh::M;
+  cf32* acc = gs + Sh::M;
+  for (int c = static_cast<int>(blockIdx.x); c < C; c += static_cast<int>(gridDim.x)) {
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t{b} * C + c;
+      const scalar_t* grow = g + r * T;
+      const scalar_t* krow = k + r * T;
+      TIMEX_FFT_SYNC();  // the previous pass's reads of sm are done
+      fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
+                           SmemStore{sm});
+      TIMEX_FFT_SYNC();
+      split_pairs<Sh>(sm, tw, [gs](int f, int j, cf32 pf, cf32 pj) {
+        gs[f] = pf;
+        gs[j] = pj;
+      });
+      TIMEX_FFT_SYNC();
+      fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
+                           SmemStore{sm});
+      TIMEX_FFT_SYNC();
+      split_pairs<Sh>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
+        cf32 af = product<true>(f, gs[f], pf), aj = product<true>(j, gs[j], pj);
+        if (b > 0) {
+          af = acc[f] + af;
+          aj = acc[j] + aj;
+        }
+        if (b + 1 < B) {
+          acc[f] = af;
+          acc[j] = aj;
+        } else {
+          merge<Sh>(sm, tw, f, j, af, aj);
+        }
+      });
+    }
+    TIMEX_FFT_SYNC();
+    scalar_t* o = grad_w + int64_t{c} * T;
+    fft<Sh, true, false>(sm, tw, SmemLoad{sm},
+                         RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+  }
+}
+
+// f(std::integral_constant<int, M>{}) for the run-time power of two M in [1, kMaxM].
+template <typename F>
+inline void with_length(int M, const F& f) {
+  switch (M) {
+#define TIMEX_FFT_CASE(m) \
+  case m:                 \
+    f(std::integral_constant<int, m>{}); break;
+    TIMEX_FFT_CASE(1) TIMEX_FFT_CASE(2) TIMEX_FFT_CASE(4) TIMEX_FFT_CASE(8)
+    TIMEX_FFT_CASE(16) TIMEX_FFT_CASE(32) TIMEX_FFT_CASE(64) TIMEX_FFT_CASE(128)
+    TIMEX_FFT_CASE(256) TIMEX_FFT_CASE(512) TIMEX_FFT_CASE(1024) TIMEX_FFT_CASE(2048)
+    TIMEX_FFT_CASE(4096) TIMEX_FFT_CASE(8192) TIMEX_FFT_CASE(16384)
+#undef TIMEX_FFT_CASE
+    default: break;
+  }
+}
+
+#ifndef TIMEX_EMULATE
+
+// ---- Host launchers: raw device pointers, the caller's stream and scratch. Each returns
+// the launch's cudaError_t. Requires supported(T) and B * C <= INT_MAX.
+
+// The twiddle table (twiddle_bytes(), 256 KiB): fill once per device, reuse for every call.
+inline size_t twiddle_bytes() { return sizeof(cf32) * kTwiddles; }
+inline cudaError_t launch_twiddles(cf32* tw, cudaStream_t stream) {
+  twiddle_kernel<><<<kTwiddles / 256, 256, 0, stream>>>(tw);
+  return cudaGetLastError();
+}
+
+// The spectra of `rows` rows of length T: spectrum_bytes(rows, T) = rows * M complex floats.
+inline size_t spectrum_bytes(int64_t rows, int64_t T) {
+  return sizeof(cf32) * static_cast<size_t>(rows) * fft_length(T);
+}
+
+namespace detail {
+// Sets the kernel's dynamic shared memory limit (per device, so on every call) and launches.
+template <typename Kernel, typename... Args>
+cudaError_t launch(Kernel kernel, int grid, int threads, int smem, cudaStream_t stream,
+                   Args... args) {
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+  }
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+}  // namespace detail
+
+// spec (rows, M) = spectra of x (rows, T), read reversed where asked (W = w flipped: pass w
+// with reversed = true).
+template <typename scalar_t>
+cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, bool reversed,
+                            cf32* spec, const cf32* tw, cudaStream_t stream) {
+  if (!supported(T) || rows > INT_MAX) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  cudaError_t err = cudaErrorInvalidValue;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    err = detail::launch(spectrum_kernel<scalar_t, Sh>, static_cast<int>(rows), Sh::THREADS,
+                         Sh::SMEM, stream, x, static_cast<int>(T), reversed, spec, tw);
+  });
+  return err;
+}
+
+// out (B, C, T) = eps + causal convolution of x (B, C, T) with the W whose spectra spec (C, M)
+// holds (forward: x = k), or, where correlate, the anti-causal correlation (grad_k: x = g,
+// eps = 0).
+template <typename scalar_t>
+cudaError_t launch_conv(const scalar_t* x, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
+                        int64_t T, float eps, bool correlate, const cf32* tw,
+                        cudaStream_t stream) {
+  if (!supported(T) || B * C > INT_MAX) return cudaErrorInvalidValue;
+  if (B * C == 0) return cudaSuccess;
+  cudaError_t err = cudaErrorInvalidValue;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    const int grid = static_cast<int>(B * C), t = static_cast<int>(T), c = static_cast<int>(C);
+    err = correlate ? detail::launch(conv_kernel<scalar_t, Sh, true>, grid, Sh::THREADS,
+                                     Sh::SMEM, stream, x, spec, out, c, t, eps, tw)
+                    : detail::launch(conv_kernel<scalar_t, Sh, false>, grid, Sh::THREADS,
+                                     Sh::SMEM, stream, x, spec, out, c, t, eps, tw);
+  });
+  return err;
+}
+
+// CTAs for launch_wgrad: min(C, what the device keeps resident at once), so that the scratch
+// stays small and in L2; at least 1.
+template <typename scalar_t>
+int wgrad_ctas(int64_t C, int64_t T, int sm_count) {
+  int per_sm = 1;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    const auto kernel = wgrad_kernel<scalar_t, Sh>;
+    if (Sh::SMEM > 48 * 1024) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM);
+    }
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
+        cudaSuccess) {
+      per_sm = 1;
+    }
+  });
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(C, int64_t{sm_count} * std::max(per_sm, 1))));
+}
+// 2M complex floats per CTA.
+inline size_t wgrad_scratch_bytes(int ctas, int64_t T) {
+  return sizeof(cf32) * 2 * static_cast<size_t>(ctas) * fft_length(T);
+}
+
+// grad_w (C, T) from g, k (B, C, T), summed over b in order (deterministic); scratch of
+// wgrad_scratch_bytes(ctas, T) with ctas from wgrad_ctas.
+template <typename scalar_t>
+cudaError_t launch_wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int64_t B,
+                         int64_t C, int64_t T, cf32* scratch, int ctas, const cf32* tw,
+                         cudaStream_t stream) {
+  if (!supported(T) || B > INT_MAX || C > INT_MAX || ctas < 1) return cudaErrorInvalidValue;
+  if (C == 0) return cudaSuccess;
+  if (B == 0) return cudaMemsetAsync(grad_w, 0, sizeof(scalar_t) * C * T, stream);
+  cudaError_t err = cudaErrorInvalidValue;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    err = detail::launch(wgrad_kernel<scalar_t, Sh>, static_cast<int>(std::min<int64_t>(ctas, C)),
+                         Sh::THREADS, Sh::SMEM, stream, g, k, grad_w, static_cast<int>(B),
+                         static_cast<int>(C), static_cast<int>(T), scratch, tw);
+  });
+  return err;
+}
+
+#endif  // TIMEX_EMULATE
+
+}  // namespace rwkv::fft

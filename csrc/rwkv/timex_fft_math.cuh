@@ -1,0 +1,301 @@
+// RWKV TimeX, on-chip FFT convolution: the FFT building blocks that the kernels of
+// timex_fft_kernels.cuh share (a row's whole transform lives in one CTA's shared memory).
+//
+// A real row x of length N = 2M (zero past T <= M) is transformed as the length-M complex row
+// z[n] = x[2n] + i x[2n+1]; split_pairs turns Z = DFT_M(z) into the real row's half spectrum
+// X[0..M] and merge goes back (the same split/merge algebra as timex_spectral.h, in float).
+// Half spectra are stored packed in M complex values: P[0] = (X[0], X[M]) (both real),
+// P[k] = X[k] for 0 < k < M.
+//
+// DFT_M is a Stockham autosort FFT (natural order in and out) of radix-RADIX stages and one
+// smaller last stage where log2 M is not a multiple of log2 RADIX. Stage s has NS = the
+// product of the earlier radices and does, for each butterfly j in [0, M/R):
+//   v[r] = in[j + r M/R] * w^(r (j % NS)),  w = e^{-2 pi i / (NS R)}
+//   v = DFT_R(v)  (in registers)
+//   out[(j / NS) NS R + j % NS + r NS] = v[r]
+// in place in shared memory: a stage's reads all finish (a barrier) before its writes, except
+// in the last stage, whose writes go exactly to its own reads' addresses (NS R = M). Each
+// thread owns M / R / THREADS butterflies of every stage, j = tid + q THREADS, so that a
+// warp's reads are consecutive. The inverse DFT is conj(DFT(conj U)): merge stores conj(U),
+// the same forward stages run, and the final store negates the imaginary part.
+//
+// Shared memory holds M complex floats at padded index n + n/16 (8-byte words): the first
+// stage's writes (NS = 1: stride R between threads) then hit 16 distinct bank pairs per
+// half-warp instead of one; runs of >= 16 consecutive indices stay conflict free.
+// Twiddles come from a table of e^{-2 pi i m / 32768} computed in double (twiddle_kernel):
+// every split twiddle is one entry (correctly rounded), every stage twiddle one entry or the
+// product of two, so the error of the transform is that of its float arithmetic, not of
+// sin/cos approximations (max |err| / max |ref| of a whole convolution at M = 16384: 3e-7).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+// tests/test_rwkv_fft_emulation.py defines TIMEX_EMULATE and these four macros itself to
+// compile the kernels as host C++ and run them on a CPU (a thread per CUDA thread).
+#ifndef TIMEX_EMULATE
+#define TIMEX_FFT_DEVICE __device__ __forceinline__
+#define TIMEX_FFT_KERNEL(threads) __global__ void __launch_bounds__(threads)
+#define TIMEX_FFT_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#define TIMEX_FFT_SYNC() __syncthreads()
+#endif
+// A stage is a function of its own on the GPU: ptxas then allocates each stage's registers
+// alone; inlined into one kernel body, the loads of neighbouring stages were hoisted together
+// and spilled (conv at M = 16384: 340 bytes of spills at 64 registers; none as calls).
+#ifdef TIMEX_EMULATE
+#define TIMEX_FFT_STAGE inline
+#else
+#define TIMEX_FFT_STAGE __device__ __noinline__
+#endif
+// Index helpers that kernels call with run-time arguments (constexpr alone is host-only).
+#if defined(__CUDACC__)
+#define TIMEX_FFT_HD __host__ __device__
+#else
+#define TIMEX_FFT_HD
+#endif
+
+namespace rwkv::fft {
+
+// The longest row: M = T rounded up to a power of two is at most kMaxM.
+constexpr int kMaxM = 16384;
+// Twiddle table entries: tw[m] = e^{-2 pi i m / kTwiddles}, enough for N = 2 kMaxM.
+constexpr int kTwiddles = 2 * kMaxM;
+
+TIMEX_FFT_HD constexpr bool supported(int64_t T) { return T >= 1 && T <= kMaxM; }
+// M: the smallest power of two >= T.
+TIMEX_FFT_HD constexpr int fft_length(int64_t T) {
+  int m = 1;
+  while (m < T) m *= 2;
+  return m;
+}
+TIMEX_FFT_HD constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
+// Padded shared-memory index of complex element n (see the top of the file).
+TIMEX_FFT_HD constexpr int pad(int n) { return n + (n >> 4); }
+// Dynamic shared memory of every kernel for length M: M padded complex floats, 139264 bytes
+// (136 KiB) at M = 16384, within both sm_90's 227 KiB and sm_80's 163 KiB per block.
+TIMEX_FFT_HD constexpr int smem_bytes(int M) { return 8 * (M + (M >> 4)); }
+
+// The launch shape of length M with at most MAX_THREADS threads: E = M / THREADS complex
+// values per thread (16 where M allows), radix min(E, 16). The GPU runs MAX_THREADS =
+// kThreads; the emulation test also runs fewer, the same code with more butterflies each.
+template <int M_, int MAX_THREADS>
+struct Shape {
+  static_assert(M_ >= 1 && M_ <= kMaxM && (M_ & (M_ - 1)) == 0, "M: a power of two");
+  static constexpr int M = M_;
+  static constexpr int THREADS = M / 16 < 1 ? 1 : (M / 16 > MAX_THREADS ? MAX_THREADS : M / 16);
+  static constexpr int E = M / THREADS;
+  static constexpr int RADIX = E < 16 ? E : 16;
+  static constexpr int SMEM = smem_bytes(M);
+};
+
+struct alignas(8) cf32 {
+  float x, y;
+};
+
+TIMEX_FFT_DEVICE cf32 operator+(cf32 a, cf32 b) { return {a.x + b.x, a.y + b.y}; }
+TIMEX_FFT_DEVICE cf32 operator-(cf32 a, cf32 b) { return {a.x - b.x, a.y - b.y}; }
+TIMEX_FFT_DEVICE cf32 operator*(cf32 a, cf32 b) {
+  return {a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x};
+}
+TIMEX_FFT_DEVICE cf32 conj(cf32 a) { return {a.x, -a.y}; }
+TIMEX_FFT_DEVICE cf32 scale(cf32 a, float s) { return {a.x * s, a.y * s}; }
+// a * conj(b).
+TIMEX_FFT_DEVICE cf32 mul_conj(cf32 a, cf32 b) {
+  return {a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y};
+}
+
+// tw[m] for m in [0, kTwiddles), in double and rounded once; m / kMaxM is exact, so
+// sincospi's argument is too.
+TIMEX_FFT_DEVICE cf32 twiddle_value(int m) {
+#ifdef TIMEX_EMULATE
+  const double a = 3.14159265358979323846 * (static_cast<double>(m) / kMaxM);
+  const double s = std::sin(a), c = std::cos(a);
+#else
+  double s, c;
+  sincospi(static_cast<double>(m) / kMaxM, &s, &c);
+#endif
+  return {static_cast<float>(c), static_cast<float>(-s)};
+}
+
+// v * e^{-2 pi i e / R} for 0 <= e < R / 2, R <= 16: e is a constant once the caller's loops
+// are unrolled, so the multiplications by 1, -i and sqrt(1/2) (1 +- i) fold away.
+template <int R>
+TIMEX_FFT_DEVICE cf32 rotate(cf32 v, int e) {
+  constexpr float kC1 = 0.923879532511286756f, kS1 = 0.382683432365089772f;  // pi / 8
+  constexpr float kH = 0.707106781186547524f;                                // sqrt(1/2)
+  const int e16 = e * (16 / R);                                              // in [0, 8)
+  if (e16 == 0) return v;
+  if (e16 == 4) return {v.y, -v.x};
+  if (e16 == 2) return {(v.x + v.y) * kH, (v.y - v.x) * kH};
+  if (e16 == 6) return {(v.y - v.x) * kH, -(v.x + v.y) * kH};
+  // v * (c - i s) with c = cos(pi e16 / 8), s = sin(pi e16 / 8).
+  const float c = e16 == 1 ? kC1 : e16 == 3 ? kS1 : e16 == 5 ? -kS1 : -kC1;
+  const float s = e16 == 1 || e16 == 7 ? kS1 : kC1;
+  return {v.x * c + v.y * s, v.y * c - v.x * s};
+}
+
+// i with its low `bits` (<= 4) bits reversed: straight-line, so that it folds once unrolled.
+TIMEX_FFT_HD constexpr int bit_reverse(int i, int bits) {
+  return (((i & 1) << 3) | ((i & 2) << 1) | ((i & 4) >> 1) | ((i & 8) >> 3)) >> (4 - bits);
+}
+
+// The butterflies of span LEN, 2 LEN, ..., R of an in-register radix-2 FFT on a (one template
+// per span: loop bounds that are constants, which nvcc unrolls into registers).
+template <int R, int LEN>
+TIMEX_FFT_DEVICE void butterflies(cf32 (&a)[R]) {
+  if constexpr (LEN <= R) {
+#pragma unroll
+    for (int i = 0; i < R; i += LEN) {
+#pragma unroll
+      for (int m = 0; m < LEN / 2; ++m) {
+        const cf32 u = a[i + m], t = rotate<R>(a[i + m + LEN / 2], m * (R / LEN));
+        a[i + m] = u + t;
+        a[i + m + LEN / 2] = u - t;
+      }
+    }
+    butterflies<R, 2 * LEN>(a);
+  }
+}
+
+// v = DFT_R(v) in registers (R a power of two <= 16): radix-2 decimation in time; the
+// bit-reversal permutation is register renaming once unrolled.
+template <int R>
+TIMEX_FFT_DEVICE void dft(cf32 (&v)[R]) {
+  if constexpr (R > 1) {
+    cf32 a[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) a[bit_reverse(i, ilog2(R))] = v[i];
+    butterflies<R, 2>(a);
+#pragma unroll
+    for (int i = 0; i < R; ++i) v[i] = a[i];
+  }
+}
+
+struct SmemLoad {
+  const cf32* sm;
+  TIMEX_FFT_DEVICE cf32 operator()(int n) const { return sm[pad(n)]; }
+};
+struct SmemStore {
+  cf32* sm;
+  TIMEX_FFT_DEVICE void operator()(int n, cf32 v) const { sm[pad(n)] = v; }
+};
+
+// One Stockham stage of radix R after NS (see the top of the file). load(n) -> cf32 reads
+// input n, store(n, v) writes output n. ZERO_HIGH: the input is a real row's packed z, whose
+// entries n >= M/2 are zero (2n >= M >= T): not read. SYNC_MID: a barrier between the reads
+// and the writes (both in shared memory, at different addresses).
+template <int M, int THREADS, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, typename Load,
+          typename Store>
+TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const Store store) {
+  constexpr int BF = M / R / THREADS;  // butterflies per thread
+  static_assert(BF >= 1 && BF * R * THREADS == M, "R <= E");
+  const int tid = static_cast<int>(threadIdx.x);
+  cf32 v[BF][R];
+#pragma unroll
+  for (int q = 0; q < BF; ++q) {
+    const int j = tid + q * THREADS;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      v[q][r] = ZERO_HIGH && R > 1 && r >= R / 2 ? cf32{0.f, 0.f} : load(j + r * (M / R));
+    }
+    if constexpr (NS > 1) {
+      // w^r = w^(r % 4) w^(r - r % 4): 3 + R/4 - 1 table loads instead of R - 1 (each a
+      // register pair held across the loads' latency), at most one rounding more.
+      const int k0 = (j & (NS - 1)) * (kTwiddles / (NS * R));
+      cf32 lo[4], hi[R / 4 > 1 ? R / 4 : 1];
+#pragma unroll
+      for (int r = 1; r < 4 && r < R; ++r) lo[r] = tw[r * k0];
+#pragma unroll
+      for (int h = 1; h < R / 4; ++h) hi[h] = tw[4 * h * k0];
+#pragma unroll
+      for (int r = 1; r < R; ++r) {
+        const cf32 wr = r < 4 ? lo[r] : r % 4 == 0 ? hi[r / 4] : lo[r % 4] * hi[r / 4];
+        v[q][r] = v[q][r] * wr;
+      }
+    }
+    dft<R>(v[q]);
+  }
+  if constexpr (SYNC_MID) TIMEX_FFT_SYNC();
+#pragma unroll
+  for (int q = 0; q < BF; ++q) {
+    const int j = tid + q * THREADS, k = j & (NS - 1);
+#pragma unroll
+    for (int r = 0; r < R; ++r) store((j - k) * R + k + r * NS, v[q][r]);
+  }
+}
+
+// DFT_M of the row that load gives, stages NS onwards: the first stage reads through load
+// (shared memory where IN_SMEM: then its writes wait for a barrier), the last writes through
+// store, the ones between read and write shared memory sm; a barrier follows every write to
+// sm but the last stage's (the caller's to place). ZERO_HIGH as in stage.
+template <class Sh, bool IN_SMEM, bool ZERO_HIGH, int NS = 1, typename Load, typename Store>
+TIMEX_FFT_DEVICE void fft(cf32* sm, const cf32* __restrict__ tw, const Load& load,
+                          const Store& store) {
+  constexpr int M = Sh::M, T_ = Sh::THREADS;
+  constexpr int R = M / NS >= Sh::RADIX ? Sh::RADIX : M / NS;
+  constexpr bool FIRST = NS == 1, LAST = NS * R == M;
+  const SmemLoad rd{sm};
+  const SmemStore wr{sm};
+  if constexpr (M == 1) {
+    store(0, load(0));
+  } else if constexpr (FIRST && LAST) {
+    stage<M, T_, R, NS, ZERO_HIGH, false>(tw, load, store);
+  } else if constexpr (FIRST) {
+    stage<M, T_, R, NS, ZERO_HIGH, IN_SMEM>(tw, load, wr);
+    TIMEX_FFT_SYNC();
+    fft<Sh, true, false, NS * R>(sm, tw, load, store);
+  } else if constexpr (LAST) {
+    stage<M, T_, R, NS, false, false>(tw, rd, store);
+  } else {
+    stage<M, T_, R, NS, false, true>(tw, rd, wr);
+    TIMEX_FFT_SYNC();
+    fft<Sh, true, false, NS * R>(sm, tw, load, store);
+  }
+}
+
+// Turns Z = DFT_M(z) in sm into the packed half spectrum, pair by pair: visit(k, j, Pk, Pj)
+// for each k in [0, M/2] that this thread owns, j = M - k (j = 0 for k = 0, where Pk = Pj =
+// P[0] = (X[0], X[M]); j = k for k = M/2). The owner of k is the only thread that touches
+// sm at k and j in this pass, so visit may write there (merge does).
+template <class Sh, typename Visit>
+TIMEX_FFT_DEVICE void split_pairs(const cf32* sm, const cf32* __restrict__ tw, const Visit& visit) {
+  constexpr int M = Sh::M;
+  for (int k = static_cast<int>(threadIdx.x); k <= M / 2; k += Sh::THREADS) {
+    if (k == 0) {
+      const cf32 z = sm[pad(0)];
+      const cf32 p{z.x + z.y, z.x - z.y};
+      visit(0, 0, p, p);
+    } else {
+      const int j = M - k;
+      const cf32 zk = sm[pad(k)], zj = sm[pad(j)];
+      const cf32 sum = scale(zk + conj(zj), 0.5f), diff = zk - conj(zj);
+      const cf32 t = tw[k * (kMaxM / M)] * cf32{diff.y * 0.5f, -diff.x * 0.5f};
+      visit(k, j, sum + t, conj(sum - t));
+    }
+  }
+}
+
+// Packed spectra products, a * b or a * conj(b) (P[0]'s two reals multiply separately).
+template <bool CONJ>
+TIMEX_FFT_DEVICE cf32 product(int k, cf32 a, cf32 b) {
+  if (k == 0) return {a.x * b.x, a.y * b.y};
+  return CONJ ? mul_conj(a, b) : a * b;
+}
+
+// The inverse of split_pairs for one pair, with 1/N folded in: writes conj(U[k]), conj(U[j])
+// to sm, whose forward DFT_M conjugated is the real row y as y[2n] + i y[2n+1].
+template <class Sh>
+TIMEX_FFT_DEVICE void merge(cf32* sm, const cf32* __restrict__ tw, int k, int j, cf32 yk,
+                            cf32 yj) {
+  constexpr float h = 1.0f / (2 * Sh::M);
+  if (k == 0) {  // yk = (Y[0], Y[M])
+    sm[pad(0)] = {(yk.x + yk.y) * h, -(yk.x - yk.y) * h};
+    return;
+  }
+  const cf32 e = scale(yk + conj(yj), h);
+  const cf32 o = scale(mul_conj(yk - conj(yj), tw[k * (kMaxM / Sh::M)]), h);
+  sm[pad(k)] = {e.x - o.y, -(e.y + o.x)};  // conj(e + i o)
+  sm[pad(j)] = {e.x + o.y, e.y - o.x};     // conj(conj(e) + i conj(o))
+}
+
+}  // namespace rwkv::fft

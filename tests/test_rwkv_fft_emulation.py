@@ -1,0 +1,164 @@
+"""The on-chip FFT kernels of csrc/rwkv/timex_fft_kernels.cuh, run on the CPU
+(tests/cuda_emulation.h: a thread per CUDA thread, a barrier per __syncthreads) against a
+float64 direct reference, so that stage, split/merge and load/store index errors fail here,
+GPU or not."""
+
+from conftest import needs_gxx, run_emulator
+
+EMULATOR = r"""
+#include <cstdio>
+
+#include "cuda_emulation.h"
+
+#define TIMEX_EMULATE
+#define TIMEX_FFT_DEVICE inline
+#define TIMEX_FFT_KERNEL(threads) void
+#define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
+#define TIMEX_FFT_SYNC() emu_syncthreads()
+#include "rwkv/timex_fft_kernels.cuh"
+
+using namespace rwkv::fft;
+
+std::mt19937 rng(1234);
+int failures = 0;
+std::vector<cf32> tw(kTwiddles);
+
+// Over the rows of n elements: the largest max|got - want| / max|want| of a row (infinite
+// where got has a non-finite value).
+double row_err(const std::vector<double>& got, const std::vector<double>& want, int n) {
+  double worst = 0;
+  for (size_t r = 0; r < got.size() / n; ++r) {
+    double e = 0, m = 0;
+    for (int i = 0; i < n; ++i) {
+      const double d = got[r * n + i] - want[r * n + i];
+      if (!std::isfinite(got[r * n + i])) return INFINITY;
+      e = std::max(e, std::abs(d));
+      m = std::max(m, std::abs(want[r * n + i]));
+    }
+    worst = std::max(worst, m > 0 ? e / m : e);
+  }
+  return worst;
+}
+
+// B, C, T (M = fft_length(T), given as a template argument so that the program instantiates
+// only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
+// (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
+// butterflies); ctas: wgrad's CTAs (fewer than C: a CTA does several channels).
+template <typename S, int M, int MAXT>
+void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
+  if (fft_length(T) != M) {
+    std::printf("FAIL: T=%d is not of length M=%d\n", T, M);
+    ++failures;
+    return;
+  }
+  std::normal_distribution<double> normal;
+  const size_t n = size_t(B) * C * T;
+  std::vector<S> w(size_t(C) * T), k(n + offset + 2), g(n + offset + 2);
+  for (auto& x : w) x = static_cast<S>(normal(rng) / std::sqrt(double(T)));
+  for (auto& x : k) x = static_cast<S>(normal(rng));
+  for (auto& x : g) x = static_cast<S>(normal(rng));
+  const S* kp = k.data() + offset;
+  const S* gp = g.data() + offset;
+  std::vector<double> out_ref(n), gk_ref(n), gw_ref(size_t(C) * T, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int c = 0; c < C; ++c) {
+      const size_t r = (size_t(b) * C + c) * T;
+      const S* wc = w.data() + size_t(c) * T;
+      for (int t = 0; t < T; ++t) {
+        double s = eps, s2 = 0;
+        for (int u = 0; u <= t; ++u) s += as_double(wc[T - 1 - (t - u)]) * as_double(kp[r + u]);
+        for (int v = t; v < T; ++v) s2 += as_double(wc[T - 1 - (v - t)]) * as_double(gp[r + v]);
+        out_ref[r + t] = s;
+        gk_ref[r + t] = s2;
+      }
+      for (int s = 0; s < T; ++s) {
+        double acc = 0;
+        for (int t = s; t < T; ++t) acc += as_double(gp[r + t]) * as_double(kp[r + t - s]);
+        gw_ref[size_t(c) * T + T - 1 - s] += acc;
+      }
+    }
+  }
+  const S guard = static_cast<S>(777.0);
+  std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
+      gw2(gw.size(), guard);
+  std::vector<cf32> spec(size_t(C) * M), scratch(size_t(ctas) * 2 * M);
+  using Sh = Shape<M, MAXT>;
+  {
+    launch(C, Sh::THREADS, Sh::SMEM,
+           [&] { spectrum_kernel<S, Sh>(w.data(), T, true, spec.data(), tw.data()); });
+    launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
+      conv_kernel<S, Sh, false>(kp, spec.data(), out.data() + offset, C, T, float(eps),
+                                tw.data());
+    });
+    launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
+      conv_kernel<S, Sh, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f, tw.data());
+    });
+    for (auto* dst : {&gw, &gw2}) {
+      launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
+        wgrad_kernel<S, Sh>(gp, kp, dst->data(), B, C, T, scratch.data(), tw.data());
+      });
+    }
+  }
+  bool guards = true;
+  std::vector<double> o(n), dk(n), dw(gw.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i >= size_t(offset) && i < offset + n) {
+      o[i - offset] = as_double(out[i]);
+      dk[i - offset] = as_double(gk[i]);
+    } else {
+      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
+                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
+    }
+  }
+  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
+  const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
+  const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
+               e3 = row_err(dw, gw_ref, T);
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same;
+  failures += !ok;
+  std::printf("%s %zu-byte B=%d C=%d T=%d M=%d threads=%d offset=%d ctas=%d: out %.2e grad_k "
+              "%.2e grad_w %.2e%s%s\n",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e1, e2, e3,
+              guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)");
+  std::fflush(stdout);
+}
+
+int main() {
+  launch(1, 8, 0, [&] { twiddle_kernel(tw.data()); });
+  // Every M from 1 (T = 1) to 16384, the GPU's shapes (MAXT = kThreads: 16 values per
+  // thread, radix 16 and a last stage of radix 2, 4 or 8 where log2 M % 4 != 0) and smaller
+  // CTAs (several butterflies per thread and stage), odd B and C, eps != 0, misaligned rows.
+  check<float, 1, kThreads>(1, 1, 1, 0.5, 0, 1, 1e-6);
+  check<float, 2, kThreads>(3, 1, 2, 0.5, 0, 1, 1e-6);
+  check<float, 4, kThreads>(1, 3, 3, -0.25, 1, 2, 1e-6);
+  check<float, 8, kThreads>(2, 3, 5, 0.5, 0, 3, 1e-6);
+  check<float, 16, kThreads>(3, 1, 9, 0.5, 1, 1, 1e-6);
+  check<float, 32, kThreads>(1, 3, 17, 0.5, 0, 2, 1e-6);
+  check<float, 64, kThreads>(3, 3, 63, 0.5, 0, 2, 1e-6);
+  check<float, 128, kThreads>(3, 5, 65, 1.0, 1, 3, 1e-6);
+  check<float, 256, kThreads>(2, 1, 200, 0.5, 0, 1, 1e-6);
+  check<float, 512, 4>(1, 3, 300, 0.5, 1, 1, 1e-6);
+  check<float, 1024, kThreads>(3, 3, 1000, 0.1, 0, 2, 1e-6);
+  check<float, 1024, 8>(1, 3, 1000, 0.1, 1, 3, 1e-6);
+  check<float, 2048, kThreads>(1, 3, 2000, 0.1, 0, 2, 1e-6);
+  check<float, 4096, 16>(2, 1, 4096, 0.1, 0, 1, 1e-6);
+  check<float, 8192, kThreads>(1, 3, 4097, 0.1, 1, 1, 1e-6);
+  check<float, 16384, kThreads>(1, 1, 16384, 0.1, 0, 1, 1e-6);
+  check<float, 16384, 32>(1, 1, 9001, 0.1, 1, 1, 1e-6);
+  check<c10::Half, 128, kThreads>(3, 3, 65, 0.3, 1, 2, 1e-3);
+  check<c10::Half, 1024, kThreads>(1, 3, 1000, 0.3, 0, 3, 1e-3);
+  check<c10::Half, 8192, 64>(1, 1, 4097, 0.3, 0, 1, 1e-3);
+  check<c10::BFloat16, 64, kThreads>(3, 1, 63, 0.3, 0, 1, 8e-3);
+  check<c10::BFloat16, 2048, 32>(1, 3, 2048, 0.3, 1, 2, 8e-3);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@needs_gxx
+def test_fft_kernels_emulated_on_cpu(tmp_path):
+    """Compiles csrc/rwkv/timex_fft_kernels.cuh as host C++ and checks spectrum, conv (both
+    directions) and wgrad for M = 1 .. 16384 against float64 direct sums; grad_w twice, to
+    the bit."""
+    run_emulator(EMULATOR, tmp_path)

@@ -96,7 +96,9 @@ def run(device, quick=False, cases=None, use_taichi=True):
     rows, figures = [], []
     peak = (f"; % peak: of {PEAK_FP32_TFLOPS:g} TFLOP/s (float32 FMA, H100)"
             if device == "cuda" else "")
-    notes = [f"FLOPs = B*C*T*(T+1) per direction{peak}; backward timed alone from a retained "
+    notes = [f"FLOPs = B*C*T*(T+1) per direction, the direct algorithm's work (an FFT row's "
+             f"TFLOP/s is that work over its time: an equivalent rate, not what it executes)"
+             f"{peak}; backward timed alone from a retained "
              "graph; vs FFT conv / vs compiled FFT conv: that row's time over the row's time (>1: the "
              "row is faster); peak MiB: allocated during one call above what was allocated "
              "before it"]
@@ -213,15 +215,20 @@ def kernel_note(size, w, k, grad, flops):
                       ("bwd", lambda i: torch.ops.rwkv_ops.timex_backward(grad, wd, kd))):
         for name, (count, ms) in sorted(cuda_kernels(fn).items(), key=lambda kv: -kv[1][1]):
             causal = "true>" in name or "Lb1E" in name
-            short = ("toeplitz causal" if "toeplitz_kernel" in name and causal
-                     else "toeplitz anti-causal (grad_k)" if "toeplitz_kernel" in name
-                     else "wgrad (grad_w)" if "wgrad_kernel" in name
-                     else "flip w" if "flip_pad" in name
+            short = ("fused FFT conv" if "fft::conv_kernel" in name
+                     else "fused FFT spectra of W" if "fft::spectrum_kernel" in name
+                     else "fused FFT grad_w" if "fft::wgrad_kernel" in name
+                     else "FFT twiddle table" if "fft::twiddle_kernel" in name
                      else "FFT pack" if "pack_kernel" in name
                      else "FFT product" if "product_kernel" in name
                      else "FFT crop" if "crop_kernel" in name
-                     else "cuFFT" if "fft" in name.lower() else name[:40])
-            tflops = flops / ms / 1e9 if "toeplitz" in short or "wgrad" in short else None
+                     else "cuFFT" if "fft" in name.lower()
+                     else "toeplitz causal" if "toeplitz_kernel" in name and causal
+                     else "toeplitz anti-causal (grad_k)" if "toeplitz_kernel" in name
+                     else "wgrad (grad_w)" if "wgrad_kernel" in name
+                     else "flip w" if "flip_pad" in name else name[:40])
+            direct = "toeplitz" in short or short == "wgrad (grad_w)"
+            tflops = flops / ms / 1e9 if direct else None
             rate = f", {tflops:.1f} TFLOP/s" if tflops else ""
             parts.append(f"{label} {short}: {ms:.3f} ms{rate}")
     return f"{size} kernels: " + "; ".join(parts)

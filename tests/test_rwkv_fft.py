@@ -15,7 +15,7 @@ ALGOS = {"cpu": ["direct", "fft"], "cuda": ["direct", "fft", "fft_library"]}
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
-             ("cuda", torch.float32): 1536, ("cuda", torch.float64): 256}
+             ("cuda", torch.float32): 768, ("cuda", torch.float64): 256}
 LENGTHS = [1, 2, 63, 64, 65, 1000, 4096, 4097, 10007, 16384, 65536]
 
 

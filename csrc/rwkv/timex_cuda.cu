@@ -133,13 +133,12 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 }
 
 // Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by dtype; longer rows
-// go to the FFT. The direct kernels' cost grows as T^2, the FFT's as T log T plus a fixed
-// host cost of ~0.2-0.3 ms (7 to 11 launches and cuFFT plan lookups), so where they cross
-// moves with the number of rows B*C. Measured on the H100, forward + backward
-// (benchmarks/results/timex_crossover_h100.md): float32 at T = 1536 with 4096 to 32768 rows
-// (the FFT wins from 2048 on everywhere, direct up to 2048 with 256 rows); bfloat16 from 1536
-// on; float64 (FMA direct kernels) from 512 on with 4096 or more rows.
-constexpr int64_t kDirectMaxT[] = {/*float32*/ 1536, /*float16, bfloat16*/ 1024,
+// go to the FFT (the fused on-chip kernels up to T = 16384, cuFFT beyond). The direct
+// kernels' cost grows as T^2, the FFT's as T log T. Measured on the H100, forward + backward
+// with 256 to 32768 rows (benchmarks/results/timex_crossover_h100.md): in float32 and
+// bfloat16 the direct kernels win up to T = 768 and the fused FFT from 1024 on at every row
+// count; in float64 (FMA direct kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
+constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 768,
                                    /*float64*/ 256};
 
 int direct_table_index(torch::headeronly::ScalarType t) {

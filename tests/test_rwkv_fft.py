@@ -202,3 +202,23 @@ def test_bad_algorithm_value(device, monkeypatch):
     w, k, _ = make(1, 2, 8, device)
     with pytest.raises(ValueError, match="RWKV_TIMEX_ALGO must be"):
         torch.ops.rwkv_ops.timex_forward(w, k, 0.0)
+
+
+def test_eager_training_path_keeps_spectra(forced):
+    """Eager timex with grad keeps the library FFT's spectra for the backward
+    (timex_forward_keep / timex_backward_kept): the same bits as the ops' own path."""
+    device, algo = forced
+    w, k, g = make(3, 5, 1000, device, torch.float32)
+    w.requires_grad_()
+    k.requires_grad_()
+    out = rwkv_ops.timex(w, k, 0.3)
+    got = [out, *torch.autograd.grad(out, [w, k], g)]
+    want = ours(w.detach(), k.detach(), g, 0.3)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
+    library = rwkv_ops.timex_algorithm(k) == "fft_library"
+    assert (kz.numel() > 0) == library and (wz.numel() > 0) == library
+    if library:
+        with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
+            torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)

@@ -177,6 +177,39 @@ std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
   return {torch::stable::to(grad_w, w.scalar_type()), torch::stable::to(grad_k, k.scalar_type())};
 }
 
+// timex_forward plus, where the library FFT runs, the spectra of k and W for
+// timex_backward_kept (else two empty tensors).
+std::tuple<Tensor, Tensor, Tensor> forward_keep_cpu(Tensor w, Tensor k, double eps) {
+  check_timex_inputs(w, k);
+  if (k.numel() == 0 || !use_fft_cpu(k)) {
+    return {forward_cpu(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
+  }
+  const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+  std::tuple<Tensor, Tensor> keep;
+  Tensor out;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_keep_cpu", [&] {
+    out = fft::forward<scalar_t>(fft::CpuBackend<fused_ops::opmath_t<scalar_t>>{}, wc, kc, eps, &keep);
+  });
+  return {out, std::get<0>(keep), std::get<1>(keep)};
+}
+
+std::tuple<Tensor, Tensor> backward_kept_cpu(Tensor grad_out, Tensor w, Tensor k, Tensor kz,
+                                             Tensor wz) {
+  check_timex_grad(grad_out, w, k);
+  const ScalarType ctype = fused_ops::opmath_type(k.scalar_type()) == ScalarType::Double
+                               ? ScalarType::ComplexDouble
+                               : ScalarType::ComplexFloat;
+  if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cpu(grad_out, w, k);
+  const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
+  const Tensor kc = torch::stable::contiguous(k);
+  const std::tuple<Tensor, Tensor> kept{kz, wz};
+  std::tuple<Tensor, Tensor> result;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_kept_cpu", [&] {
+    result = fft::backward<scalar_t>(fft::CpuBackend<fused_ops::opmath_t<scalar_t>>{}, gc, wc, kc, &kept);
+  });
+  return result;
+}
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY(rwkv_ops, m) {
@@ -184,12 +217,20 @@ STABLE_TORCH_LIBRARY(rwkv_ops, m) {
   m.def("timex_backward(Tensor grad_out, Tensor w, Tensor k) -> (Tensor grad_w, Tensor grad_k)");
   // Which algorithm timex_forward / timex_backward run for k (rwkv_ops.timex_algorithm).
   m.def("timex_algorithm(Tensor k) -> int");
+  // The eager training path (rwkv_ops/_ops.py, _TimeX): the forward keeps the library FFT's
+  // spectra of k and W (else empty tensors) and the backward takes them instead of
+  // transforming k and w again. Same results, bit for bit, as timex_forward/_backward.
+  m.def("timex_forward_keep(Tensor w, Tensor k, float eps=0.0) -> (Tensor, Tensor, Tensor)");
+  m.def("timex_backward_kept(Tensor grad_out, Tensor w, Tensor k, Tensor kz, Tensor wz) -> "
+        "(Tensor grad_w, Tensor grad_k)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(rwkv_ops, CPU, m) {
   m.impl("timex_forward", TORCH_BOX(&forward_cpu));
   m.impl("timex_backward", TORCH_BOX(&backward_cpu));
   m.impl("timex_algorithm", TORCH_BOX(&algorithm_cpu));
+  m.impl("timex_forward_keep", TORCH_BOX(&forward_keep_cpu));
+  m.impl("timex_backward_kept", TORCH_BOX(&backward_kept_cpu));
 }
 
 }  // namespace rwkv

@@ -233,12 +233,57 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
   return {grad_w, grad_k};
 }
 
+// timex_forward plus, where the library FFT runs, the spectra of k and W for
+// timex_backward_kept (else two empty tensors).
+std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
+  check_timex_inputs(w, k);
+  if (k.numel() == 0 || choose_cuda(k) != fft::Kernel::kFftLibrary) {
+    return {forward_cuda(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
+  }
+  fused_ops::check_kernel_image(k);
+  const fused_ops::DeviceGuard guard(k.get_device_index());
+  const cudaStream_t stream = fused_ops::current_stream(k);
+  const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+  std::tuple<Tensor, Tensor> keep;
+  Tensor out;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_keep_cuda", [&] {
+    out = fft::forward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream}, wc, kc,
+                                 eps, &keep);
+  });
+  return {out, std::get<0>(keep), std::get<1>(keep)};
+}
+
+std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor k, Tensor kz,
+                                              Tensor wz) {
+  check_timex_grad(grad_out, w, k);
+  const auto ctype = k.scalar_type() == torch::headeronly::ScalarType::Double
+                         ? torch::headeronly::ScalarType::ComplexDouble
+                         : torch::headeronly::ScalarType::ComplexFloat;
+  if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cuda(grad_out, w, k);
+  FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),
+                  "timex_backward_kept: kz and wz must be on k's device");
+  fused_ops::check_kernel_image(k);
+  const fused_ops::DeviceGuard guard(k.get_device_index());
+  const cudaStream_t stream = fused_ops::current_stream(k);
+  const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
+  const Tensor kc = torch::stable::contiguous(k);
+  const std::tuple<Tensor, Tensor> kept{kz, wz};
+  std::tuple<Tensor, Tensor> grads;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_kept_cuda", [&] {
+    grads = fft::backward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream}, gc,
+                                    wc, kc, &kept);
+  });
+  return grads;
+}
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(rwkv_ops, CUDA, m) {
   m.impl("timex_forward", TORCH_BOX(&forward_cuda));
   m.impl("timex_backward", TORCH_BOX(&backward_cuda));
   m.impl("timex_algorithm", TORCH_BOX(&algorithm_cuda));
+  m.impl("timex_forward_keep", TORCH_BOX(&forward_keep_cuda));
+  m.impl("timex_backward_kept", TORCH_BOX(&backward_kept_cuda));
 }
 
 }  // namespace rwkv

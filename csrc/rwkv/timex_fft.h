@@ -18,7 +18,10 @@
 //             b = 0..B-1 in order, P += G conj(K), and G conj(W) merged in place -> inverse
 //             FFTs of the B*C grad_k rows and of the C rows of P -> first T (grad_w reversed)
 // The half spectra never exist as separate tensors (timex_spectral.h). Sums over b run in
-// a fixed order and the FFTs are deterministic: same inputs, same bits.
+// a fixed order and the FFTs are deterministic: same inputs, same bits. The eager training
+// path (timex_forward_keep / timex_backward_kept) keeps the packed spectra of k and W from
+// the forward (2x the bytes of k and w in float32, what PyTorch's own FFT convolution keeps),
+// so that the backward transforms only g: three library FFTs instead of five.
 #pragma once
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -94,44 +97,71 @@ acc_t* reals(const Tensor& t) {
   return static_cast<acc_t*>(t.data_ptr());
 }
 
-// out (B, C, T) of k's dtype = eps + the causal convolution. w (C, T) and k contiguous.
-// Backend (the device's): pack, forward_product, backward_product, crop and c2c_shim.
+// The spectra that timex_backward_kept takes: (B*C, M) and (C, M) of the complex type, or
+// none (0 elements: the call did not run the library FFT, or they were not kept).
+inline bool check_kept(const Tensor& kz, const Tensor& wz, const Tensor& k, ScalarType ctype) {
+  if (kz.numel() == 0) return false;
+  const int64_t B = k.size(0), C = k.size(1), M = fft_half_length(k.size(2));
+  FUSED_OPS_CHECK_VALUE(kz.dim() == 2 && kz.size(0) == B * C && kz.size(1) == M &&
+                            wz.dim() == 2 && wz.size(0) == C && wz.size(1) == M &&
+                            kz.scalar_type() == ctype && wz.scalar_type() == ctype &&
+                            kz.is_contiguous() && wz.is_contiguous(),
+                        "timex_backward_kept: kz and wz must be the spectra that "
+                        "timex_forward_keep returned for these w and k, got shapes ",
+                        fused_ops::shape_str(kz), " and ", fused_ops::shape_str(wz));
+  return true;
+}
+
+inline Tensor no_spectra(const Tensor& k) {
+  return torch::stable::empty({0}, k.scalar_type(), std::nullopt, k.device());
+}
+
+// The packed spectra of the rows of x (rows, T), read reversed or not: (rows, M) complex.
 template <typename scalar_t, typename Backend>
-Tensor forward(const Backend& be, const Tensor& w, const Tensor& k, double eps) {
+Tensor spectra(const Backend& be, const Tensor& x, int64_t rows, int64_t T, int64_t M,
+               bool reversed) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  Tensor z = torch::stable::empty({rows, M}, complex_type<acc_t>(), std::nullopt, x.device());
+  be.pack(x.const_data_ptr<scalar_t>(), rows, T, reversed, reals<acc_t>(z), M);
+  return c2c(be.c2c_shim, z, true);
+}
+
+// out (B, C, T) of k's dtype = eps + the causal convolution. w (C, T) and k contiguous.
+// Backend (the device's): pack, forward_product, backward_product, crop and c2c_shim. With
+// keep (the eager training path) the spectra of k and W come back for backward(): the
+// product then goes to a new buffer instead of over k's spectra.
+template <typename scalar_t, typename Backend>
+Tensor forward(const Backend& be, const Tensor& w, const Tensor& k, double eps,
+               std::tuple<Tensor, Tensor>* keep = nullptr) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2), M = fft_half_length(T);
-  const ScalarType ctype = complex_type<acc_t>();
-  Tensor zw = torch::stable::empty({C, M}, ctype, std::nullopt, k.device());
-  be.pack(w.const_data_ptr<scalar_t>(), C, T, /*reversed=*/true, reals<acc_t>(zw), M);
-  zw = c2c(be.c2c_shim, zw, true);
-  Tensor z = torch::stable::empty({B * C, M}, ctype, std::nullopt, k.device());
-  be.pack(k.const_data_ptr<scalar_t>(), B * C, T, /*reversed=*/false, reals<acc_t>(z), M);
-  z = c2c(be.c2c_shim, z, true);
-  be.forward_product(reals<acc_t>(z), reals<acc_t>(zw), B * C, C, M);
-  zw = Tensor();  // freed before the inverse's output is allocated: lower peak memory
+  Tensor zw = spectra<scalar_t>(be, w, C, T, M, /*reversed=*/true);
+  Tensor zk = spectra<scalar_t>(be, k, B * C, T, M, /*reversed=*/false);
+  Tensor z = keep == nullptr ? zk
+                             : torch::stable::empty({B * C, M}, complex_type<acc_t>(),
+                                                    std::nullopt, k.device());
+  be.forward_product(reals<acc_t>(zk), reals<acc_t>(zw), reals<acc_t>(z), B * C, C, M);
+  if (keep != nullptr) *keep = {zk, zw};
+  zk = Tensor();  // freed (unless kept) before the inverse's output is allocated
+  zw = Tensor();
   z = c2c(be.c2c_shim, z, false);
   Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   be.crop(reals<acc_t>(z), B * C, T, M, eps, /*reversed=*/false, out.mutable_data_ptr<scalar_t>());
   return out;
 }
 
-// (grad_w, grad_k) of k's dtype; g, w, k contiguous, B >= 1.
+// (grad_w, grad_k) of k's dtype; g, w, k contiguous, B >= 1. kept: the spectra of k and W
+// that forward() kept for this call, or nullptr to compute them again.
 template <typename scalar_t, typename Backend>
 std::tuple<Tensor, Tensor> backward(const Backend& be, const Tensor& g, const Tensor& w,
-                                    const Tensor& k) {
+                                    const Tensor& k,
+                                    const std::tuple<Tensor, Tensor>* kept = nullptr) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2), M = fft_half_length(T);
-  const ScalarType ctype = complex_type<acc_t>();
-  Tensor zw = torch::stable::empty({C, M}, ctype, std::nullopt, k.device());
-  be.pack(w.const_data_ptr<scalar_t>(), C, T, /*reversed=*/true, reals<acc_t>(zw), M);
-  zw = c2c(be.c2c_shim, zw, true);
-  Tensor zk = torch::stable::empty({B * C, M}, ctype, std::nullopt, k.device());
-  be.pack(k.const_data_ptr<scalar_t>(), B * C, T, /*reversed=*/false, reals<acc_t>(zk), M);
-  zk = c2c(be.c2c_shim, zk, true);
-  Tensor zg = torch::stable::empty({B * C, M}, ctype, std::nullopt, k.device());
-  be.pack(g.const_data_ptr<scalar_t>(), B * C, T, /*reversed=*/false, reals<acc_t>(zg), M);
-  zg = c2c(be.c2c_shim, zg, true);
-  Tensor zp = torch::stable::empty({C, M}, ctype, std::nullopt, k.device());
+  Tensor zw = kept ? std::get<1>(*kept) : spectra<scalar_t>(be, w, C, T, M, /*reversed=*/true);
+  Tensor zk = kept ? std::get<0>(*kept) : spectra<scalar_t>(be, k, B * C, T, M, false);
+  Tensor zg = spectra<scalar_t>(be, g, B * C, T, M, /*reversed=*/false);
+  Tensor zp = torch::stable::empty({C, M}, complex_type<acc_t>(), std::nullopt, k.device());
   be.backward_product(reals<acc_t>(zg), reals<acc_t>(zk), reals<acc_t>(zw), reals<acc_t>(zp),
                       B, C, M);
   zk = Tensor();

@@ -46,14 +46,17 @@ struct CpuBackend {
     });
   }
 
-  // z row r (packed DFT of a k row) := merge(split(z) * split(zw row r % C)), in place.
-  void forward_product(acc_t* z, const acc_t* zw, int64_t rows, int64_t C, int64_t M) const {
+  // dst row r = merge(split(z row r) * split(zw row r % C)); z row r is the packed DFT of a
+  // k row. dst may be z (in place).
+  void forward_product(const acc_t* z, const acc_t* zw, acc_t* dst, int64_t rows, int64_t C,
+                       int64_t M) const {
     const std::vector<Cpx> tw = twiddles(M);
     const int64_t P = spectral::pairs_per_row(M);
     const acc_t s = acc_t(1) / static_cast<acc_t>(M);
     torch::stable::parallel_for(0, rows, std::max<int64_t>(1, 16384 / M), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        Cpx* zr = reinterpret_cast<Cpx*>(z + r * 2 * M);
+        const Cpx* zr = reinterpret_cast<const Cpx*>(z + r * 2 * M);
+        Cpx* dr = reinterpret_cast<Cpx*>(dst + r * 2 * M);
         const Cpx* wr = reinterpret_cast<const Cpx*>(zw + (r % C) * 2 * M);
         for (int64_t k = 0; k < P; ++k) {
           const spectral::Pair p = spectral::pair_of(k, M);
@@ -61,8 +64,8 @@ struct CpuBackend {
           spectral::split(zr[p.k], zr[p.j], tw[k], xk, xj);
           spectral::split(wr[p.k], wr[p.j], tw[k], wk, wj);
           spectral::merge(xk * wk, xj * wj, tw[k], s, uk, uj);
-          zr[p.k] = uk;
-          if (!p.single()) zr[p.j] = uj;
+          dr[p.k] = uk;
+          if (!p.single()) dr[p.j] = uj;
         }
       }
     });

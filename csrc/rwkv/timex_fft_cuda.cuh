@@ -53,23 +53,25 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const in_t* __restrict__
 }
 
 template <typename acc_t>
-__global__ void __launch_bounds__(kThreads) forward_product_kernel(acc_t* __restrict__ z,
+// dst may be z (in place: each thread reads its two frequencies before writing them).
+__global__ void __launch_bounds__(kThreads) forward_product_kernel(const acc_t* z,
                                                                   const acc_t* __restrict__ zw,
-                                                                  int64_t rows, int64_t C,
-                                                                  int64_t M) {
+                                                                  acc_t* dst, int64_t rows,
+                                                                  int64_t C, int64_t M) {
   using Cpx = spectral::Cpx<acc_t>;
   const acc_t s = acc_t(1) / static_cast<acc_t>(M);
   for_each_in_rows(rows, spectral::pairs_per_row(M), [&](int64_t r, int64_t k) {
     const spectral::Pair p = spectral::pair_of(k, M);
-    Cpx* zr = reinterpret_cast<Cpx*>(z) + r * M;
+    const Cpx* zr = reinterpret_cast<const Cpx*>(z) + r * M;
+    Cpx* dr = reinterpret_cast<Cpx*>(dst) + r * M;
     const Cpx* wr = reinterpret_cast<const Cpx*>(zw) + (r % C) * M;
     const Cpx tw = spectral::twiddle(k, M, acc_t(0));
     Cpx xk, xj, wk, wj, uk, uj;
     spectral::split(zr[p.k], zr[p.j], tw, xk, xj);
     spectral::split(wr[p.k], wr[p.j], tw, wk, wj);
     spectral::merge(xk * wk, xj * wj, tw, s, uk, uj);
-    zr[p.k] = uk;
-    if (!p.single()) zr[p.j] = uj;
+    dr[p.k] = uk;
+    if (!p.single()) dr[p.j] = uj;
   });
 }
 
@@ -135,10 +137,11 @@ struct CudaBackend {
         src, rows, T, reversed, dst, M);
     FUSED_OPS_LAUNCH_CHECK();
   }
-  void forward_product(acc_t* z, const acc_t* zw, int64_t rows, int64_t C, int64_t M) const {
+  void forward_product(const acc_t* z, const acc_t* zw, acc_t* dst, int64_t rows, int64_t C,
+                       int64_t M) const {
     gpu::forward_product_kernel<acc_t>
         <<<gpu::blocks_for(rows, spectral::pairs_per_row(M)), gpu::kThreads, 0, stream>>>(
-            z, zw, rows, C, M);
+            z, zw, dst, rows, C, M);
     FUSED_OPS_LAUNCH_CHECK();
   }
   void backward_product(acc_t* zg, const acc_t* zk, const acc_t* zw, acc_t* zp, int64_t B,

@@ -5,24 +5,12 @@ import math
 import torch
 
 from torch_fused_ops import load_library
+from torch_fused_ops._eager import any_requires_grad, below_autograd, grad_enabled, plain_eager
 
 load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 
 _forward = torch.ops.lltm.lltm_forward.default
 _backward = torch.ops.lltm.lltm_backward.default
-# Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
-# autograd kernel does for a call that needs no graph).
-_below_autograd = torch._C._AutoDispatchBelowAutograd
-
-# lltm_cell's eager fast path (below) and its guards, looked up once.
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch._C.is_grad_enabled
-_any_requires_grad = torch._C._any_requires_grad
-_functorch_active = torch._C._are_functorch_transforms_active
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_function_modes = torch._C._is_torch_function_mode_enabled
-_Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
 
 @torch.library.register_fake("lltm::lltm_forward")
 def _forward_fake(input, weights, bias, old_h, old_cell):
@@ -75,7 +63,7 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_X, _grad_gate_weights):
     else:
         # lltm_backward needs no graph: straight to its kernel instead of through its
         # Autograd key's Python kernel (host time, which small problems are bound by).
-        with _below_autograd():
+        with below_autograd():
             grads = _backward(*args)
     d_input, d_weights, d_bias, d_old_h, d_old_cell = grads
     return (
@@ -116,23 +104,12 @@ class _Cell(torch.autograd.Function):
     # forward(ctx, ...) rather than a separate setup_context: half the host time of apply.
     @staticmethod
     def forward(ctx, *inputs):
-        with _below_autograd():  # straight to the kernel (grad mode is off in here anyway)
+        with below_autograd():  # straight to the kernel (grad mode is off in here anyway)
             output = _forward(*inputs)
         _setup_context(ctx, inputs, output)
         return output
 
     backward = staticmethod(_cell_backward)
-
-
-def _plain_eager(*tensors):
-    """Plain eager tensors with no transform, mode or subclass in play: the cases where
-    lltm_cell may skip the op's Autograd key (what torch.library's kernel would do there)."""
-    if _functorch_active() or _dispatch_modes() or _function_modes():
-        return False
-    for t in tensors:
-        if type(t) is not _Tensor and type(t) is not _Parameter:
-            return False
-    return True
 
 
 def lltm_cell(input, weights, bias, old_h, old_cell):
@@ -141,14 +118,13 @@ def lltm_cell(input, weights, bias, old_h, old_cell):
     input (B, F), weights (3S, S+F), bias (3S,), old_h and old_cell (B, S); all on one
     device with one floating dtype.
     """
-    # torch.compile / export trace the op (is_compiling() first: dynamo folds it and never
-    # looks at the rest); so do anything but plain eager tensors.
-    if _is_compiling() or not _plain_eager(input, weights, bias, old_h, old_cell):
+    # torch.compile, export, functorch transforms, modes and subclasses: the op itself.
+    if not plain_eager(input, weights, bias, old_h, old_cell):
         new_h, new_cell, _, _ = _forward(input, weights, bias, old_h, old_cell)
-    elif _grad_enabled() and _any_requires_grad(input, weights, bias, old_h, old_cell):
+    elif grad_enabled() and any_requires_grad(input, weights, bias, old_h, old_cell):
         new_h, new_cell, _, _ = _Cell.apply(input, weights, bias, old_h, old_cell)
     else:  # no graph needed: the kernel, past the op's Autograd key
-        with _below_autograd():
+        with below_autograd():
             new_h, new_cell, _, _ = _forward(input, weights, bias, old_h, old_cell)
     return new_h, new_cell
 

@@ -14,17 +14,12 @@ import math
 import torch
 
 from torch_fused_ops import load_library
+from torch_fused_ops._eager import any_requires_grad, below_autograd, grad_enabled, plain_eager
 
 load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 
 _forward = torch.ops.lltm.lltm_sequence_forward.default
 _backward = torch.ops.lltm.lltm_sequence_backward.default
-# Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
-# autograd kernel does for a call that needs no graph).
-_below_autograd = torch._C._AutoDispatchBelowAutograd
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
-_functorch_active = torch._C._are_functorch_transforms_active
 
 
 @torch.library.register_fake("lltm::lltm_sequence_forward")
@@ -75,7 +70,7 @@ def _sequence_backward(ctx, grad_hs, grad_cells, _grad_gates):
         # constants (silently wrong second derivatives).
         grads = _backward(*args)
     else:
-        with _below_autograd():
+        with below_autograd():
             grads = _backward(*args)
     return tuple(g if n else None for g, n in zip(grads, need))
 
@@ -112,7 +107,7 @@ class _SequenceFunction(torch.autograd.Function):
     # inspect.signature when a setup_context is defined, which costs tens of microseconds.
     @staticmethod
     def forward(ctx, input, weights, bias, h0, c0):
-        with _below_autograd():
+        with below_autograd():
             output = _forward(input, weights, bias, h0, c0)
         _setup_context(ctx, (input, weights, bias, h0, c0), output)
         return output
@@ -124,12 +119,11 @@ def _sequence_op(input, weights, bias, h0, c0):
     """(hs, cells, gates) of lltm_sequence_forward: eager calls skip the registered autograd
     wrapper (straight to the kernel when no graph is needed, else _SequenceFunction); traced
     calls (torch.compile, export) and functorch transforms call the op itself."""
-    if _is_compiling() or _functorch_active():
+    if not plain_eager(input, weights, bias, h0, c0):
         return _forward(input, weights, bias, h0, c0)
-    if _grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
-                            or h0.requires_grad or c0.requires_grad):
+    if grad_enabled() and any_requires_grad(input, weights, bias, h0, c0):
         return _SequenceFunction.apply(input, weights, bias, h0, c0)
-    with _below_autograd():
+    with below_autograd():
         return _forward(input, weights, bias, h0, c0)
 
 

@@ -5,23 +5,12 @@ import operator
 import torch
 
 from torch_fused_ops import load_library
+from torch_fused_ops._eager import below_autograd, grad_enabled, plain_eager
 
 load_library("padding_ops")  # registers torch.ops.padding_ops.* (after checking the torch)
 
 _tile_pad = torch.ops.padding_ops.tile_pad.default
 _tile_pad_backward = torch.ops.padding_ops.tile_pad_backward.default
-# Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
-# autograd kernel does for a call that needs no graph).
-_below_autograd = torch._C._AutoDispatchBelowAutograd
-
-# tile_pad's eager fast path (below) and its guards, looked up once.
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch._C.is_grad_enabled
-_functorch_active = torch._C._are_functorch_transforms_active
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_function_modes = torch._C._is_torch_function_mode_enabled
-_Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
 
 
 def _padded_shape(shape, pad, name):
@@ -57,9 +46,9 @@ def _setup_context(ctx, inputs, output):
 
 
 def _tile_pad_grad(ctx, grad):
-    if _grad_enabled():  # create_graph=True: through tile_pad_backward's formula (below)
+    if grad_enabled():  # create_graph=True: through tile_pad_backward's formula (below)
         return _tile_pad_backward(grad, ctx.pad, ctx.shift), None, None
-    with _below_autograd():  # no graph needed: the kernel, past the Autograd key
+    with below_autograd():  # no graph needed: the kernel, past the Autograd key
         return _tile_pad_backward(grad, ctx.pad, ctx.shift), None, None
 
 
@@ -109,14 +98,11 @@ def tile_pad(x, pad, shift=0):
     except TypeError:
         raise TypeError(f"shift must be an int, got {shift!r}") from None
     pad = _as_pad(pad)
-    # torch.compile / export trace the op (is_compiling() first: dynamo folds it and never
-    # looks at the rest); so do anything but plain eager tensors.
-    if (_is_compiling() or _functorch_active() or _dispatch_modes() or _function_modes()
-            or (type(x) is not _Tensor and type(x) is not _Parameter)):
+    if not plain_eager(x):  # torch.compile, export, transforms, modes, subclasses: the op
         return _tile_pad(x, pad, shift)
-    if _grad_enabled() and x.requires_grad:
+    if grad_enabled() and x.requires_grad:
         return _TilePad.apply(x, pad, shift)
-    with _below_autograd():  # no graph needed: the kernel, past the op's Autograd key
+    with below_autograd():  # no graph needed: the kernel, past the op's Autograd key
         return _tile_pad(x, pad, shift)
 
 
@@ -129,7 +115,7 @@ class _TilePad(torch.autograd.Function):
     # forward(ctx, ...) rather than a separate setup_context: half the host time of apply.
     @staticmethod
     def forward(ctx, *inputs):
-        with _below_autograd():  # straight to the kernel (grad mode is off in here anyway)
+        with below_autograd():  # straight to the kernel (grad mode is off in here anyway)
             output = _tile_pad(*inputs)
         _setup_context(ctx, inputs, output)
         return output

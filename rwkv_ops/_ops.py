@@ -5,6 +5,7 @@ import math
 import torch
 
 from torch_fused_ops import load_library
+from torch_fused_ops._eager import any_requires_grad, below_autograd, grad_enabled, plain_eager
 
 load_library("rwkv_ops")  # registers torch.ops.rwkv_ops.* (after checking the torch)
 
@@ -12,31 +13,6 @@ _forward = torch.ops.rwkv_ops.timex_forward.default
 _backward = torch.ops.rwkv_ops.timex_backward.default
 _forward_keep = torch.ops.rwkv_ops.timex_forward_keep.default
 _backward_kept = torch.ops.rwkv_ops.timex_backward_kept.default
-# Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
-# autograd kernel does for a call that needs no graph).
-_below_autograd = torch._C._AutoDispatchBelowAutograd
-
-# The eager fast path's guards, looked up once.
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch._C.is_grad_enabled
-_any_requires_grad = torch._C._any_requires_grad
-_functorch_active = torch._C._are_functorch_transforms_active
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_function_modes = torch._C._is_torch_function_mode_enabled
-_Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
-
-
-def _plain_eager(*tensors):
-    """Plain eager tensors with no transform, mode or subclass in play: the cases where the
-    public function may skip the op's Autograd key (what torch.library's kernel would do)."""
-    if _functorch_active() or _dispatch_modes() or _function_modes():
-        return False
-    for t in tensors:
-        if type(t) is not _Tensor and type(t) is not _Parameter:
-            return False
-    return True
-
 
 @torch.library.register_fake("rwkv_ops::timex_forward")
 def _forward_fake(w, k, eps=0.0):
@@ -65,7 +41,7 @@ def _forward_backward(ctx, grad):
     if torch.is_grad_enabled():
         grad_w, grad_k = _backward(grad, w, k)
     else:
-        with _below_autograd():
+        with below_autograd():
             grad_w, grad_k = _backward(grad, w, k)
     need = ctx.needs_input_grad
     return grad_w if need[0] else None, grad_k if need[1] else None, None
@@ -91,7 +67,7 @@ def _backward_backward(ctx, gg_w, gg_k):
     need = ctx.needs_input_grad
     if torch.is_grad_enabled():
         return _backward_backward_terms(need, grad_out, w, k, gg_w, gg_k)
-    with _below_autograd():
+    with below_autograd():
         return _backward_backward_terms(need, grad_out, w, k, gg_w, gg_k)
 
 
@@ -131,7 +107,7 @@ class _TimeX(torch.autograd.Function):
     # forward(ctx, ...) rather than a separate setup_context: half the host time of apply.
     @staticmethod
     def forward(ctx, w, k, eps):
-        with _below_autograd():  # straight to the kernel (grad mode is off in here anyway)
+        with below_autograd():  # straight to the kernel (grad mode is off in here anyway)
             output, kz, wz = _forward_keep(w, k, eps)
         ctx.save_for_backward(w, k, kz, wz)
         return output
@@ -142,7 +118,7 @@ class _TimeX(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: the differentiable formula
             grad_w, grad_k = _backward(grad, w, k)
         else:
-            with _below_autograd():
+            with below_autograd():
                 grad_w, grad_k = _backward_kept(grad, w, k, kz, wz)
         need = ctx.needs_input_grad
         return grad_w if need[0] else None, grad_k if need[1] else None, None
@@ -156,13 +132,11 @@ def timex(w, k, eps=0.0):
     `F.conv1d(F.pad(k, (T-1, 0)), w.unsqueeze(1), groups=C) + eps`.
     """
     eps = float(eps)
-    # torch.compile / export trace the op (is_compiling() first: dynamo folds it and never
-    # looks at the rest); so do anything but plain eager tensors.
-    if _is_compiling() or not _plain_eager(w, k):
+    if not plain_eager(w, k):  # torch.compile, export, transforms, modes, subclasses: the op
         return _forward(w, k, eps)
-    if _grad_enabled() and _any_requires_grad(w, k):
+    if grad_enabled() and any_requires_grad(w, k):
         return _TimeX.apply(w, k, eps)
-    with _below_autograd():  # no graph needed: the kernel, past the op's Autograd key
+    with below_autograd():  # no graph needed: the kernel, past the op's Autograd key
         return _forward(w, k, eps)
 
 

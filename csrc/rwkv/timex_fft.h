@@ -13,7 +13,8 @@
 // and N = 2M >= 2T - 1 (so the circular convolution of the zero-padded rows is the linear
 // one on the T outputs kept):
 //   forward   pack k rows, pack w rows reversed (W) -> two complex FFTs of length M ->
-//             split, product K W, merge (one pass, in place) -> inverse FFT -> first T + eps
+//             split, product K W, merge (one pass, in place unless the spectra are kept)
+//             -> inverse FFT -> first T + eps
 //   backward  pack g, k, W -> three FFTs -> one pass over each channel's frequencies: for
 //             b = 0..B-1 in order, P += G conj(K), and G conj(W) merged in place -> inverse
 //             FFTs of the B*C grad_k rows and of the C rows of P -> first T (grad_w reversed)

@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const in_t* __restrict__
   });
 }
 
-template <typename acc_t>
 // dst may be z (in place: each thread reads its two frequencies before writing them).
+template <typename acc_t>
 __global__ void __launch_bounds__(kThreads) forward_product_kernel(const acc_t* z,
                                                                   const acc_t* __restrict__ zw,
                                                                   acc_t* dst, int64_t rows,

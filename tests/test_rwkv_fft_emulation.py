@@ -9,6 +9,7 @@ EMULATOR = r"""
 #include <cstdio>
 
 #include "cuda_emulation.h"
+#include "timex_reference.h"
 
 #define TIMEX_EMULATE
 #define TIMEX_FFT_DEVICE inline
@@ -59,25 +60,8 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   for (auto& x : g) x = static_cast<S>(normal(rng));
   const S* kp = k.data() + offset;
   const S* gp = g.data() + offset;
-  std::vector<double> out_ref(n), gk_ref(n), gw_ref(size_t(C) * T, 0.0);
-  for (int b = 0; b < B; ++b) {
-    for (int c = 0; c < C; ++c) {
-      const size_t r = (size_t(b) * C + c) * T;
-      const S* wc = w.data() + size_t(c) * T;
-      for (int t = 0; t < T; ++t) {
-        double s = eps, s2 = 0;
-        for (int u = 0; u <= t; ++u) s += as_double(wc[T - 1 - (t - u)]) * as_double(kp[r + u]);
-        for (int v = t; v < T; ++v) s2 += as_double(wc[T - 1 - (v - t)]) * as_double(gp[r + v]);
-        out_ref[r + t] = s;
-        gk_ref[r + t] = s2;
-      }
-      for (int s = 0; s < T; ++s) {
-        double acc = 0;
-        for (int t = s; t < T; ++t) acc += as_double(gp[r + t]) * as_double(kp[r + t - s]);
-        gw_ref[size_t(c) * T + T - 1 - s] += acc;
-      }
-    }
-  }
+  std::vector<double> out_ref, gk_ref, gw_ref;
+  timex_reference(w.data(), kp, gp, B, C, T, eps, out_ref, gk_ref, gw_ref);
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);

@@ -1,0 +1,40 @@
+// TimeX in float64, the definition looped: the reference of the emulation tests that run
+// the CUDA kernels on the CPU (test_rwkv.py, test_rwkv_fft_emulation.py).
+//   out[b, c, t]      = eps + sum_{u <= t} w[c, T-1-(t-u)] k[b, c, u]
+//   grad_k[b, c, u]   = sum_{t >= u} w[c, T-1-(t-u)] g[b, c, t]
+//   grad_w[c, T-1-s]  = sum_b sum_{t >= s} g[b, c, t] k[b, c, t-s]
+// w (C, T), k and g (B, C, T) contiguous; the outputs are resized and overwritten.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "cuda_emulation.h"
+
+template <typename S>
+void timex_reference(const S* w, const S* k, const S* g, int B, int C, int T, double eps,
+                     std::vector<double>& out, std::vector<double>& grad_k,
+                     std::vector<double>& grad_w) {
+  const size_t n = size_t(B) * C * T;
+  out.assign(n, 0.0);
+  grad_k.assign(n, 0.0);
+  grad_w.assign(size_t(C) * T, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int c = 0; c < C; ++c) {
+      const size_t r = (size_t(b) * C + c) * T;
+      auto W = [&](int d) { return as_double(w[size_t(c) * T + T - 1 - d]); };
+      for (int t = 0; t < T; ++t) {
+        double s = eps, s2 = 0;
+        for (int u = 0; u <= t; ++u) s += W(t - u) * as_double(k[r + u]);
+        for (int v = t; v < T; ++v) s2 += W(v - t) * as_double(g[r + v]);
+        out[r + t] = s;
+        grad_k[r + t] = s2;
+      }
+      for (int s = 0; s < T; ++s) {
+        double acc = 0;
+        for (int t = s; t < T; ++t) acc += as_double(g[r + t]) * as_double(k[r + t - s]);
+        grad_w[size_t(c) * T + T - 1 - s] += acc;
+      }
+    }
+  }
+}

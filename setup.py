@@ -183,7 +183,9 @@ setup(
     packages=find_packages(
         include=["torch_fused_ops", "lltm", "lltm_cuda", "lltm_cpp", "rwkv_ops", "padding_ops"]
     ),
-    ext_modules=extensions(),
+    # FUSED_OPS_REGISTER_ONLY=1 (the Quickstart's `pip install -e` after its in-place build):
+    # no libraries, only the editable install of the source tree that holds them.
+    ext_modules=[] if os.environ.get("FUSED_OPS_REGISTER_ONLY") == "1" else extensions(),
     cmdclass={"build_ext": BuildWithFacts},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -48,3 +48,10 @@ if ! "$PY" setup.py -q build_ext --inplace >build/build.log 2>&1; then
   exit 1
 fi
 echo "setup: build took $(( $(date +%s) - start )) s (log: build/build.log)"
+# An editable install of this tree into the environment (once), so that the packages import
+# from anywhere in it; the libraries are the in-place build's (no second build).
+if ! (cd / && "$PY" -c "import lltm, sys; sys.exit(not lltm.__file__.startswith('$ROOT/'))") 2>/dev/null; then
+  FUSED_OPS_REGISTER_ONLY=1 "$PY" -m pip install -q --no-build-isolation --no-deps -e . \
+    >>build/build.log 2>&1 || { tail -n 20 build/build.log >&2; echo "setup: pip install -e failed" >&2; exit 1; }
+  echo "setup: installed this tree (editable) into $("$PY" -c 'import sys; print(sys.prefix)')"
+fi

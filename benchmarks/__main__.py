@@ -3,7 +3,7 @@
     python -m benchmarks [--family NAME ...] [--device cpu|cuda ...] [--case TEXT ...]
                          [--quick] [--no-taichi] [--out DIR]
 
-For each family (lltm, lltm_sequence, padding, rwkv) and device (default: cpu, and cuda
+For each family (lltm, lltm_sequence, lltm_tutorial, padding, rwkv) and device (default: cpu, and cuda
 where present) it times this package, eager PyTorch, torch.compile of the same code and, where taichi
 is importable, Taichi (padding and TimeX forwards), after checking each against a
 float64 or exact reference (a wrong answer is a row marked MISMATCH; the run goes on).
@@ -21,15 +21,17 @@ import os
 
 import torch
 
-from benchmarks import bench_lltm, bench_lltm_sequence, bench_padding, bench_rwkv, report
+from benchmarks import (bench_lltm, bench_lltm_sequence, bench_padding, bench_rwkv, bench_tutorial,
+                        report)
 from benchmarks.timing import environment
 
-FAMILIES = {"lltm": bench_lltm, "lltm_sequence": bench_lltm_sequence, "rwkv": bench_rwkv,
-            "padding": bench_padding}
+FAMILIES = {"lltm": bench_lltm, "lltm_sequence": bench_lltm_sequence,
+            "lltm_tutorial": bench_tutorial, "rwkv": bench_rwkv, "padding": bench_padding}
 # The times each family's plot shows: (figure key, panel title).
 PLOTTED = {
     "lltm": [("fwd_ms", "forward"), ("step_ms", "training step (forward + all gradients)")],
     "lltm_sequence": [("fwd_ms", "forward"), ("step_ms", "forward + backward (all gradients)")],
+    "lltm_tutorial": [("fwd_ms", "forward"), ("bwd_ms", "backward (parameters' gradients)")],
     "rwkv": [("fwd_ms", "forward"), ("total_ms", "forward + backward")],
     "padding": [("fwd_ms", "forward"), ("bwd_ms", "backward")],
 }

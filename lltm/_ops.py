@@ -5,7 +5,13 @@ import math
 import torch
 
 from torch_fused_ops import load_library
-from torch_fused_ops._eager import any_requires_grad, below_autograd, grad_enabled, plain_eager
+from torch_fused_ops._eager import (
+    any_requires_grad,
+    below_autograd,
+    grad_enabled,
+    plain_eager,
+    require_tensors,
+)
 
 load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 
@@ -112,6 +118,21 @@ class _Cell(torch.autograd.Function):
     backward = staticmethod(_cell_backward)
 
 
+_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
+
+
+def check_features(module, input, rank, input_features):
+    """ValueError naming the module's input_features when input (a tensor of `rank` dims, the
+    features last) does not match them: the weights are right, the input is not."""
+    require_tensors(module, ("input",), (input,))
+    if input.dim() != rank or input.shape[-1] != input_features:
+        layout = "(batch, input_features)" if rank == 2 else "(T, B, input_features)"
+        raise ValueError(
+            f"{module}: input must be a {rank}-D tensor {layout} with input_features="
+            f"{input_features}, got shape {tuple(input.shape)}"
+        )
+
+
 def lltm_cell(input, weights, bias, old_h, old_cell):
     """One LLTM step; differentiable in every argument. Returns (new_h, new_cell).
 
@@ -120,6 +141,7 @@ def lltm_cell(input, weights, bias, old_h, old_cell):
     """
     # torch.compile, export, functorch transforms, modes and subclasses: the op itself.
     if not plain_eager(input, weights, bias, old_h, old_cell):
+        require_tensors("lltm_cell", _ARGS, (input, weights, bias, old_h, old_cell))
         new_h, new_cell, _, _ = _forward(input, weights, bias, old_h, old_cell)
     elif grad_enabled() and any_requires_grad(input, weights, bias, old_h, old_cell):
         new_h, new_cell, _, _ = _Cell.apply(input, weights, bias, old_h, old_cell)
@@ -147,6 +169,7 @@ class LLTM(torch.nn.Module):
             weight.data.uniform_(-stdv, +stdv)
 
     def forward(self, input, state):
+        check_features("LLTM", input, 2, self.input_features)
         old_h, old_cell = state
         return lltm_cell(input, self.weights, self.bias, old_h, old_cell)
 

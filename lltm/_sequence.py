@@ -14,7 +14,14 @@ import math
 import torch
 
 from torch_fused_ops import load_library
-from torch_fused_ops._eager import any_requires_grad, below_autograd, grad_enabled, plain_eager
+from torch_fused_ops._eager import (
+    any_requires_grad,
+    below_autograd,
+    grad_enabled,
+    plain_eager,
+    require_tensors,
+)
+from lltm._ops import check_features
 
 load_library("lltm")  # registers torch.ops.lltm.* (after checking the torch)
 
@@ -120,6 +127,8 @@ def _sequence_op(input, weights, bias, h0, c0):
     wrapper (straight to the kernel when no graph is needed, else _SequenceFunction); traced
     calls (torch.compile, export) and functorch transforms call the op itself."""
     if not plain_eager(input, weights, bias, h0, c0):
+        require_tensors("lltm_sequence", ("input", "weights", "bias", "h0", "c0"),
+                        (input, weights, bias, h0, c0))
         return _forward(input, weights, bias, h0, c0)
     if grad_enabled() and any_requires_grad(input, weights, bias, h0, c0):
         return _SequenceFunction.apply(input, weights, bias, h0, c0)
@@ -160,6 +169,7 @@ class LLTMLayer(torch.nn.Module):
             weight.data.uniform_(-stdv, +stdv)
 
     def forward(self, x, state=None):
+        check_features("LLTMLayer", x, 3, self.input_features)
         if self.batch_first:
             x = x.transpose(0, 1)
         if state is None:

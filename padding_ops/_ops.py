@@ -5,7 +5,7 @@ import operator
 import torch
 
 from torch_fused_ops import load_library
-from torch_fused_ops._eager import below_autograd, grad_enabled, plain_eager
+from torch_fused_ops._eager import below_autograd, grad_enabled, plain_eager, require_tensors
 
 load_library("padding_ops")  # registers torch.ops.padding_ops.* (after checking the torch)
 
@@ -99,6 +99,7 @@ def tile_pad(x, pad, shift=0):
         raise TypeError(f"shift must be an int, got {shift!r}") from None
     pad = _as_pad(pad)
     if not plain_eager(x):  # torch.compile, export, transforms, modes, subclasses: the op
+        require_tensors("tile_pad", ("x",), (x,))
         return _tile_pad(x, pad, shift)
     if grad_enabled() and x.requires_grad:
         return _TilePad.apply(x, pad, shift)

@@ -5,7 +5,14 @@ import math
 import torch
 
 from torch_fused_ops import load_library
-from torch_fused_ops._eager import any_requires_grad, below_autograd, grad_enabled, plain_eager
+from torch_fused_ops._eager import (
+    any_requires_grad,
+    below_autograd,
+    grad_enabled,
+    plain_eager,
+    real_scalar,
+    require_tensors,
+)
 
 load_library("rwkv_ops")  # registers torch.ops.rwkv_ops.* (after checking the torch)
 
@@ -131,8 +138,9 @@ def timex(w, k, eps=0.0):
     Differentiable in w and k (eps is a constant). Equal to
     `F.conv1d(F.pad(k, (T-1, 0)), w.unsqueeze(1), groups=C) + eps`.
     """
-    eps = float(eps)
+    eps = real_scalar("timex", "eps", eps)
     if not plain_eager(w, k):  # torch.compile, export, transforms, modes, subclasses: the op
+        require_tensors("timex", ("w", "k"), (w, k))
         return _forward(w, k, eps)
     if grad_enabled() and any_requires_grad(w, k):
         return _TimeX.apply(w, k, eps)
@@ -172,6 +180,7 @@ class TimeX(torch.nn.Module):
         torch.nn.init.uniform_(self.w, -bound, bound)
 
     def forward(self, k):
+        require_tensors("TimeX", ("k",), (k,))
         if k.dim() != 3:
             raise ValueError(f"k must be a 3-D tensor (B, channels, T), got shape {tuple(k.shape)}")
         T = k.shape[-1]

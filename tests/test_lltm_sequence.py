@@ -411,3 +411,23 @@ def test_path_variable_ignored_on_cpu(monkeypatch):
     inputs = make_inputs(3, 2, 3, 4, "cpu")
     lltm.lltm_sequence(*inputs)
     assert os.environ["LLTM_SEQUENCE_PATH"] == "fallback"
+
+
+def test_layer_names_the_input_that_does_not_fit(device):
+    layer = lltm.LLTMLayer(8, 16).to(device)
+    with pytest.raises(ValueError, match=r"LLTMLayer: input must be a 3-D tensor \(T, B, input_features\) "
+                                         r"with input_features=8, got shape \(4, 2, 7\)"):
+        layer(torch.randn(4, 2, 7, device=device))
+    with pytest.raises(ValueError, match=r"got shape \(2, 8\)"):
+        layer(torch.randn(2, 8, device=device))
+    with pytest.raises(TypeError, match="LLTMLayer: input must be a torch.Tensor, got list"):
+        layer([[1.0] * 8])
+    cell = lltm.LLTM(8, 16).to(device)
+    state = (torch.zeros(2, 16, device=device),) * 2
+    with pytest.raises(ValueError, match=r"LLTM: input must be a 2-D tensor \(batch, input_features\) "
+                                         r"with input_features=8, got shape \(2, 7\)"):
+        cell(torch.randn(2, 7, device=device), state)
+    with pytest.raises(TypeError, match="lltm_sequence: h0 must be a torch.Tensor, got int"):
+        lltm.lltm_sequence(torch.randn(3, 2, 8, device=device), layer.weights, layer.bias, 0, state[1])
+    with pytest.raises(TypeError, match="lltm_cell: old_cell must be a torch.Tensor, got str"):
+        lltm.lltm_cell(torch.randn(2, 8, device=device), cell.weights, cell.bias, state[0], "c")

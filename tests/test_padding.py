@@ -298,3 +298,8 @@ def test_bad_inputs(device):
         torch.ops.padding_ops.tile_pad_backward(x.int(), [1, 0, 0, 0], 0)
     with pytest.raises(ValueError, match="at least 2 dims"):
         torch.ops.padding_ops.tile_pad_backward(x[0], [0, 0, 0, 0], 0)
+
+
+def test_non_tensor_input_raises_type_error():
+    with pytest.raises(TypeError, match=r"tile_pad: x must be a torch.Tensor, got list"):
+        padding_ops.tile_pad([[1.0, 2.0]], (1, 1, 1, 1))

@@ -510,3 +510,16 @@ def test_cuda_kernels_emulated_on_cpu(tmp_path):
     per __syncthreads, synchronous copies) and runs the configurations timex_cuda.cu picks,
     so that tiling, staging and register-window index errors fail here, GPU or not."""
     run_emulator(EMULATOR, tmp_path)
+
+
+def test_python_arguments_of_the_wrong_kind(device):
+    w, k = make(2, 3, 5, device, requires_grad=False)
+    with pytest.raises(TypeError, match=r"timex: k must be a torch.Tensor, got list \[\[1.0\]\]"):
+        rwkv_ops.timex(w, [[1.0]])
+    with pytest.raises(TypeError, match="timex: w must be a torch.Tensor, got NoneType"):
+        rwkv_ops.timex(None, k)
+    for eps in ["a", None, True, [0.0]]:
+        with pytest.raises(TypeError, match=f"timex: eps must be a real number .*, got {type(eps).__name__}"):
+            rwkv_ops.timex(w, k, eps=eps)
+    with pytest.raises(TypeError, match="TimeX: k must be a torch.Tensor, got tuple"):
+        rwkv_ops.TimeX(3, 5)((1, 2))

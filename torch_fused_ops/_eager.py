@@ -6,6 +6,8 @@ that it registers for the op. Traced calls (torch.compile, export), functorch tr
 dispatch or function modes and tensor subclasses go through the op and its registered
 autograd formula."""
 
+from numbers import Real as _Real
+
 import torch
 
 # Runs an op's CPU/CUDA kernel directly, past its Autograd key (what torch.library's own
@@ -32,3 +34,25 @@ def plain_eager(*tensors):
         if type(t) is not _Tensor and type(t) is not _Parameter:
             return False
     return True
+
+
+def require_tensors(fn, names, values):
+    """TypeError naming the first of fn's arguments `names` whose value is not a tensor. Called
+    where plain_eager() said no (a non-tensor fails it too), so eager calls pay nothing."""
+    for name, value in zip(names, values):
+        if not isinstance(value, _Tensor):
+            raise TypeError(
+                f"{fn}: {name} must be a torch.Tensor, got {type(value).__name__}"
+                + (f" {value!r}" if isinstance(value, (int, float, list, tuple)) else "")
+            )
+
+
+def real_scalar(fn, name, value):
+    """value as a float; TypeError naming the argument unless it is a real number (bool,
+    strings, tensors and None are not)."""
+    if isinstance(value, bool) or not isinstance(value, _Real):
+        raise TypeError(
+            f"{fn}: {name} must be a real number (int or float), got {type(value).__name__} "
+            f"{value!r}"
+        )
+    return float(value)

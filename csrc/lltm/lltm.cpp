@@ -5,12 +5,14 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/cpu_features.h"
 #include "common/dispatch.h"
 #include "common/module.h"
 #include "lltm/lltm_cpu_avx2.h"
 #include "lltm/lltm_driver.h"
+#include "lltm/lltm_tutorial.h"
 
 FUSED_OPS_PYTHON_MODULE(_C)
 
@@ -22,51 +24,67 @@ int64_t grain_rows(int64_t state_size) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, state_size));
 }
 
-// Rows [b0, b1) through the AVX2 kernels when they apply (float32 on an AVX2 CPU); false
-// means the caller runs its scalar loop.
+// Rows [b0, b1) through the AVX2 kernels when they apply (float32 and float64 on an AVX2 CPU);
+// false means the caller runs its scalar loop.
 template <typename T>
-bool vectorized_forward_rows(const T*, const T*, T*, T*, int64_t, int64_t, int64_t) {
+constexpr bool kHasAvx2Rows = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+template <typename T>
+bool vectorized_forward_rows(const T* gates, const T* old_cell, T* new_h, T* new_cell,
+                             T* const* acts, int64_t b0, int64_t b1, int64_t S) {
+  if constexpr (kHasAvx2Rows<T>) {
+    if (!fused_ops::cpu_has_avx2()) return false;
+    forward_rows_avx2(gates, old_cell, new_h, new_cell, acts, b0, b1, S);
+    return true;
+  }
   return false;
 }
-bool vectorized_forward_rows(const float* gates, const float* old_cell, float* new_h,
-                             float* new_cell, int64_t b0, int64_t b1, int64_t S) {
-  if (!fused_ops::cpu_has_avx2()) return false;
-  forward_rows_avx2(gates, old_cell, new_h, new_cell, b0, b1, S);
-  return true;
-}
 template <typename T>
-bool vectorized_backward_rows(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t,
-                              int64_t) {
+bool vectorized_backward_rows(const T* grad_h, const T* grad_cell, const T* new_cell,
+                              const T* gates, T* d_gates, T* d_old_cell, int64_t b0, int64_t b1,
+                              int64_t S) {
+  if constexpr (kHasAvx2Rows<T>) {
+    if (!fused_ops::cpu_has_avx2()) return false;
+    backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0, b1, S);
+    return true;
+  }
   return false;
-}
-bool vectorized_backward_rows(const float* grad_h, const float* grad_cell, const float* new_cell,
-                              const float* gates, float* d_gates, float* d_old_cell, int64_t b0,
-                              int64_t b1, int64_t S) {
-  if (!fused_ops::cpu_has_avx2()) return false;
-  backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0, b1, S);
-  return true;
 }
 
 // The dtype-specific bodies are templates so that the dispatch macro's body is a single
 // call (THO_DISPATCH splits its body at top-level commas).
 template <typename scalar_t>
 void forward_pointwise_rows(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
-                            Tensor& new_cell) {
+                            Tensor& new_cell, GateActivations* acts) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   const int64_t B = old_cell.size(0), S = old_cell.size(1);
   const scalar_t* g = gates.const_data_ptr<scalar_t>();
   const scalar_t* c = old_cell.const_data_ptr<scalar_t>();
   scalar_t* h_out = new_h.mutable_data_ptr<scalar_t>();
   scalar_t* c_out = new_cell.mutable_data_ptr<scalar_t>();
+  scalar_t* act_storage[3];
+  scalar_t* const* a = nullptr;  // the activations' outputs, or null
+  if (acts != nullptr) {
+    act_storage[0] = acts->input_gate.mutable_data_ptr<scalar_t>();
+    act_storage[1] = acts->output_gate.mutable_data_ptr<scalar_t>();
+    act_storage[2] = acts->candidate_cell.mutable_data_ptr<scalar_t>();
+    a = act_storage;
+  }
   torch::stable::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
-    if (vectorized_forward_rows(g, c, h_out, c_out, b0, b1, S)) return;
+    if (vectorized_forward_rows(g, c, h_out, c_out, a, b0, b1, S)) return;
     for (int64_t b = b0; b < b1; ++b) {
       const scalar_t* z = g + b * 3 * S;
       for (int64_t j = 0; j < S; ++j) {
+        const int64_t k = b * S + j;
         acc_t h, cell;
-        cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[b * S + j], h, cell);
-        h_out[b * S + j] = h;
-        c_out[b * S + j] = cell;
+        cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[k], h, cell);
+        h_out[k] = h;
+        c_out[k] = cell;
+        if (a != nullptr) {
+          a[0][k] = sigmoid<acc_t>(z[j]);
+          a[1][k] = sigmoid<acc_t>(z[S + j]);
+          a[2][k] = elu<acc_t>(z[2 * S + j]);
+        }
       }
     }
   });
@@ -104,9 +122,9 @@ void backward_pointwise_rows(const Tensor& grad_h, const Tensor& grad_cell,
 }
 
 void forward_pointwise_cpu(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
-                           Tensor& new_cell) {
+                           Tensor& new_cell, GateActivations* acts) {
   FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_forward_cpu", [&] {
-    forward_pointwise_rows<scalar_t>(gates, old_cell, new_h, new_cell);
+    forward_pointwise_rows<scalar_t>(gates, old_cell, new_h, new_cell, acts);
   });
 }
 
@@ -131,6 +149,30 @@ CellGrads backward_cpu(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor 
                        backward_pointwise_cpu);
 }
 
+TutorialOutputs tutorial_forward_cpu(Tensor input, Tensor weights, Tensor bias, Tensor old_h,
+                                     Tensor old_cell, bool split_gates) {
+  const CellSizes sizes =
+      check_forward_args(input, weights, bias, old_h, old_cell, /*bias_row=*/true);
+  return tutorial_forward(input, sizes, split_gates, [&](GateActivations* acts) {
+    return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cpu,
+                        acts);
+  });
+}
+
+TutorialGrads tutorial_backward_cpu(Tensor grad_h, Tensor grad_cell, Tensor new_cell,
+                                    Tensor input_gate, Tensor output_gate, Tensor candidate_cell,
+                                    Tensor X, Tensor gates, Tensor weights, bool split_gates) {
+  const Tensor gate_weights =
+      check_tutorial_backward_args(new_cell, input_gate, output_gate, candidate_cell, gates);
+  const GradMask all(4, true);
+  const CellSizes sizes =
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, all);
+  return tutorial_backward(sizes, split_gates, [&](Tensor* d_gates) {
+    return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
+                         backward_pointwise_cpu, d_gates);
+  });
+}
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY(lltm, m) {
@@ -141,11 +183,23 @@ STABLE_TORCH_LIBRARY(lltm, m) {
       "lltm_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor gate_weights, "
       "Tensor X, Tensor weights, bool[4] output_mask) "
       "-> (Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_h, Tensor d_old_cell)");
+  // The tutorial's lltm_forward / lltm_backward (lltm_tutorial.h; bias (3S) or (1, 3S)).
+  m.def(
+      "tutorial_forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "
+      "Tensor old_cell, bool split_gates) -> (Tensor new_h, Tensor new_cell, Tensor input_gate, "
+      "Tensor output_gate, Tensor candidate_cell, Tensor X, Tensor gates)");
+  m.def(
+      "tutorial_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor input_gate, "
+      "Tensor output_gate, Tensor candidate_cell, Tensor X, Tensor gates, Tensor weights, "
+      "bool split_gates) -> (Tensor d_old_h, Tensor d_input, Tensor d_weights, Tensor d_bias, "
+      "Tensor d_old_cell, Tensor d_gates)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(lltm, CPU, m) {
   m.impl("lltm_forward", TORCH_BOX(&forward_cpu));
   m.impl("lltm_backward", TORCH_BOX(&backward_cpu));
+  m.impl("tutorial_forward", TORCH_BOX(&tutorial_forward_cpu));
+  m.impl("tutorial_backward", TORCH_BOX(&tutorial_backward_cpu));
 }
 
 }  // namespace lltm

@@ -33,6 +33,15 @@ C10_HOST_DEVICE inline T d_elu(T z) {
   return z > T(0) ? T(1) : std::exp(z);
 }
 
+// Where a forward kernel also writes the three gate activations, sigmoid(z_i), sigmoid(z_o) and
+// elu(z_c), each (B, S) (the tutorial's forward returns them); all null: not wanted.
+template <typename T>
+struct ActivationPtrs {
+  T* input_gate = nullptr;
+  T* output_gate = nullptr;
+  T* candidate_cell = nullptr;
+};
+
 // One element of the forward. T is the accumulation type (float for half types).
 template <typename T>
 C10_HOST_DEVICE inline void cell_forward(T z_i, T z_o, T z_c, T old_cell, T& new_h, T& new_cell) {

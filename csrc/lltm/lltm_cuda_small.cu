@@ -149,7 +149,7 @@ bool use_small_path(const CellSizes& n, torch::headeronly::ScalarType dtype, int
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> small_forward_cuda(
     const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
-    const Tensor& old_cell, const CellSizes& sizes) {
+    const Tensor& old_cell, const CellSizes& sizes, GateActivations* acts) {
   const int device = input.get_device_index();
   const fused_ops::DeviceGuard guard(device);
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
@@ -171,7 +171,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> small_forward_cuda(
         b.const_data_ptr<scalar_t>(), h.const_data_ptr<scalar_t>(),
         c.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
         new_cell.mutable_data_ptr<scalar_t>(), X.mutable_data_ptr<scalar_t>(),
-        gates.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(F),
+        gates.mutable_data_ptr<scalar_t>(), activation_ptrs<scalar_t>(acts),
+        static_cast<int>(B), static_cast<int>(F),
         static_cast<int>(S));
     FUSED_OPS_LAUNCH_CHECK();
   });

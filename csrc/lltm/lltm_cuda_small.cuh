@@ -299,7 +299,8 @@ __global__ void __launch_bounds__(kThreads)
                          const scalar_t* __restrict__ bias, const scalar_t* __restrict__ old_h,
                          const scalar_t* __restrict__ old_cell, scalar_t* __restrict__ new_h,
                          scalar_t* __restrict__ new_cell, scalar_t* __restrict__ X,
-                         scalar_t* __restrict__ gates, int B, int F, int S) {
+                         scalar_t* __restrict__ gates, const ActivationPtrs<scalar_t> acts,
+                         int B, int F, int S) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   static_assert(fwd_staging_ok<TM, CH>, "forward staging: whole loads per thread");
   static_assert(!TC || std::is_same_v<acc_t, float>, "tensor-core tiles are float");
@@ -407,6 +408,11 @@ __global__ void __launch_bounds__(kThreads)
       z[2 * S] = z_c;
       new_h[b * S + j] = h;
       new_cell[b * S + j] = cell;
+      if (acts.input_gate != nullptr) {
+        acts.input_gate[b * S + j] = sigmoid(z_i);
+        acts.output_gate[b * S + j] = sigmoid(z_o);
+        acts.candidate_cell[b * S + j] = elu(z_c);
+      }
     }
   }
 }

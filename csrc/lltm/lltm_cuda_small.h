@@ -18,9 +18,10 @@ namespace lltm {
 bool use_small_path(const CellSizes& sizes, torch::headeronly::ScalarType dtype, int device);
 
 // lltm::lltm_forward on CUDA in one launch; the arguments have passed check_forward_args.
+// acts: null, or the gate activations to write too (lltm::tutorial_forward).
 std::tuple<Tensor, Tensor, Tensor, Tensor> small_forward_cuda(
     const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
-    const Tensor& old_cell, const CellSizes& sizes);
+    const Tensor& old_cell, const CellSizes& sizes, GateActivations* acts);
 
 // The GEMM part of lltm::lltm_backward on CUDA in one launch: from d_gates (B, 3S, as the
 // pointwise kernel writes it) and the checked X and weights, (d_input, d_weights, d_bias,

@@ -9,6 +9,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <tuple>
 #include <utility>
@@ -22,10 +23,30 @@ namespace lltm {
 
 using Tensor = torch::stable::Tensor;
 
+// The three gate activations that the tutorial's forward also returns (lltm::tutorial_forward):
+// sigmoid(z_i), sigmoid(z_o), elu(z_c), each (B, S), contiguous, written by the forward's
+// pointwise pass (or its fused GEMM kernel) next to new_h and new_cell. Hidden like the
+// torch::stable::Tensor it holds (whose namespace is hidden): only this library uses it.
+struct __attribute__((visibility("hidden"))) GateActivations {
+  Tensor input_gate, output_gate, candidate_cell;
+};
+
+// The raw pointers of acts (all null when acts is null).
+template <typename T>
+ActivationPtrs<T> activation_ptrs(GateActivations* acts) {
+  ActivationPtrs<T> p;
+  if (acts != nullptr) {
+    p.input_gate = acts->input_gate.mutable_data_ptr<T>();
+    p.output_gate = acts->output_gate.mutable_data_ptr<T>();
+    p.candidate_cell = acts->candidate_cell.mutable_data_ptr<T>();
+  }
+  return p;
+}
+
 // Device-specific pointwise kernels. All tensors contiguous, same device and dtype;
-// gates and d_gates are (B, 3S), the others (B, S).
+// gates and d_gates are (B, 3S), the others (B, S). acts: null, or the activations to write.
 using ForwardPointwise = void (*)(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
-                                  Tensor& new_cell);
+                                  Tensor& new_cell, GateActivations* acts);
 using BackwardPointwise = void (*)(const Tensor& grad_h, const Tensor& grad_cell,
                                    const Tensor& new_cell, const Tensor& gates, Tensor& d_gates,
                                    Tensor& d_old_cell);
@@ -43,14 +64,27 @@ using GradMask = std::vector<bool>;
 using CellGrads = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
 // The input checks of lltm::lltm_forward and lltm::lltm_backward (the one place they are
-// made); each returns the problem's sizes.
+// made); each returns the problem's sizes. bias_row: bias may also be (1, 3S), the shape the
+// tutorial's module gives it (lltm::tutorial_forward); the kernels read it as 3S values.
 inline CellSizes check_forward_args(const Tensor& input, const Tensor& weights,
                                     const Tensor& bias, const Tensor& old_h,
-                                    const Tensor& old_cell) {
+                                    const Tensor& old_cell, bool bias_row = false) {
   using namespace fused_ops;  // NOLINT(build/namespaces): the check_* helpers
   check_rank(input, "input", 2);
   check_rank(weights, "weights", 2);
-  check_rank(bias, "bias", 1);
+  if (bias_row && bias.dim() == 2) {
+    FUSED_OPS_CHECK_VALUE(bias.size(0) == 1,
+                          "bias must have shape [3 * state_size] or [1, 3 * state_size], got "
+                          "shape ",
+                          shape_str(bias));
+  } else if (bias_row) {
+    FUSED_OPS_CHECK_VALUE(bias.dim() == 1,
+                          "bias must be a 1-D tensor [3 * state_size] or a 2-D tensor "
+                          "[1, 3 * state_size], got a ",
+                          num(bias.dim()), "-D tensor of shape ", shape_str(bias));
+  } else {
+    check_rank(bias, "bias", 1);
+  }
   check_rank(old_h, "old_h", 2);
   check_rank(old_cell, "old_cell", 2);
   check_floating(input, "input");
@@ -63,7 +97,7 @@ inline CellSizes check_forward_args(const Tensor& input, const Tensor& weights,
   check_size(old_cell, "old_cell", 1, S, "state_size, from old_h");
   check_size(weights, "weights", 0, 3 * S, "3 * state_size");
   check_size(weights, "weights", 1, S + F, "state_size + input_features");
-  check_size(bias, "bias", 0, 3 * S, "3 * state_size");
+  check_size(bias, "bias", bias.dim() - 1, 3 * S, "3 * state_size");
   return {B, F, S};
 }
 
@@ -135,31 +169,46 @@ inline Tensor as_contiguous(const Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
 }
 
+// X[:, col0 : col0 + src.size(1)] = src, X contiguous. On the CPU with src's rows contiguous
+// (the usual case) one memcpy per row: two dispatcher calls (narrow, copy_) cost more than the
+// copy at the sizes where a step is bound by host time. Elsewhere ATen's copy_.
+inline void copy_into_columns(Tensor& X, int64_t col0, const Tensor& src) {
+  const int64_t rows = src.size(0), cols = src.size(1), ld = X.size(1);
+  if (rows == 0 || cols == 0) return;
+  if (X.is_cpu() && (rows == 1 || src.stride(0) == cols) && (cols == 1 || src.stride(1) == 1)) {
+    const int64_t elem = static_cast<int64_t>(X.element_size());
+    const char* from = static_cast<const char*>(src.const_data_ptr());
+    char* to = static_cast<char*>(X.mutable_data_ptr()) + col0 * elem;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(to + r * ld * elem, from + r * cols * elem, static_cast<size_t>(cols * elem));
+    }
+    return;
+  }
+  Tensor block = torch::stable::narrow(X, 1, col0, cols);
+  torch::stable::copy_(block, src);
+}
+
 // lltm::lltm_forward -> (new_h, new_cell, X, gate_weights), through ATen's GEMM (cuBLAS on
 // a GPU) and a device-specific pointwise kernel; the arguments have passed the checks.
+// acts: null, or the gate activations to write as well (lltm::tutorial_forward).
 inline std::tuple<Tensor, Tensor, Tensor, Tensor> forward_gemm(
     const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
-    const Tensor& old_cell, const CellSizes& sizes, ForwardPointwise pointwise) {
+    const Tensor& old_cell, const CellSizes& sizes, ForwardPointwise pointwise,
+    GateActivations* acts = nullptr) {
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
   // X = [old_h, input], written as the two column blocks of one buffer (no aten::cat): one
   // copy (B*(S+F) elements) is cheaper than a second GEMM pass over the (B, 3S) gates, and
   // the backward needs X for the weight gradient anyway.
   Tensor X = new_empty({B, S + F}, input);
-  if (B > 0 && S > 0) {
-    Tensor left = torch::stable::narrow(X, 1, 0, S);
-    torch::stable::copy_(left, old_h);
-  }
-  if (B > 0 && F > 0) {
-    Tensor right = torch::stable::narrow(X, 1, S, F);
-    torch::stable::copy_(right, input);
-  }
+  copy_into_columns(X, 0, old_h);
+  copy_into_columns(X, S, input);
   // gate_weights = X @ weights^T + bias, one addmm inside ATen (common/aten_ops.h says why
-  // not aten::addmm itself).
+  // not aten::addmm itself); a (1, 3S) bias broadcasts the same way.
   Tensor gate_weights = fused_ops::aten::linear(X, weights, bias);
   Tensor new_h = new_empty({B, S}, input);
   Tensor new_cell = new_empty({B, S}, input);
   if (B > 0 && S > 0) {
-    pointwise(as_contiguous(gate_weights), as_contiguous(old_cell), new_h, new_cell);
+    pointwise(as_contiguous(gate_weights), as_contiguous(old_cell), new_h, new_cell, acts);
   }
   return {new_h, new_cell, X, gate_weights};
 }
@@ -167,12 +216,13 @@ inline std::tuple<Tensor, Tensor, Tensor, Tensor> forward_gemm(
 // lltm::lltm_backward -> (d_input, d_weights, d_bias, d_old_h, d_old_cell), the gradients of
 // the forward's five arguments in their order, each contiguous; an entry whose mask flag is
 // false comes back empty. Through ATen's GEMM and a device-specific pointwise kernel; the
-// arguments have passed the checks.
+// arguments have passed the checks. d_gates_out: null, or where to hand the gradient of
+// gate_weights (B, 3S) back (lltm::tutorial_backward returns it).
 inline CellGrads backward_gemm(const Tensor& grad_h, const Tensor& grad_cell,
                                const Tensor& new_cell, const Tensor& gate_weights,
                                const Tensor& X, const Tensor& weights,
                                const GradMask& output_mask, const CellSizes& sizes,
-                               BackwardPointwise pointwise) {
+                               BackwardPointwise pointwise, Tensor* d_gates_out = nullptr) {
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
   Tensor d_gates = new_empty({B, 3 * S}, new_cell);
   Tensor d_old_cell = new_empty({B, S}, new_cell);
@@ -182,7 +232,8 @@ inline CellGrads backward_gemm(const Tensor& grad_h, const Tensor& grad_cell,
   }
   auto skipped = [&] { return new_empty({0}, new_cell); };
   // d_X = d_gates @ weights = [d_old_h, d_input]: one GEMM per half (over weights' column
-  // slices, no copy), so that each gradient is contiguous and an unwanted half costs nothing.
+  // slices, no copy), so that each gradient is contiguous (outputs of an op must not share
+  // memory) and an unwanted half costs nothing.
   Tensor w = weights;  // torch::stable::narrow takes a non-const reference
   Tensor d_input = output_mask[0]
                        ? fused_ops::aten::mm(d_gates, torch::stable::narrow(w, 1, S, F))
@@ -198,6 +249,7 @@ inline CellGrads backward_gemm(const Tensor& grad_h, const Tensor& grad_cell,
   Tensor d_old_h = output_mask[3]
                        ? fused_ops::aten::mm(d_gates, torch::stable::narrow(w, 1, 0, S))
                        : skipped();
+  if (d_gates_out != nullptr) *d_gates_out = d_gates;
   return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 

@@ -34,7 +34,7 @@ bool seq_vector_forward(const T*, const T*, T*, T*, int64_t, int64_t, int64_t) {
 bool seq_vector_forward(const float* z, const float* c_prev, float* h, float* c, int64_t b0,
                         int64_t b1, int64_t S) {
   if (!fused_ops::cpu_has_avx2()) return false;
-  forward_rows_avx2(z, c_prev, h, c, b0, b1, S);
+  forward_rows_avx2(z, c_prev, h, c, nullptr, b0, b1, S);
   return true;
 }
 template <typename T, typename Acc>

@@ -1,0 +1,196 @@
+"""The tutorial API: lltm_cpp / lltm_cuda in the C++/CUDA extension tutorial's own client
+code, against the tutorial's pure-Python LLTM, timed the way the tutorial's benchmark times
+them.
+
+The tutorial's module (weights (3S, F+S), bias (1, 3S)) around an autograd.Function that
+calls `forward` and `backward` of a drop-in module (written here in this package's words);
+its benchmark's measurement: the module's forward on inputs that do not require grad, then
+`(new_h.sum() + new_cell.sum()).backward()` into the parameters' gradients, each timed
+separately on the wall clock (after a device synchronisation on CUDA), medians over
+alternating rounds of every variant. float32 and float64, at the tutorial's size (batch 16,
+32 features, state 128) and one larger size. Each variant's outputs and parameter
+gradients are checked against float64 first (a wrong answer is a row marked MISMATCH).
+The tutorial's own compiled extension is not built here: ANCHORS.md's measurement puts it
+at or behind the pure-Python LLTM on both devices (the bar to beat).
+"""
+
+import copy
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import lltm
+import lltm_cpp
+import lltm_cuda
+from benchmarks.report import failure, fmt, progress, speedup, wanted
+
+SIZES = [(16, 32, 128), (64, 256, 512)]  # (batch, features, state)
+QUICK_SIZES = [(16, 32, 128)]
+DTYPES = [torch.float32, torch.float64]
+ROUNDS = 10
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+
+
+class PythonLLTM(torch.nn.Module):
+    """The tutorial's pure-Python LLTM (its module layout: bias (1, 3S))."""
+
+    def __init__(self, features, state):
+        super().__init__()
+        self.weights = torch.nn.Parameter(torch.empty(3 * state, features + state))
+        self.bias = torch.nn.Parameter(torch.empty(1, 3 * state))
+        stdv = 1.0 / math.sqrt(state)
+        for p in self.parameters():
+            p.data.uniform_(-stdv, stdv)
+
+    def forward(self, input, state):
+        old_h, old_cell = state
+        X = torch.cat([old_h, input], dim=1)
+        gate_weights = F.linear(X, self.weights, self.bias)
+        gates = gate_weights.chunk(3, dim=1)
+        input_gate = torch.sigmoid(gates[0])
+        output_gate = torch.sigmoid(gates[1])
+        candidate_cell = F.elu(gates[2])
+        new_cell = old_cell + candidate_cell * input_gate
+        new_h = torch.tanh(new_cell) * output_gate
+        return new_h, new_cell
+
+
+def client_function(module, n_grads):
+    """The tutorial client's autograd.Function around a drop-in module."""
+
+    class LLTMFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, weights, bias, old_h, old_cell):
+            outputs = module.forward(input, weights, bias, old_h, old_cell)
+            new_h, new_cell = outputs[:2]
+            ctx.save_for_backward(*(outputs[1:] + [weights]))
+            return new_h, new_cell
+
+        @staticmethod
+        def backward(ctx, grad_h, grad_cell):
+            grads = module.backward(grad_h.contiguous(), grad_cell.contiguous(),
+                                    *ctx.saved_tensors)
+            d_old_h, d_input, d_weights, d_bias, d_old_cell = grads[:n_grads][:5]
+            return d_input, d_weights, d_bias, d_old_h, d_old_cell
+
+    return LLTMFunction
+
+
+class ClientLLTM(PythonLLTM):
+    """The tutorial's extension module: the same parameters, the Function's apply."""
+
+    def __init__(self, features, state, function):
+        super().__init__(features, state)
+        self.function = function
+
+    def forward(self, input, state):
+        return self.function.apply(input, self.weights, self.bias, *state)
+
+
+class PackageLLTM(PythonLLTM):
+    """This package's lltm.lltm_cell with the tutorial's (1, 3S) bias flattened."""
+
+    def forward(self, input, state):
+        return lltm.lltm_cell(input, self.weights, self.bias.view(-1), *state)
+
+
+def variants(features, state):
+    return [
+        ("tutorial's pure-Python LLTM", "eager", PythonLLTM(features, state)),
+        ("tutorial client + lltm_cpp", "ours", ClientLLTM(features, state,
+                                                          client_function(lltm_cpp, 5))),
+        ("tutorial client + lltm_cuda", "ours", ClientLLTM(features, state,
+                                                           client_function(lltm_cuda, 6))),
+        ("lltm.lltm_cell (this package's API)", "other", PackageLLTM(features, state)),
+    ]
+
+
+def check(rnn, ref, inputs):
+    """Max relative error of outputs and parameter gradients against float64."""
+    errs = []
+    outs = rnn(inputs[0], inputs[1:])
+    rnn.zero_grad()
+    (outs[0].sum() + outs[1].sum()).backward()
+    ref64 = copy.deepcopy(ref).double()  # Module.double() converts in place
+    ref64.zero_grad()
+    want = ref64(inputs[0].double(), tuple(t.double() for t in inputs[1:]))
+    (want[0].sum() + want[1].sum()).backward()
+    pairs = list(zip(outs, want)) + [(p.grad, q.grad) for p, q in
+                                       zip(rnn.parameters(), ref64.parameters())]
+    for g, w in pairs:
+        errs.append(((g.double() - w).norm() / w.norm().clamp_min(1e-30)).item())
+    return max(errs)
+
+
+def time_rounds(models, inputs, device, reps, rounds):
+    """The tutorial benchmark's two timings per call, alternating rounds: (fwd, bwd) ms."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    x, h, c = inputs
+    samples = [([], []) for _ in models]
+    for rnn in models:  # warm-up
+        for _ in range(10):
+            new_h, new_cell = rnn(x, (h, c))
+            (new_h.sum() + new_cell.sum()).backward()
+    for _ in range(rounds):
+        for k, rnn in enumerate(models):
+            for _ in range(reps):
+                rnn.zero_grad()
+                sync()
+                t0 = time.perf_counter()
+                new_h, new_cell = rnn(x, (h, c))
+                sync()
+                t1 = time.perf_counter()
+                (new_h.sum() + new_cell.sum()).backward()
+                sync()
+                t2 = time.perf_counter()
+                samples[k][0].append((t1 - t0) * 1e3)
+                samples[k][1].append((t2 - t1) * 1e3)
+    return [(statistics.median(f), statistics.median(b)) for f, b in samples]
+
+
+def run(device, quick=False, cases=None):
+    rows, figures = [], []
+    reps = 20 if quick else 200
+    rounds = 2 if quick else ROUNDS
+    for batch, features, state in QUICK_SIZES if quick else SIZES:
+        for dtype in DTYPES:
+            label = f"({batch}, {features}, {state}) {str(dtype).removeprefix('torch.')}"
+            if not wanted(label, cases):
+                continue
+            progress(f"lltm_tutorial on {device}: {label}")
+            torch.manual_seed(0)
+            named = variants(features, state)
+            base = named[0][2]
+            for _, _, rnn in named[1:]:
+                rnn.load_state_dict(base.state_dict())
+            inputs = [torch.randn(batch, n) for n in (features, state, state)]
+            inputs = [t.to(device, dtype) for t in inputs]
+            timed, checks = [], {}
+            for name, role, rnn in named:
+                rnn.to(device, dtype)
+                try:
+                    err = check(rnn, base, inputs)
+                    checks[name] = "ok" if err < TOLERANCE[dtype] else f"MISMATCH ({err:.1e})"
+                    timed.append((name, role, rnn))
+                except Exception as exc:  # the row says what happened; the run goes on
+                    checks[name] = failure(exc)
+            times = time_rounds([rnn for _, _, rnn in timed], inputs, device, reps, rounds)
+            by_name = {name: t for (name, _, _), t in zip(timed, times)}
+            eager = by_name.get(named[0][0], (None, None))
+            for name, role, _ in named:
+                fwd, bwd = by_name.get(name, (None, None))
+                rows.append([label, name, fmt(fwd), fmt(bwd), speedup(eager[0], fwd),
+                             speedup(eager[1], bwd), checks[name]])
+                figures.append({"case": label, "variant": name, "role": role,
+                                "ok": checks[name] == "ok", "check": checks[name],
+                                "fwd_ms": fwd, "bwd_ms": bwd})
+    header = ["(B, F, S) dtype", "variant", "fwd ms", "bwd ms", "fwd vs Python",
+              "bwd vs Python", "check"]
+    notes = ["the tutorial benchmark's measurement: wall time of the module's forward, then of "
+             "(new_h.sum() + new_cell.sum()).backward() (parameters' gradients), each after a "
+             "device synchronisation; medians of alternating rounds; vs Python: the pure-Python "
+             "LLTM's time over the row's (>1: the row is faster)"]
+    return header, rows, notes, figures

@@ -4,18 +4,22 @@ them.
 
 The tutorial's module (weights (3S, F+S), bias (1, 3S)) around an autograd.Function that
 calls `forward` and `backward` of a drop-in module (written here in this package's words);
-its benchmark's measurement: the module's forward on inputs that do not require grad, then
-`(new_h.sum() + new_cell.sum()).backward()` into the parameters' gradients, each timed
+its benchmark's measurement: the module's forward on inputs that require grad (as its
+script makes them), then `(new_h.sum() + new_cell.sum()).backward()`, each timed
 separately on the wall clock (after a device synchronisation on CUDA), medians over
 alternating rounds of every variant. float32 and float64, at the tutorial's size (batch 16,
 32 features, state 128) and one larger size. Each variant's outputs and parameter
 gradients are checked against float64 first (a wrong answer is a row marked MISMATCH).
-The tutorial's own compiled extension is not built here: ANCHORS.md's measurement puts it
-at or behind the pure-Python LLTM on both devices (the bar to beat).
+The tutorial's own compiled extension is a row where a build of it is importable under the
+module name in FUSED_OPS_TUTORIAL_EXT (its C++ module, built outside this repository under
+another name, since `lltm_cpp` is this package's; CPU tensors only, as it dispatches on
+nothing); elsewhere ANCHORS.md's measurement stands: at or behind the pure-Python LLTM.
 """
 
 import copy
+import importlib
 import math
+import os
 import statistics
 import time
 
@@ -97,8 +101,8 @@ class PackageLLTM(PythonLLTM):
         return lltm.lltm_cell(input, self.weights, self.bias.view(-1), *state)
 
 
-def variants(features, state):
-    return [
+def variants(features, state, device):
+    rows = [
         ("tutorial's pure-Python LLTM", "eager", PythonLLTM(features, state)),
         ("tutorial client + lltm_cpp", "ours", ClientLLTM(features, state,
                                                           client_function(lltm_cpp, 5))),
@@ -106,6 +110,15 @@ def variants(features, state):
                                                            client_function(lltm_cuda, 6))),
         ("lltm.lltm_cell (this package's API)", "other", PackageLLTM(features, state)),
     ]
+    name = os.environ.get("FUSED_OPS_TUTORIAL_EXT")
+    if name and device == "cpu":
+        try:
+            module = importlib.import_module(name)
+            rows.append(("tutorial's own C++ extension", "peer",
+                         ClientLLTM(features, state, client_function(module, 5))))
+        except ImportError as exc:
+            progress(f"FUSED_OPS_TUTORIAL_EXT={name}: {exc}; no row for it")
+    return rows
 
 
 def check(rnn, ref, inputs):
@@ -116,7 +129,7 @@ def check(rnn, ref, inputs):
     (outs[0].sum() + outs[1].sum()).backward()
     ref64 = copy.deepcopy(ref).double()  # Module.double() converts in place
     ref64.zero_grad()
-    want = ref64(inputs[0].double(), tuple(t.double() for t in inputs[1:]))
+    want = ref64(inputs[0].detach().double(), tuple(t.detach().double() for t in inputs[1:]))
     (want[0].sum() + want[1].sum()).backward()
     pairs = list(zip(outs, want)) + [(p.grad, q.grad) for p, q in
                                        zip(rnn.parameters(), ref64.parameters())]
@@ -162,12 +175,12 @@ def run(device, quick=False, cases=None):
                 continue
             progress(f"lltm_tutorial on {device}: {label}")
             torch.manual_seed(0)
-            named = variants(features, state)
+            named = variants(features, state, device)
             base = named[0][2]
             for _, _, rnn in named[1:]:
                 rnn.load_state_dict(base.state_dict())
             inputs = [torch.randn(batch, n) for n in (features, state, state)]
-            inputs = [t.to(device, dtype) for t in inputs]
+            inputs = [t.to(device, dtype).requires_grad_() for t in inputs]
             timed, checks = [], {}
             for name, role, rnn in named:
                 rnn.to(device, dtype)
@@ -189,8 +202,9 @@ def run(device, quick=False, cases=None):
                                 "fwd_ms": fwd, "bwd_ms": bwd})
     header = ["(B, F, S) dtype", "variant", "fwd ms", "bwd ms", "fwd vs Python",
               "bwd vs Python", "check"]
-    notes = ["the tutorial benchmark's measurement: wall time of the module's forward, then of "
-             "(new_h.sum() + new_cell.sum()).backward() (parameters' gradients), each after a "
+    notes = ["the tutorial benchmark's measurement: wall time of the module's forward (inputs "
+             "and states requiring grad), then of (new_h.sum() + new_cell.sum()).backward() "
+             "(gradients of the inputs, states and parameters), each after a "
              "device synchronisation; medians of alternating rounds; vs Python: the pure-Python "
              "LLTM's time over the row's (>1: the row is faster)"]
     return header, rows, notes, figures

@@ -101,23 +101,32 @@ class PackageLLTM(PythonLLTM):
         return lltm.lltm_cell(input, self.weights, self.bias.view(-1), *state)
 
 
-def variants(features, state, device):
+def variants(features, state, device, dtype):
+    """(row name, role, module): each with the eager module's parameters, on device and dtype."""
+    base = PythonLLTM(features, state)
+    compiled = PythonLLTM(features, state)
     rows = [
-        ("tutorial's pure-Python LLTM", "eager", PythonLLTM(features, state)),
-        ("tutorial client + lltm_cpp", "ours", ClientLLTM(features, state,
-                                                          client_function(lltm_cpp, 5))),
-        ("tutorial client + lltm_cuda", "ours", ClientLLTM(features, state,
-                                                           client_function(lltm_cuda, 6))),
-        ("lltm.lltm_cell (this package's API)", "other", PackageLLTM(features, state)),
+        ("eager PyTorch (the tutorial's pure-Python LLTM)", "eager", base),
+        ("torch.compile of it", "compile", compiled),
+        ("torch-fused-ops: tutorial client + lltm_cpp", "ours",
+         ClientLLTM(features, state, client_function(lltm_cpp, 5))),
+        ("torch-fused-ops: tutorial client + lltm_cuda", "ours",
+         ClientLLTM(features, state, client_function(lltm_cuda, 6))),
+        ("torch-fused-ops: lltm.lltm_cell", "other", PackageLLTM(features, state)),
     ]
     name = os.environ.get("FUSED_OPS_TUTORIAL_EXT")
     if name and device == "cpu":
         try:
             module = importlib.import_module(name)
-            rows.append(("tutorial's own C++ extension", "peer",
+            rows.append(("the tutorial's own C++ extension", "peer",
                          ClientLLTM(features, state, client_function(module, 5))))
         except ImportError as exc:
             progress(f"FUSED_OPS_TUTORIAL_EXT={name}: {exc}; no row for it")
+    for _, _, rnn in rows[1:]:
+        rnn.load_state_dict(base.state_dict())
+    for _, _, rnn in rows:
+        rnn.to(device, dtype)
+    rows[1] = (rows[1][0], rows[1][1], torch.compile(compiled))
     return rows
 
 
@@ -168,43 +177,42 @@ def run(device, quick=False, cases=None):
     rows, figures = [], []
     reps = 20 if quick else 200
     rounds = 2 if quick else ROUNDS
-    for batch, features, state in QUICK_SIZES if quick else SIZES:
-        for dtype in DTYPES:
-            label = f"({batch}, {features}, {state}) {str(dtype).removeprefix('torch.')}"
-            if not wanted(label, cases):
-                continue
-            progress(f"lltm_tutorial on {device}: {label}")
-            torch.manual_seed(0)
-            named = variants(features, state, device)
-            base = named[0][2]
-            for _, _, rnn in named[1:]:
-                rnn.load_state_dict(base.state_dict())
-            inputs = [torch.randn(batch, n) for n in (features, state, state)]
-            inputs = [t.to(device, dtype).requires_grad_() for t in inputs]
-            timed, checks = [], {}
-            for name, role, rnn in named:
-                rnn.to(device, dtype)
-                try:
-                    err = check(rnn, base, inputs)
-                    checks[name] = "ok" if err < TOLERANCE[dtype] else f"MISMATCH ({err:.1e})"
-                    timed.append((name, role, rnn))
-                except Exception as exc:  # the row says what happened; the run goes on
-                    checks[name] = failure(exc)
-            times = time_rounds([rnn for _, _, rnn in timed], inputs, device, reps, rounds)
-            by_name = {name: t for (name, _, _), t in zip(timed, times)}
-            eager = by_name.get(named[0][0], (None, None))
-            for name, role, _ in named:
-                fwd, bwd = by_name.get(name, (None, None))
-                rows.append([label, name, fmt(fwd), fmt(bwd), speedup(eager[0], fwd),
-                             speedup(eager[1], bwd), checks[name]])
-                figures.append({"case": label, "variant": name, "role": role,
-                                "ok": checks[name] == "ok", "check": checks[name],
-                                "fwd_ms": fwd, "bwd_ms": bwd})
-    header = ["(B, F, S) dtype", "variant", "fwd ms", "bwd ms", "fwd vs Python",
-              "bwd vs Python", "check"]
+    labelled = [(f"({b}, {f}, {s}) {str(dtype).removeprefix('torch.')}", (b, f, s), dtype)
+                for b, f, s in (QUICK_SIZES if quick else SIZES) for dtype in DTYPES]
+    labelled = [item for item in labelled if wanted(item[0], cases)]
+    for number, (label, (batch, features, state), dtype) in enumerate(labelled, 1):
+        progress(f"lltm_tutorial on {device}: case {number}/{len(labelled)} {label}")
+        torch.manual_seed(0)
+        named = variants(features, state, device, dtype)
+        base = named[0][2]
+        inputs = [torch.randn(batch, n) for n in (features, state, state)]
+        inputs = [t.to(device, dtype).requires_grad_() for t in inputs]
+        timed, checks = [], {}
+        for name, role, rnn in named:
+            try:
+                err = check(rnn, base, inputs)
+                checks[name] = "ok" if err < TOLERANCE[dtype] else f"MISMATCH ({err:.1e})"
+                timed.append((name, role, rnn))
+            except Exception as exc:  # the row says what happened; the run goes on
+                checks[name] = failure(exc)
+        times = time_rounds([rnn for _, _, rnn in timed], inputs, device, reps, rounds)
+        by_name = {name: t for (name, _, _), t in zip(timed, times)}
+        eager = by_name.get(named[0][0], (None, None))
+        compiled = by_name.get(named[1][0], (None, None))
+        for name, role, _ in named:
+            fwd, bwd = by_name.get(name, (None, None))
+            rows.append([label, name, fmt(fwd), fmt(bwd), speedup(eager[0], fwd),
+                         speedup(eager[1], bwd), speedup(compiled[0], fwd),
+                         speedup(compiled[1], bwd), checks[name]])
+            figures.append({"case": label, "variant": name, "role": role,
+                            "ok": checks[name] == "ok", "check": checks[name],
+                            "fwd_ms": fwd, "bwd_ms": bwd})
+    header = ["(B, F, S) dtype", "variant", "fwd ms", "bwd ms", "fwd vs eager", "bwd vs eager",
+              "fwd vs compile", "bwd vs compile", "check"]
     notes = ["the tutorial benchmark's measurement: wall time of the module's forward (inputs "
              "and states requiring grad), then of (new_h.sum() + new_cell.sum()).backward() "
              "(gradients of the inputs, states and parameters), each after a "
-             "device synchronisation; medians of alternating rounds; vs Python: the pure-Python "
-             "LLTM's time over the row's (>1: the row is faster)"]
+             "device synchronisation; medians of alternating rounds; vs eager / vs compile: the "
+             "pure-Python LLTM's time (eager, torch.compile) over the row's (>1: the row is "
+             "faster)"]
     return header, rows, notes, figures

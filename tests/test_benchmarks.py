@@ -23,7 +23,7 @@ from padding_ops.reference import tile_pad_reference
 from rwkv_ops.reference import timex_conv1d
 
 ROOT = Path(__file__).resolve().parent.parent
-FAMILIES = ["lltm", "lltm_sequence", "padding", "rwkv"]
+FAMILIES = ["lltm", "lltm_sequence", "lltm_tutorial", "padding", "rwkv"]
 
 
 def png_size(path):

@@ -1,8 +1,9 @@
 // LLTM cell: the cuBLAS path's CUDA pointwise kernels (forward and backward), the choice
 // between that path and the single-launch kernels (lltm_cuda_small.cu), and the CUDA
-// registration (and the Python module of the CUDA library, <pkg>._C_cuda). On the cuBLAS
-// path the GEMMs run through ATen (lltm_driver.h); each pointwise kernel here makes one pass
-// over its tensors, 16 bytes per access where the row length and pointers allow it.
+// registration of the cell's ops and of the tutorial's (lltm_tutorial.h), and the Python
+// module of the CUDA library, <pkg>._C_cuda. On the cuBLAS path the GEMMs run through ATen
+// (lltm_driver.h); each pointwise kernel here makes one pass over its tensors, 16 bytes per
+// access where the row length and pointers allow it.
 #include <torch/csrc/stable/library.h>
 
 #include <initializer_list>
@@ -152,8 +153,8 @@ void backward_pointwise_cuda(const Tensor& grad_h, const Tensor& grad_cell,
 
 // Small and medium problems take the kernels of lltm_cuda_small.cu (one launch for the
 // forward, two for the backward; the rule is use_small_path); larger ones cuBLAS plus the
-// pointwise kernels above.
-// The forward after the checks; acts: null, or the gate activations to write too.
+// pointwise kernels above. The forward after the checks; acts: null, or the gate
+// activations to write too.
 std::tuple<Tensor, Tensor, Tensor, Tensor> checked_forward_cuda(
     const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
     const Tensor& old_cell, const CellSizes& sizes, GateActivations* acts) {

@@ -164,19 +164,22 @@ def dtype_of(tensors, dtype):
 # ---- Brick padding -------------------------------------------------------------------------
 
 def padding_cases():
-    import torch
     fwd = [((3, 5, 7), (2, 3, 4, 1), -3),    # unaligned head and tail, short rows
            ((2, 9, 35), (1, 30, 0, 18), 40),  # whole 16-byte packs, shift > W
            ((1, 1), (0, 5, 3, 0), 1)]         # 1x1 image
     for dtype in ["uint8", "float16", "float32", "float64", "complex128", "bfloat16"]:
         for shape, pad, shift in fwd:
             def run(gen, shape=shape, pad=pad, shift=shift, dtype=dtype):
+                import torch
+
                 x = rand(gen, *shape, dtype=dtype)
                 y = torch.ops.padding_ops.tile_pad(x.to(DEVICE), pad, shift)
                 same("tile_pad", y, torch.ops.padding_ops.tile_pad(x, pad, shift))
             add("padding", f"forward {shape} pad={pad} shift={shift}", dtype, run)
 
         def run_offset(gen, dtype=dtype):
+            import torch
+
             # A row start that breaks 16-byte alignment of the input (a storage offset).
             flat = rand(gen, 1 + 3 * 5 * 7, dtype=dtype)
             xg = flat.to(DEVICE)[1:].view(3, 5, 7)
@@ -190,6 +193,8 @@ def padding_cases():
     for dtype in DTYPES:
         for shape, pad, shift in bwd:
             def run(gen, shape=shape, pad=pad, shift=shift, dtype=dtype):
+                import torch
+
                 left, right, top, bottom = pad
                 gy = rand(gen, *shape[:-2], shape[-2] + top + bottom, shape[-1] + left + right,
                           dtype=dtype)
@@ -208,9 +213,10 @@ def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=Non
     expect: the algorithm timex_algorithm must report; keep: through timex_forward_keep and
     timex_backward_kept; misalign: k, g (and so out, grad_k) one element past an aligned
     start."""
-    import torch
 
     def run(gen):
+        import torch
+
         w = rand(gen, C, T, dtype=dtype, scale=1 / math.sqrt(T))
         k, g = rand(gen, B, C, T, dtype=dtype), rand(gen, B, C, T, dtype=dtype)
 
@@ -323,9 +329,10 @@ MASKS = [[True] * 4, [True, False, False, False], [False, False, False, True],
 
 
 def lltm_cell_case(B, F, S, dtype, path):
-    import torch
 
     def run(gen):
+        import torch
+
         args = [rand(gen, B, F, dtype=dtype), rand(gen, 3 * S, S + F, dtype=dtype),
                 rand(gen, 3 * S, dtype=dtype), rand(gen, B, S, dtype=dtype),
                 rand(gen, B, S, dtype=dtype)]
@@ -376,9 +383,10 @@ class Unsupported(Exception):
 
 
 def lltm_seq_case(T, B, F, S, dtype, path, mask=(True, True, True), note=""):
-    import torch
 
     def run(gen):
+        import torch
+
         K = S + F
         x = rand(gen, T, B, F, dtype=dtype)
         weights = rand(gen, 3 * S, K, dtype=dtype, scale=1 / math.sqrt(K))
@@ -466,14 +474,18 @@ def select(args):
             continue
         if args.library_free and c.library or args.library_only and not c.library:
             continue
+        if args.library_dtypes and c.library and c.dtype not in args.library_dtypes.split(","):
+            continue
         chosen.append(c)
+    if args.library_dtypes:  # a tool that aborts in a library kernel still ran the others
+        chosen.sort(key=lambda c: c.library)
     return families, chosen
 
 
 # ---- Log summary ---------------------------------------------------------------------------
 
 REPORT = re.compile(r"^========= (Invalid |Uninitialized |Error: |Warning: |Barrier |"
-                    r"Program hit |Race |Malformed |Cuda API error|.*hazard)")
+                    r"Program hit |Race |Malformed |Cuda API error|Potential )", re.IGNORECASE)
 
 
 def kernel_name(line):
@@ -547,6 +559,9 @@ def main():
                        help="only cases that run no cuBLAS or cuFFT kernel")
     group.add_argument("--library-only", action="store_true",
                        help="only cases that run cuBLAS or cuFFT kernels")
+    parser.add_argument("--library-dtypes", metavar="D[,D...]",
+                        help="library cases only in these dtypes (the library-free ones in "
+                        "every selected dtype), run after the library-free ones")
     parser.add_argument("--list", action="store_true", help="print the selected cases, run none")
     parser.add_argument("--count", action="store_true", help="print the number of cases only")
     parser.add_argument("--summarize", metavar="LOG", help="summarise a log (no GPU needed)")
@@ -557,14 +572,7 @@ def main():
         print(summarize(args.summarize))
         return
 
-    sys.path.insert(0, ROOT)
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import torch
-    import lltm  # noqa: F401  (registers torch.ops.lltm)
-    import padding_ops  # noqa: F401
-    import rwkv_ops  # noqa: F401
-
-    families, cases = select(args)
+    families, cases = select(args)  # (no torch needed to list them)
     label = ",".join(families)
     if args.count:
         print(len(cases))
@@ -574,6 +582,11 @@ def main():
             print(("L " if c.library else "  ") + c.full_name)
         print(f"{len(cases)} cases")
         return
+    sys.path.insert(0, ROOT)
+    import torch
+    import lltm  # noqa: F401  (registers torch.ops.lltm)
+    import padding_ops  # noqa: F401
+    import rwkv_ops  # noqa: F401
     global DEVICE
     DEVICE = args.device
     cuda = DEVICE == "cuda"

@@ -536,7 +536,8 @@ def summarize(path):
             if name:
                 kernels[name] += 1
             pending = False
-    finished = any(l.startswith("sanitize: ") and "checks ok" in l for l in text)
+    finished = any(l.startswith("sanitize: ") and "checks ok" in l
+                   or l.startswith("probe: ") and l.endswith(" done") for l in text)
     aborted = [l for l in text if "failed to handle" in l or "Sanitizer failed" in l
                or "Target application terminated" in l]
     state = "finished" if finished else ("ABORTED" if aborted else "DID NOT FINISH")

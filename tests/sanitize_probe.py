@@ -4,40 +4,42 @@ initcheck reports "Uninitialized __global__ memory read of size 2 bytes" in
 lltm::persistent::forward_kernel<c10::BFloat16, 2> where it reads the gate pre-activations
 that the input projection (one bfloat16 cuBLAS GEMM, aten::addmm into the gates buffer) wrote.
 Either initcheck does not see that GEMM's stores (Hopper cuBLAS kernels store through TMA), or
-the kernel reads elements the GEMM did not write. Three experiments tell them apart:
+the kernel reads elements the GEMM did not write. These experiments tell them apart:
 
-  python tests/sanitize_probe.py initcheck     (under compute-sanitizer --tool initcheck, with
-                                                PYTORCH_NO_CUDA_MEMORY_CACHING=1)
-      for bfloat16, float16 and float32, at the sequence's GEMM shapes: the same addmm (the
-      same strided operands) into a fresh buffer, then torch's own conversion kernel reads
-      every element (".to(float64)"): if initcheck reports that read too, the tool misses the
-      GEMM's stores. Controls: the buffer zero-filled first (no report may remain), a plain
-      mm, and the op itself (persistent path; F = 0, where a torch kernel writes the gates).
-      Sections are marked "probe: BEGIN label" / "probe: END label".
-  python tests/sanitize_probe.py summarize LOG
-      the initcheck reports of each section of that log, and the verdict.
+  python tests/sanitize_probe.py initcheck STEP DTYPE T,B,F,S
+      one experiment per process, under compute-sanitizer --tool initcheck with
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 (its ERROR SUMMARY is the count; tests/gpu_reliability.sh
+      runs the list and tabulates them, tests/sanitize.py --summarize LOG names the kernels):
+        read         the op's addmm (the same strided operands) into a fresh buffer, then
+                     torch's own conversion kernel reads every element (".to(float64)"): if
+                     initcheck reports that read too, the tool misses the GEMM's stores
+        zeroed       the same into a zero-filled buffer (control: no report may remain)
+        mm           a plain mm (no bias epilogue) into a fresh buffer, then the read
+        op           the op, persistent path: the report of the issue
+        op-f0        the op, persistent, F = 0 (the gates are the bias, copied by a torch
+                     kernel: no GEMM): the persistent kernel on initialised input
+        op-fallback  the op, fallback path (cuBLAS per step, our step kernel reads its output)
   python tests/sanitize_probe.py nan           (plain run, caching allocator on)
       (a) the addmm into a NaN-filled buffer leaves no NaN (it writes every element; its result
-      equals the fresh-buffer one bit for bit); (b) the op on memory poisoned with NaN (every
-      free block of the caching allocator that its buffers can come from is NaN-filled first,
-      and the poisoning is checked): its outputs equal an unpoisoned run bit for bit, so the
+      equals the fresh-buffer one bit for bit); (b) the op on memory poisoned with NaN (the
+      caching allocator's free blocks of the sizes its buffers take are NaN-filled first, and
+      the poisoning is checked): its outputs equal an unpoisoned run bit for bit, so the
       kernels read nothing that the GEMM did not write; (c) the names of the GEMM kernels
-      cuBLAS runs (torch.profiler: nvjet / sm90 names use TMA).
+      cuBLAS runs (torch.profiler).
   python tests/sanitize_probe.py kernels       (plain run)
       the CUDA kernels each family's library-free sanitize cases launch (torch.profiler): none
       may come from cuBLAS or cuFFT, which is what lets racecheck run them in every dtype.
   python tests/sanitize_probe.py nonfinite     (plain run)
       how the CUDA TimeX algorithms place NaN and inf (informational; the property tests hold
       them to their contracts): per algorithm, the outputs that are non-finite where the
-      definition's are finite, and finite where the definition's are not.
+      definition's are finite, finite where the definition's are not, NaN where it is +-inf.
 """
 
 import math
 import os
 import re
 import sys
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -53,26 +55,6 @@ def say(*args):
     print("probe:", *args, flush=True)
 
 
-def section(label):
-    """Marks a section of the log: reports printed between BEGIN and END belong to it (each
-    end synchronises, and waits a moment so that the tool's reports come out first)."""
-    import torch
-
-    class Section:
-        def __enter__(self):
-            torch.cuda.synchronize()
-            time.sleep(0.2)
-            say("BEGIN", label)
-
-        def __exit__(self, *exc):
-            torch.cuda.synchronize()
-            time.sleep(0.5)
-            say("END", label)
-            return False
-
-    return Section()
-
-
 def gemm_operands(T, B, F, S, dtype, gen):
     """The input projection's operands as the op builds them (lltm_sequence_driver.h): x as
     (T B, F), W_x^T a strided view of weights (3S, S+F) (column block, transposed), bias."""
@@ -84,92 +66,63 @@ def gemm_operands(T, B, F, S, dtype, gen):
     return x, weights, weights[:, S:].t(), bias
 
 
-def initcheck():
+INITCHECK_STEPS = {
+    "read": "aten::addmm into a fresh buffer (the op's call), then torch reads every element",
+    "zeroed": "the same into a zero-filled buffer, then the same read (control)",
+    "mm": "aten::mm (no bias epilogue) into a fresh buffer, then the same read",
+    "op": "lltm_sequence_forward, persistent path (its kernel reads the GEMM's output)",
+    "op-f0": "lltm_sequence_forward, persistent, F = 0 (the gates are the bias, copied: no GEMM)",
+    "op-fallback": "lltm_sequence_forward, fallback path (cuBLAS per step, then our kernel)",
+}
+
+
+def initcheck(step, dtype, shape):
+    """One experiment per process (run under initcheck: its ERROR SUMMARY is the count)."""
     import torch
 
     import lltm  # noqa: F401
+    T, B, F, S = shape
+    alloc = ("off" if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1"
+             else "ON (set PYTORCH_NO_CUDA_MEMORY_CACHING=1)")
+    say(f"initcheck step {step} ({INITCHECK_STEPS[step]}), {dtype}, (T, B, F, S) = {shape}; "
+        f"torch {torch.__version__}, {torch.cuda.get_device_name()}, caching allocator {alloc}")
     gen = torch.Generator().manual_seed(0)
-    say(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, caching allocator "
-        f"{'off' if os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING') == '1' else 'ON (set PYTORCH_NO_CUDA_MEMORY_CACHING=1)'}")
-    for dtype in DTYPES:
-        for T, B, F, S in SHAPES:
-            shape = f"{dtype} M={T * B} K={F} N={3 * S}"
-            x, weights, w_x_t, bias = gemm_operands(T, B, F, S, dtype, gen)
-            with section(f"addmm-fresh {shape}"):
-                gates = torch.empty(T * B, 3 * S, device="cuda", dtype=x.dtype)
-                torch.addmm(bias, x, w_x_t, out=gates)
-            with section(f"read-after-addmm {shape}"):
-                total = gates.to(torch.float64).sum().item()
-            with section(f"read-after-zeroed-addmm {shape}"):
-                pre = torch.zeros(T * B, 3 * S, device="cuda", dtype=x.dtype)
-                torch.addmm(bias, x, w_x_t, out=pre)
-                total2 = pre.to(torch.float64).sum().item()
-            assert total == total2, (total, total2)
-            with section(f"read-after-mm {shape}"):
-                plain = torch.empty(T * B, 3 * S, device="cuda", dtype=x.dtype)
-                torch.mm(x, w_x_t, out=plain)
-                plain.to(torch.float64).sum().item()
-            if dtype != "float64":
-                h0 = torch.zeros(B, S, device="cuda", dtype=x.dtype)
-                with section(f"op-persistent {shape}"):
-                    os.environ["LLTM_SEQUENCE_PATH"] = "persistent"
-                    try:
-                        torch.ops.lltm.lltm_sequence_forward(x.view(T, B, F), weights, bias, h0, h0)
-                    except ValueError as e:
-                        say("persistent path unsupported here:", str(e)[:200])
-                with section(f"op-persistent-F0 {dtype} M={T * B} K=0 N={3 * S}"):
-                    w0 = weights[:, :S].contiguous()
-                    torch.ops.lltm.lltm_sequence_forward(
-                        x.new_empty(T, B, 0), w0, bias, h0, h0)
-                os.environ.pop("LLTM_SEQUENCE_PATH", None)
+    x, weights, w_x_t, bias = gemm_operands(T, B, F, S, dtype, gen)
+    h0 = torch.zeros(B, S, device="cuda", dtype=x.dtype)
+    torch.cuda.synchronize()
+    if step in ("read", "zeroed", "mm"):
+        make = torch.zeros if step == "zeroed" else torch.empty
+        gates = make(T * B, 3 * S, device="cuda", dtype=x.dtype)
+        if step == "mm":
+            torch.mm(x, w_x_t, out=gates)
+        else:
+            torch.addmm(bias, x, w_x_t, out=gates)
+        torch.cuda.synchronize()
+        say("GEMM done; torch reads its output now")
+        say(f"sum of the output: {gates.to(torch.float64).sum().item()}")
+    else:
+        os.environ["LLTM_SEQUENCE_PATH"] = "fallback" if step == "op-fallback" else "persistent"
+        if step == "op-f0":
+            x, weights, F = x[:, :0], weights[:, :S].contiguous(), 0
+        hs, cells, gates = torch.ops.lltm.lltm_sequence_forward(
+            x.reshape(T, B, F), weights, bias, h0, h0)
+        torch.cuda.synchronize()
+        say(f"forward done: h_n sum {hs[-1].double().sum().item()}")
+    torch.cuda.synchronize()
     say("initcheck probe done")
 
 
-def summarize(path):
-    from sanitize import kernel_name
-    lines = open(path, errors="replace").read().splitlines()
-    label = None
-    counts = defaultdict(Counter)
-    seen = []
-    pending = False
-    for l in lines:
-        m = re.match(r"probe: (BEGIN|END) (.*)", l)
-        if m:
-            label = m.group(2) if m.group(1) == "BEGIN" else None
-            if m.group(1) == "BEGIN":
-                seen.append(label)
-            continue
-        if l.startswith("========= Uninitialized") or l.startswith("========= Host API memory"):
-            pending = True
-            continue
-        if pending and re.match(r"^=========\s+at ", l):
-            counts[label or "(outside any section)"][kernel_name(l) or "?"] += 1
-            pending = False
-    width = max((len(s) for s in seen), default=10)
-    print("initcheck reports per section (kernel x count):")
-    for s in seen + (["(outside any section)"] if "(outside any section)" in counts else []):
-        c = counts.get(s, Counter())
-        detail = ", ".join(f"{k} x{v}" for k, v in c.most_common(3))
-        print(f"  {s:<{width}}  {sum(c.values()):5d}  {detail}")
-    # Verdict per dtype: reports in torch's read of a fresh GEMM output, none after a zeroed one.
-    for dtype in DTYPES:
-        fresh = sum(sum(c.values()) for s, c in counts.items()
-                    if s.startswith(f"read-after-addmm {dtype} "))
-        zeroed = sum(sum(c.values()) for s, c in counts.items()
-                     if s.startswith(f"read-after-zeroed-addmm {dtype} "))
-        op = sum(sum(c.values()) for s, c in counts.items()
-                 if s.startswith(f"op-persistent {dtype} "))
-        op0 = sum(sum(c.values()) for s, c in counts.items()
-                  if s.startswith(f"op-persistent-F0 {dtype} "))
-        if fresh and not zeroed:
-            verdict = ("initcheck does not see this GEMM's stores: torch's own kernel reading "
-                       "its output is reported as well (the tool, not the package)")
-        elif not fresh and op:
-            verdict = "torch's read is clean but the op's is not: look at the op's kernel"
-        else:
-            verdict = "no report attributable to the GEMM"
-        print(f"  {dtype}: torch read after GEMM {fresh}, after zeroed GEMM {zeroed}, op "
-              f"{op}, op with F = 0 {op0}: {verdict}")
+def kernel_names(fn):
+    """Runs fn() under torch.profiler; returns (fn's result, the CUDA kernels it launched)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            result = fn()
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001  (no CUPTI: run it plainly)
+        return fn(), [f"(profiler unavailable: {str(e)[:80]})"]
+    return result, [e.name for e in prof.events() if e.device_type.name == "CUDA"]
 
 
 def poison_free_memory(sizes, device="cuda"):
@@ -208,16 +161,13 @@ def nan():
     assert os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1", "needs the caching allocator"
     gen = torch.Generator().manual_seed(1)
     say(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    from torch.profiler import ProfilerActivity, profile
     for dtype in DTYPES:
         for T, B, F, S in SHAPES:
             x, weights, w_x_t, bias = gemm_operands(T, B, F, S, dtype, gen)
             fresh = torch.addmm(bias, x, w_x_t)
             filled = torch.full_like(fresh, math.nan)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                torch.addmm(bias, x, w_x_t, out=filled)
-                torch.cuda.synchronize()
-            names = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+            _, names = kernel_names(lambda: torch.addmm(bias, x, w_x_t, out=filled))
+            names = sorted(set(names))
             left = int(filled.isnan().sum())
             want = torch.addmm(bias.double(), x.double(), w_x_t.double())
             err = ((filled.double() - want).abs().max() / want.abs().max()).item()
@@ -264,19 +214,25 @@ def nan():
     say("nan probe done")
 
 
-LIBRARY_KERNEL = re.compile(r"gemm|nvjet|cublas|cutlass|xmma|fft|regular_fft|vector_fft|"
-                            r"splitKreduce|gemv|dot_kernel", re.IGNORECASE)
+def kernel_owner(name):
+    """'ours' (this package's namespaces), 'torch' (ATen kernels, copies, fills) or 'other'
+    (what is left: cuBLAS, cuFFT, ...)."""
+    if re.search(r"\b(lltm|rwkv|padding_ops)::", name):
+        return "ours"
+    if re.search(r"\b(at|c10)::|^Mem(cpy|set)|^cudaMem", name):
+        return "torch"
+    return "other"
 
 
 def kernels():
+    import zlib
+
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     import sanitize
     import lltm  # noqa: F401
     import padding_ops  # noqa: F401
     import rwkv_ops  # noqa: F401
-    import zlib
     for family in sanitize.FAMILIES:
         sanitize.CASES.clear()
         sanitize.BUILDERS[family]()
@@ -285,22 +241,27 @@ def kernels():
         failures = 0
         for c in cases:
             gen = torch.Generator().manual_seed(zlib.crc32(c.full_name.encode()))
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+            def run(c=c, gen=gen):
                 try:
                     with sanitize.environment(c.env):
                         c.run(gen)
                 except sanitize.Unsupported:
                     pass
                 except Exception as e:  # noqa: BLE001
-                    failures += 1
                     say(f"case failed: {c.full_name}: {str(e)[:200]}")
-                torch.cuda.synchronize()
-            for e in prof.events():
-                if e.device_type.name == "CUDA":
-                    names[re.sub(r"\(.*", "", e.name)[:100]] += 1
-        library = [n for n in names if LIBRARY_KERNEL.search(n)]
-        say(f"{family}: {len(cases)} library-free cases, {len(names)} distinct kernels, "
-            f"library kernels among them: {library or 'none'}"
+                    return 1
+                return 0
+
+            failed, launched = kernel_names(run)
+            failures += failed
+            for name in launched:
+                names[re.sub(r"\(.*", "", name)[:100]] += 1
+        owners = Counter(kernel_owner(n) for n in names)
+        other = [n for n in names if kernel_owner(n) == "other"]
+        say(f"{family}: {len(cases)} library-free cases, {len(names)} distinct kernels "
+            f"({owners['ours']} of this package, {owners['torch']} of torch), others (cuBLAS, "
+            f"cuFFT, ...): {other or 'none'}"
             + (f", {failures} cases FAILED" if failures else ""))
         for n, k in names.most_common():
             say(f"    {k:5d}  {n}")
@@ -374,17 +335,19 @@ def nonfinite():
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("initcheck", "summarize", "nan", "kernels",
-                                                "nonfinite"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("initcheck", "nan", "kernels", "nonfinite"):
         sys.exit(__doc__)
     what = sys.argv[1]
-    if what == "summarize":
-        summarize(sys.argv[2])
-        return
+    if what == "initcheck" and (len(sys.argv) != 5 or sys.argv[2] not in INITCHECK_STEPS):
+        sys.exit("usage: sanitize_probe.py initcheck STEP DTYPE T,B,F,S  (steps: "
+                 + ", ".join(INITCHECK_STEPS) + ")")
     import torch
     if not torch.cuda.is_available():
         sys.exit("sanitize_probe: needs a CUDA device")
-    {"initcheck": initcheck, "nan": nan, "kernels": kernels, "nonfinite": nonfinite}[what]()
+    if what == "initcheck":
+        initcheck(sys.argv[2], sys.argv[3], tuple(int(v) for v in sys.argv[4].split(",")))
+        return
+    {"nan": nan, "kernels": kernels, "nonfinite": nonfinite}[what]()
 
 
 if __name__ == "__main__":

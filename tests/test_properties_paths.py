@@ -291,7 +291,9 @@ def expected_algorithm(device, dtype, T, algo):
         return "direct" if algo == "direct" else "fft_library"
     M = 1 << max(0, (T - 1).bit_length())
     smem = 8 * (M + (M >> 4))  # timex_fft_math.cuh smem_bytes
-    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    # (the property exists in recent torch releases; sm_80 and newer have >= 163 KiB)
+    optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin",
+                    163 * 1024)
     fused = dtype != torch.float64 and T <= 16384 and smem <= optin
     fastest = "fft_fused" if fused else "fft_library"
     if algo == "auto":

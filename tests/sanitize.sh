@@ -11,7 +11,8 @@
 #   SANITIZE_FAMILIES="lltm_seq rwkv_fft"          a subset of the families (tests/sanitize.py)
 #   SANITIZE_ARGS="--dtypes float32 --case T=1\b"  more filters for tests/sanitize.py
 #   SANITIZE_BUDGET_<TOOL>=seconds                 wall time for all of a tool's runs
-#                                                  (defaults below; about 6 minutes in all)
+#                                                  (defaults: memcheck 90, racecheck 120,
+#                                                  initcheck 130, synccheck 70: 7 minutes)
 #
 # Time: each tool has a budget; each of its runs gets the unspent part of it in proportion to
 # its share of the cases still to run (what an early run leaves goes to the later ones), and a
@@ -65,10 +66,10 @@ echo "sanitize: $("$CS" --version | tail -1); logs in $LOG_DIR" | tee "$SUMMARY"
 
 budget() {
   case "$1" in
-    memcheck) echo "${SANITIZE_BUDGET_MEMCHECK:-80}" ;;
-    racecheck) echo "${SANITIZE_BUDGET_RACECHECK:-110}" ;;
-    initcheck) echo "${SANITIZE_BUDGET_INITCHECK:-120}" ;;
-    synccheck) echo "${SANITIZE_BUDGET_SYNCCHECK:-60}" ;;
+    memcheck) echo "${SANITIZE_BUDGET_MEMCHECK:-90}" ;;
+    racecheck) echo "${SANITIZE_BUDGET_RACECHECK:-120}" ;;
+    initcheck) echo "${SANITIZE_BUDGET_INITCHECK:-130}" ;;
+    synccheck) echo "${SANITIZE_BUDGET_SYNCCHECK:-70}" ;;
   esac
 }
 STARTUP=12  # seconds of each run's share set aside for its start-up

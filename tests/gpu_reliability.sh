@@ -11,7 +11,7 @@
 #   info        versions, GPU, compute-sanitizer --version and --help            (seconds)
 #   build       only when asked: pip install --no-build-isolation -e . if the CUDA ops are
 #               missing (into the Python that runs the script)
-#   sanitize    tests/sanitize.sh: 4 tools x 6 families, per-tool budgets       (~6.5 min)
+#   sanitize    tests/sanitize.sh: 4 tools x 6 families, per-tool budgets       (~7.5 min)
 #   probe       tests/sanitize_probe.py: 14 initcheck experiments, one run each
 #               (probe-initcheck, ~4 min), then NaN poisoning, the kernels of the
 #               library-free cases, NaN/inf placement (probe-plain, ~2 min)
@@ -23,7 +23,7 @@
 # Each stage runs under a time limit (STAGE_TIMEOUT, default 570 s), so that one call of a
 # 10-minute runner never overruns one stage: on such a runner, one call per group, e.g.
 #   tests/gpu_reliability.sh "$OUT" info build          (build: as long as it takes)
-#   tests/gpu_reliability.sh "$OUT" sanitize            (~7 min)
+#   tests/gpu_reliability.sh "$OUT" sanitize            (~7.5 min)
 #   tests/gpu_reliability.sh "$OUT" probe               (~6 min)
 #   tests/gpu_reliability.sh "$OUT" properties large    (~7 min)
 #   tests/gpu_reliability.sh "$OUT" faults              (~3 min)

@@ -132,8 +132,12 @@ def extensions():
     # -DTORCH_TARGET_VERSION: the stable headers' API of MIN_TORCH and nothing newer.
     # -DUSE_CUDA: the CUDA parts of the stable C shims (current stream) in the .cu files.
     target = targets.target_version_macro()
-    cxx = ["-O3", "-std=c++17", target]
-    nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", target, "-DUSE_CUDA"]
+    # Every source starts with csrc/common/stable_error.h: the shim error check without the
+    # stable headers' locale-formatted message (that header says why).
+    first = ["-include", str(ROOT / "csrc" / "common" / "stable_error.h")]
+    cxx = ["-O3", "-std=c++17", target, *first]
+    nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", target, "-DUSE_CUDA",
+            *first]
     if CUDA:
         check_nvcc_supports(CUBINS, PTX)
         nvcc += targets.gencode_flags(CUBINS, PTX)

@@ -606,8 +606,13 @@ def run_sequence_past_limit(T, B, F, S, path, device, chunk, monkeypatch):
           "relative errors " + ", ".join(f"{k} {v:.1e}" for k, v in errors.items())
           + "; elementwise (of the largest value) "
           + ", ".join(f"{k} {v:.1e}" for k, v in elementwise.items()) + peak)
+    # The gradients that run back through every step (d_input, d_h0, d_c0 and the parameter
+    # sums) collect float32 rounding over T steps: on the H100 at T = 683 both paths read
+    # d_h0 1.8e-4, d_c0 1.7e-4, d_bias 1.8e-4 norm-wise, identically (no indexing error moves
+    # them: a misplaced row is an O(1) error). The forward's buffers stay at 1e-6.
     for name, err in errors.items():
-        assert err <= 1e-4, f"{name}: norm-wise relative error {err:.2e}"
+        bound = 1e-5 if name in ("hs", "cells", "gates") else 5e-4
+        assert err <= bound, f"{name}: norm-wise relative error {err:.2e}"
     for name, err in elementwise.items():
         assert err <= 1e-3, f"{name}: an element off by {err:.2e} of the largest value"
 

@@ -191,7 +191,7 @@ def max_abs(a, b):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(60)
+@examples(50)
 @given(T=st.integers(0, 8), B=st.integers(1, 5), F=st.integers(0, 7),
        S=st.one_of(st.integers(1, 20), st.sampled_from([33, 129])),
        dtype=st.sampled_from(ALL_DTYPES), path=st.sampled_from(["auto", "fallback", "persistent"]),
@@ -240,7 +240,7 @@ def test_lltm_sequence_matches_reference(device, T, B, F, S, dtype, path, how, s
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(80)
+@examples(60)
 @given(T=st.integers(1, 4), B=st.integers(1, 4), F=st.integers(1, 6), S=st.integers(1, 12),
        dtype=st.sampled_from([torch.float32, torch.float64]),
        path=st.sampled_from(["auto", "fallback", "persistent"]),
@@ -360,7 +360,7 @@ def timex_shape(data, T):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(60)
+@examples(50)
 @given(T=lengths, dtype=st.sampled_from(ALL_DTYPES), algo=st.sampled_from(ALGOS), seed=seeds,
        eps=st.sampled_from([0.0, 0.5]), data=st.data())
 def test_timex_across_crossovers(device, T, dtype, algo, seed, eps, data):
@@ -400,7 +400,7 @@ def nonfinite_positions(w, k, g):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(80)
+@examples(60)
 @given(T=lengths, dtype=st.sampled_from([torch.float32, torch.float64]),
        algo=st.sampled_from(ALGOS), where=st.sampled_from(["w", "k", "grad", "all"]),
        count=st.integers(1, 3), seed=seeds, data=st.data())

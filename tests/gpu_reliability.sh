@@ -31,8 +31,11 @@
 # Settings: PYTHON (default python3); SANITIZE_* (tests/sanitize.sh); LARGE_FILTER (pytest -k
 # expression of the large stage; default the new FFT and sequence tests, "large" runs all);
 # FUSED_OPS_HYPOTHESIS_EXAMPLES (examples per property test). Without hypothesis installed,
-# the property tests skip; a copy of it in build/pydeps (pure Python: hypothesis and
-# sortedcontainers with their dist-info folders) is put on PYTHONPATH when present.
+# the property tests skip, unless its wheels are carried in build/wheels (no index needed):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux2014_x86_64 --implementation cp -d build/wheels \
+#     hypothesis==6.170.17 sortedcontainers==2.4.0
+# they are then installed into build/pydeps, which goes on PYTHONPATH.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -51,8 +54,14 @@ SUMMARY="$OUTDIR/summary.txt"
 PY="${PYTHON:-python3}"
 export PYTHON="$PY" PYTHONUNBUFFERED=1
 STAGE_TIMEOUT="${STAGE_TIMEOUT:-570}"
-if ! "$PY" -c "import hypothesis" 2>/dev/null && [ -d build/pydeps ]; then
-  export PYTHONPATH="$ROOT/build/pydeps${PYTHONPATH:+:$PYTHONPATH}"
+# hypothesis: the Python's own, else wheels carried in build/wheels installed into
+# build/pydeps (a folder of its own, put on PYTHONPATH; the Python's packages stay as they are).
+if ! "$PY" -c "import hypothesis" 2>/dev/null; then
+  if ls build/wheels/hypothesis-*.whl >/dev/null 2>&1 && [ ! -d build/pydeps/hypothesis ]; then
+    "$PY" -m pip install -q --no-index --find-links build/wheels --target build/pydeps \
+      hypothesis >/dev/null 2>&1 || echo "gpu_reliability: installing build/wheels failed"
+  fi
+  [ -d build/pydeps ] && export PYTHONPATH="$ROOT/build/pydeps${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 say() { echo "$*" | tee -a "$SUMMARY"; }

@@ -19,7 +19,8 @@ Families (one per group of kernels):
                     past the fused maximum (16385) with "fft"; the kept-spectra pair
                     timex_forward_keep / timex_backward_kept; float64's crossover (256 | 257)
   lltm_cell         the LLTM cell: the small path's fused kernels (every tile edge, every
-                    output mask) and the cuBLAS path's pointwise kernels
+                    output mask) and the cuBLAS path's pointwise kernels; the tutorial ops
+                    (tutorial_forward / _backward: the variants that write the activations)
   lltm_seq          the LLTM sequence: the persistent cluster kernels (forward and backward;
                     cluster sizes 1, 8 and 16, 1, 2 and 4 batch rows per thread tile, S = 512)
                     and the per-step fallback kernels (step, add, column sum), every dtype
@@ -355,6 +356,36 @@ def lltm_cell_case(B, F, S, dtype, path):
         {"LLTM_CUDA_PATH": path}, library=path == "cublas")
 
 
+def lltm_tutorial_case(B, F, S, dtype, path, split_gates, bias_row):
+    """The tutorial ops (tutorial_forward / tutorial_backward: the kernels' variants that also
+    write the activations, and take or give the gates as (B, 3S) or (B, 3, S))."""
+
+    def run(gen):
+        import torch
+
+        args = [rand(gen, B, F, dtype=dtype), rand(gen, 3 * S, S + F, dtype=dtype),
+                rand(gen, 1, 3 * S, dtype=dtype) if bias_row else rand(gen, 3 * S, dtype=dtype),
+                rand(gen, B, S, dtype=dtype), rand(gen, B, S, dtype=dtype)]
+        grads = [rand(gen, B, S, dtype=dtype), rand(gen, B, S, dtype=dtype)]
+        outs = torch.ops.lltm.tutorial_forward(*[a.to(DEVICE) for a in args], split_gates)
+        dtype_of(outs, dtype)
+        want = torch.ops.lltm.tutorial_forward(*[a.double() for a in args], split_gates)
+        for i, (a, b) in enumerate(zip(outs, want)):
+            close(f"tutorial_forward output {i}", a, b, TOL[dtype])
+        new_cell, ig, og, cc, X, gates = outs[1:]
+        got = torch.ops.lltm.tutorial_backward(grads[0].to(DEVICE), grads[1].to(DEVICE), new_cell,
+                                               ig, og, cc, X, gates, args[1].to(DEVICE),
+                                               split_gates)
+        ref = torch.ops.lltm.tutorial_backward(grads[0].double(), grads[1].double(), *want[1:],
+                                               args[1].double(), split_gates)
+        for i, (a, b) in enumerate(zip(got, ref)):
+            close(f"tutorial_backward output {i}", a, b, TOL[dtype])
+
+    note = f"split_gates={split_gates} bias {'(1, 3S)' if bias_row else '(3S,)'}"
+    add("lltm_cell", f"tutorial {path} (B, F, S) = ({B}, {F}, {S}) {note}", dtype, run,
+        {"LLTM_CUDA_PATH": path}, library=path == "cublas")
+
+
 def lltm_cell_cases():
     # Small path: one tile, every tile edge crossed (B > 64 rows, K > 64 columns, 3S > 96 gate
     # columns, S > 32 state columns), and B = 40 with few column tiles (TM = 2: the d_X role's,
@@ -369,6 +400,12 @@ def lltm_cell_cases():
     for dtype in DTYPES:
         lltm_cell_case(5, 7, 9, dtype, "cublas")
         lltm_cell_case(3, 4, 16, dtype, "cublas")
+    # The tutorial ops: the same kernels writing the activations too, both gate layouts.
+    for dtype in DTYPES:
+        lltm_tutorial_case(5, 7, 9, dtype, "small", False, False)
+        lltm_tutorial_case(40, 3, 21, dtype, "small", True, True)
+        lltm_tutorial_case(5, 7, 9, dtype, "cublas", True, False)
+        lltm_tutorial_case(3, 4, 16, dtype, "cublas", False, True)
 
 
 # ---- LLTM sequence -------------------------------------------------------------------------

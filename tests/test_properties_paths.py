@@ -43,7 +43,7 @@ import os
 
 import pytest
 import torch
-from conftest import DEVICES, rel_err
+from conftest import DEVICES
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, assume, event, given, settings  # noqa: E402
@@ -176,15 +176,22 @@ def run_layer(inputs, cots, device, dtype, batch_first, states):
 
 NAMES = ["output", "h_n", "c_n", "d_input", "d_weights", "d_bias", "d_h0", "d_c0"]
 
-# Half types: the flash-attention rule (DESIGN.md), the error against float64 at most twice
-# that of plain PyTorch at the same precision on the same device, or under a floor of a few
-# units of the type's precision (tests/test_lltm_sequence.py uses 2e-3 and 1.6e-2 at one
-# shape; random shapes and tiny sums need a little more room).
+# Errors are the largest absolute error, relative to max(1, the largest reference value):
+# the values are O(1) by construction, and relative errors of the one-element outputs that
+# random shapes draw (h_n at B = S = 1) are noise where the value happens to be near zero.
+# float32 and float64: a fixed bound; half types: the flash-attention rule (DESIGN.md), the
+# error at most twice that of plain PyTorch at the same precision on the same device, or
+# under a floor of a few units of the type's precision.
+SEQ_TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
 HALF_FLOOR = {torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
+def max_abs(a, b):
+    return (a.cpu().double() - b).abs().max().item() if b.numel() else 0.0
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@examples(60)
+@examples(50)
 @given(T=st.integers(0, 8), B=st.integers(1, 5), F=st.integers(0, 7),
        S=st.one_of(st.integers(1, 20), st.sampled_from([33, 129])),
        dtype=st.sampled_from(ALL_DTYPES), path=st.sampled_from(["auto", "fallback", "persistent"]),
@@ -223,18 +230,17 @@ def test_lltm_sequence_matches_reference(device, T, B, F, S, dtype, path, how, s
         assert g.dtype == dtype and g.device.type == device, f"{what} {name}"
         assert g.shape == w.shape, f"{what} {name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
         assert bool(torch.isfinite(g).all()), f"{what} {name}: non-finite values"
-        err = rel_err(g.cpu(), w)
-        if dtype == torch.float64:
-            tol = 1e-11
-        elif dtype == torch.float32:
-            tol = 1e-4
+        scale = max(1.0, w.abs().max().item()) if w.numel() else 1.0
+        err = max_abs(g, w)
+        if dtype in HALF_FLOOR:
+            tol = max(2 * max_abs(plain[i], w), HALF_FLOOR[dtype] * scale)
         else:
-            tol = max(2 * rel_err(plain[i].cpu(), w), HALF_FLOOR[dtype])
-        assert err <= tol, f"{what} {name}: relative error {err:.2e} > {tol:.1e}"
+            tol = SEQ_TOL[dtype] * scale
+        assert err <= tol, f"{what} {name}: max abs error {err:.2e} > {tol:.1e}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(80)
+@examples(60)
 @given(T=st.integers(1, 4), B=st.integers(1, 4), F=st.integers(1, 6), S=st.integers(1, 12),
        dtype=st.sampled_from([torch.float32, torch.float64]),
        path=st.sampled_from(["auto", "fallback", "persistent"]),
@@ -332,8 +338,18 @@ def test_fft_reference_matches_definition():
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+# Largest error over the largest reference value (every element counts; test_rwkv_fft.py's
+# measure): float32 FFT ~2e-6, direct ~1e-5 at T = 16384; half types: their rounding.
 TIMEX_TOL = {torch.float64: 1e-10, torch.float32: 3e-5, torch.float16: 3e-3,
              torch.bfloat16: 1.5e-2}
+
+
+def max_rel(got, want):
+    got, want = got.cpu().double(), want.double()
+    if want.numel() == 0:
+        return 0.0
+    scale = want.abs().max().item()
+    return (got - want).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
 def timex_shape(data, T):
@@ -344,7 +360,7 @@ def timex_shape(data, T):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(60)
+@examples(50)
 @given(T=lengths, dtype=st.sampled_from(ALL_DTYPES), algo=st.sampled_from(ALGOS), seed=seeds,
        eps=st.sampled_from([0.0, 0.5]), data=st.data())
 def test_timex_across_crossovers(device, T, dtype, algo, seed, eps, data):
@@ -363,8 +379,8 @@ def test_timex_across_crossovers(device, T, dtype, algo, seed, eps, data):
                           timex_reference(w, k, g, eps)):
         assert a.dtype == dtype and a.shape == b.shape, f"{what} {name}"
         assert bool(torch.isfinite(a).all()), f"{what} {name}: non-finite values"
-        err = rel_err(a.cpu(), b)
-        assert err <= TIMEX_TOL[dtype], f"{what} {name}: relative error {err:.2e}"
+        err = max_rel(a, b)
+        assert err <= TIMEX_TOL[dtype], f"{what} {name}: max relative error {err:.2e}"
 
 
 def nonfinite_positions(w, k, g):
@@ -384,7 +400,7 @@ def nonfinite_positions(w, k, g):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@examples(80)
+@examples(60)
 @given(T=lengths, dtype=st.sampled_from([torch.float32, torch.float64]),
        algo=st.sampled_from(ALGOS), where=st.sampled_from(["w", "k", "grad", "all"]),
        count=st.integers(1, 3), seed=seeds, data=st.data())
@@ -419,7 +435,7 @@ def test_timex_nonfinite_contracts(device, T, dtype, algo, where, count, seed, d
         nonfin = ~torch.isfinite(a)
         assert not bool(nonfin[ok_rows].any()), f"{what} {name}: non-finite in an all-finite row"
         if bool(ok_rows.any()):
-            err = rel_err(a[ok_rows], ref[ok_rows])
+            err = max_rel(a[ok_rows], ref[ok_rows])
             assert err <= tol, f"{what} {name}: finite rows off by {err:.2e}"
         missed = pos & ~nonfin
         assert not bool(missed.any()), (

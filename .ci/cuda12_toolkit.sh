@@ -12,7 +12,7 @@
 # and package state are not touched) and unpacked with dpkg -x. The headers come from the
 # PyPI wheels of the same release: nvidia-cuda-nvcc-cu12 12.4.131 (crt/), -runtime-cu12
 # 12.4.127 (cuda_runtime.h, libcudart.so.12 to link against), -cccl-cu12 12.4.127.post1
-# (nv/target, cub; 12.4.127 itself was yanked as broken). About 110 MB of downloads, 20 s.
+# (nv/target, cub; 12.4.127 itself was yanked as broken). About 110 MB of downloads, 10 s.
 # nvcc 12.4 compiles sm_50 ... sm_90a; Blackwell (sm_100, sm_120) needs nvcc 12.8 or newer,
 # which no registry reachable here has: the wheel serves those GPUs with compute_90 PTX.
 set -euo pipefail
@@ -38,6 +38,9 @@ apt_opts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o "Dir::Etc::SourceP
 apt-get "${apt_opts[@]}" -qq update
 (cd "$work/deb" && apt-get "${apt_opts[@]}" -qq download "$DEB_PACKAGE/$DEB_SUITE")
 dpkg -x "$work"/deb/"$DEB_PACKAGE"_*.deb "$work/deb/root"
+# The headers below are 12.4's: a Debian update to another release must change them too.
+"$work/deb/root/usr/lib/nvidia-cuda-toolkit/bin/nvcc" --version | grep -q "release 12\.4," \
+  || { echo "cuda12_toolkit: $DEB_PACKAGE/$DEB_SUITE is not nvcc 12.4: update PIP_PACKAGES" >&2; exit 1; }
 "$PY" -m pip download -q --no-deps -d "$work/pip" "${PIP_PACKAGES[@]}"
 for w in "$work"/pip/*.whl; do "$PY" -m zipfile -e "$w" "$work/pip/root"; done
 

@@ -13,13 +13,15 @@ the stable headers then refuse any API newer than that release, and ATen/c10 C++
 not usable at all, so the libraries load on every torch from MIN_TORCH on.
 
 GPU targets: TORCH_CUDA_ARCH_LIST (e.g. "9.0", "8.6;9.0+PTX", or "all" for the wheel's
-list, WHEEL_ARCH_LIST in torch_fused_ops/_build.py); unset or "native": the GPUs of this machine.
+list of torch's CUDA major version, WHEELS in torch_fused_ops/_build.py); unset or "native":
+the GPUs of this machine.
 This file turns the list into nvcc -gencode flags itself (torch's own parser rejects some
 targets nvcc 13 has, such as 8.8; torch adds no arch flags when these are present).
 
-Version and dependencies are computed here: the wheel is 0.1.0+cu<CUDA> (or +cpu) and
-requires torch >= MIN_TORCH. The build facts (versions, targets, date) go to the generated
-torch_fused_ops/_build_info.py and, for the CUDA error messages, csrc/common/build_targets.h.
+Version and dependencies are computed here: the wheel is 0.1.0+<the tag of torch's CUDA
+major version in WHEELS: cu130, cu12> (or +cpu) and requires torch >= MIN_TORCH. The build
+facts (versions, targets, date) go to the generated torch_fused_ops/_build_info.py and, for
+the CUDA error messages, csrc/common/build_targets.h.
 """
 
 import datetime
@@ -57,8 +59,9 @@ def arch_list() -> str:
     caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
     if not caps:
         raise SystemExit(
-            "setup.py: no GPU to build for: set TORCH_CUDA_ARCH_LIST (e.g. 9.0, or 'all' for "
-            f"{targets.WHEEL_ARCH_LIST}), or FUSED_OPS_CPU_ONLY=1 for a CPU-only build"
+            "setup.py: no GPU to build for: set TORCH_CUDA_ARCH_LIST (e.g. 9.0, or 'all' for the "
+            f"wheel's targets, {targets.WHEELS.get(CUDA_MAJOR, {}).get('arch_list', 'none')}), or "
+            "FUSED_OPS_CPU_ONLY=1 for a CPU-only build"
         )
     return ";".join(f"{a}.{b}" for a, b in caps) + "+PTX"
 
@@ -80,8 +83,9 @@ def write_if_changed(path: Path, text: str) -> None:
 
 
 CUDA = build_cuda()
-CUBINS, PTX = targets.parse_arch_list(arch_list()) if CUDA else ([], [])
 CUDA_VERSION = torch.version.cuda if CUDA else None
+CUDA_MAJOR = targets.cuda_major(CUDA_VERSION)  # torch's; torch checks that nvcc's matches
+CUBINS, PTX = targets.parse_arch_list(arch_list(), CUDA_MAJOR) if CUDA else ([], [])
 VERSION = f"{targets.BASE_VERSION}+{targets.local_tag(CUDA_VERSION)}"
 MIN_TORCH = ".".join(map(str, targets.MIN_TORCH))
 

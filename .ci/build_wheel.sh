@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
-# Builds the CUDA wheel for every GPU target of WHEEL_ARCH_LIST (torch_fused_ops/_build.py), checks
-# with cuobjdump that each CUDA library holds machine code for each target and the PTX, and that
-# no library imports a symbol outside the LibTorch stable ABI; installs the wheel into a fresh
-# virtual environment and runs the test suite against the installed wheel (not the source
-# tree), then `python -m torch_fused_ops info`; then does the same with a second torch release
+# Builds one CUDA wheel (CUDA 13 by default, --cuda 12 for the other) for every GPU target of
+# that CUDA major version's list (WHEELS in torch_fused_ops/_build.py), checks with cuobjdump
+# that each CUDA library holds machine code for each target and the PTX, that the CUDA
+# libraries need that major's CUDA runtime (libcudart.so.13 / .12) and that no library imports a
+# symbol outside the LibTorch stable ABI; installs the wheel into a virtual environment with
+# torch and runs the test suite against the installed wheel (not the source tree), then
+# `python -m torch_fused_ops info`; then, for CUDA 13, the same with a second torch release
 # (SECOND_TORCH): one wheel, several torch releases. Needs no GPU; with one, the CUDA tests
-# run too.
+# run too. Ends with one SUMMARY line per torch tested (also in OUT/summary.txt).
 #
-#   .ci/build_wheel.sh [--system-site-packages] [--build-only | --wheel FILE]
+#   .ci/build_wheel.sh [--cuda 13|12] [--system-site-packages] [--build-only | --wheel FILE]
 #
+#   --cuda 13               (default) nvcc 13.0 (CUDA_HOME, else /usr/local/cuda) against the
+#                           build Python of .ci/setup.sh (torch 2.14.1+cu130): the +cu130 wheel.
+#   --cuda 12               nvcc 12.4 from .ci/cuda12_toolkit.sh (in build/cuda12, or
+#                           CUDA12_HOME) against torch CUDA12_TORCH (default 2.10.0, the
+#                           declared minimum, a CUDA 12.8 build) in a fresh virtual environment,
+#                           which then also runs the tests (it holds only torch and the build
+#                           tools; the build runs from a copy of the sources): the +cu12 wheel.
 #   --system-site-packages  the fresh venv sees the system's torch and test tools and pip
 #                           runs offline (a GPU machine whose torch cannot be downloaded);
 #                           by default torch==<the built-with release> is pip-installed.
 #   --build-only            stop after the build and the checks of the wheel's contents.
 #   --wheel FILE            skip the build: check, install and test this wheel.
 #   The wheel is left in dist/ and in OUT.
-#   OUT                     folder for the logs and the wheel (default build/wheel).
+#   OUT                     folder for the logs and the wheel (default build/wheel/cuda<major>).
 #   FUSED_OPS_WHEEL_ARCHS   targets, in TORCH_CUDA_ARCH_LIST syntax (default "all", the wheel's
 #                           list). A TORCH_CUDA_ARCH_LIST already in the environment is ignored:
 #                           GPU machine images often set one (the H100's sets 9.0a), and the
 #                           wheel's targets must not depend on where it is built.
 #   MAX_JOBS                parallel compile jobs (default: the number of cores).
-#   SECOND_TORCH            the second torch release the wheel is tested with (default 2.13.0,
-#                           a CPU build: the CPU libraries must load without CUDA; "none"
-#                           skips it; --system-site-packages skips it too).
+#   SECOND_TORCH            CUDA 13 only: the second torch release the wheel is tested with
+#                           (default 2.13.0, a CPU build: the CPU libraries must load without
+#                           CUDA; "none" skips it; --system-site-packages skips it too).
 set -euo pipefail
 
 # All in one function: bash parses it whole before running, so editing this file while it
@@ -33,8 +42,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SYSTEM_SITE=0
 WHEEL=""
 BUILD_ONLY=0
+CUDA_MAJOR=13
 while [ $# -gt 0 ]; do
   case "$1" in
+    --cuda) CUDA_MAJOR="$2"; shift ;;
     --system-site-packages) SYSTEM_SITE=1 ;;
     --build-only) BUILD_ONLY=1 ;;
     --wheel) WHEEL="$(realpath "$2")"; shift ;;
@@ -42,38 +53,70 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-OUT="$(mkdir -p "${OUT:-$ROOT/build/wheel}" && cd "${OUT:-$ROOT/build/wheel}" && pwd)"
+case "$CUDA_MAJOR" in
+  12|13) ;;
+  *) echo "build_wheel: --cuda $CUDA_MAJOR: wheels exist for CUDA 13 and 12" >&2; exit 2 ;;
+esac
+OUT="${OUT:-$ROOT/build/wheel/cuda$CUDA_MAJOR}"
+OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)"
 exec > >(tee "$OUT/build_wheel.log") 2>&1
+: >"$OUT/summary.txt"
 fail() { echo "build_wheel: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 
 export TORCH_CUDA_ARCH_LIST="${FUSED_OPS_WHEEL_ARCHS:-all}"
 export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export FUSED_OPS_NO_BUILD=1
-# shellcheck disable=SC1091
-source "$ROOT/.ci/setup.sh"  # the build Python (torch, ninja), CUDA_HOME, CUDA_INC_PATH, MAX_JOBS
-cd "$ROOT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fused-ops-wheel.XXXXXX")"
-"$PY" -c 'import torch; assert torch.version.cuda, "a CPU-only torch cannot build the CUDA wheel"' \
-  || fail "the build Python's torch has no CUDA"
+BUILD_VENV=""
+if [ "$CUDA_MAJOR" = 13 ]; then
+  # shellcheck disable=SC1091
+  source "$ROOT/.ci/setup.sh"  # the build Python (torch, ninja), CUDA_HOME, CUDA_INC_PATH, MAX_JOBS
+else
+  step "CUDA 12 toolkit and build environment"
+  export CUDA_HOME="${CUDA12_HOME:-$ROOT/build/cuda12}"
+  unset CUDA_INC_PATH  # the stable-ABI sources include no cuBLAS/cuSPARSE header
+  "$ROOT/.ci/cuda12_toolkit.sh" "$CUDA_HOME" || fail "CUDA 12 toolkit (.ci/cuda12_toolkit.sh)"
+  if [ "$SYSTEM_SITE" = 1 ]; then
+    PY=python3
+  else
+    BUILD_VENV="$WORK/venv-built-with"
+    start=$(date +%s)
+    python3 -m venv "$BUILD_VENV"
+    "$BUILD_VENV/bin/python" -m pip install -q "torch==${CUDA12_TORCH:-2.10.0}" "setuptools>=64" \
+      wheel ninja || fail "pip install torch==${CUDA12_TORCH:-2.10.0}"
+    echo "build_wheel: build environment (torch ${CUDA12_TORCH:-2.10.0}) in $(( $(date +%s) - start )) s"
+    PY="$BUILD_VENV/bin/python"
+  fi
+fi
+cd "$ROOT"
+"$PY" - "$CUDA_MAJOR" <<'EOF' || fail "the build Python's torch cannot build the CUDA $CUDA_MAJOR wheel"
+import sys, torch
+assert torch.version.cuda, "a CPU-only torch cannot build the CUDA wheel"
+major = int(torch.version.cuda.split(".")[0])
+assert major == int(sys.argv[1]), f"torch {torch.__version__} is CUDA {torch.version.cuda}, not {sys.argv[1]}"
+EOF
 [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ] || fail "no nvcc (set CUDA_HOME)"
+"$CUDA_HOME/bin/nvcc" --version | grep -q "release $CUDA_MAJOR\\." \
+  || fail "$CUDA_HOME/bin/nvcc is not CUDA $CUDA_MAJOR: $("$CUDA_HOME/bin/nvcc" --version | tail -n 2 | head -n 1)"
 
 # The targets, read from the one place that states them.
-read -r CUBINS PTX < <("$PY" - "$TORCH_CUDA_ARCH_LIST" <<'EOF'
+read -r CUBINS PTX OLDEST < <("$PY" - "$TORCH_CUDA_ARCH_LIST" "$CUDA_MAJOR" <<'EOF'
 import runpy, sys
 b = runpy.run_path("torch_fused_ops/_build.py")
-cubins, ptx = b["parse_arch_list"](sys.argv[1])
-print(",".join(cubins), ",".join(ptx) or "-")
+cubins, ptx = b["parse_arch_list"](sys.argv[1], int(sys.argv[2]))
+print(",".join(cubins), ",".join(ptx) or "-", b["WHEELS"][int(sys.argv[2])]["oldest_sm"])
 EOF
 )
 [ -n "${CUBINS:-}" ] || fail "cannot read the targets from TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
 echo "build_wheel: targets $CUBINS, PTX $PTX (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 echo "build_wheel: $("$CUDA_HOME/bin/nvcc" --version | tail -n 1)"
-# The list must keep up with nvcc: every plain sm_XY >= 75 it can compile.
+# The list must keep up with nvcc: every plain sm_XY from the oldest supported one it compiles.
 NEWER=$("$CUDA_HOME/bin/nvcc" --list-gpu-code | grep -E '^sm_[0-9]+$' \
-  | awk -F_ -v have=",$CUBINS," '$2 >= 75 && index(have, "," $0 ",") == 0' | tr '\n' ' ')
+  | awk -F_ -v have=",$CUBINS," -v oldest="$OLDEST" '$2 >= oldest && index(have, "," $0 ",") == 0' \
+  | tr '\n' ' ')
 if [ "$TORCH_CUDA_ARCH_LIST" = all ] && [ -n "$NEWER" ]; then
-  echo "build_wheel: WARNING: this nvcc also compiles $NEWER- add them to WHEEL_ARCH_LIST in torch_fused_ops/_build.py"
+  echo "build_wheel: WARNING: this nvcc also compiles $NEWER- add them to WHEELS[$CUDA_MAJOR] in torch_fused_ops/_build.py"
 fi
 
 if [ -z "$WHEEL" ]; then
@@ -92,11 +135,12 @@ if [ -z "$WHEEL" ]; then
   WHEEL="$(ls "$WORK"/dist/torch_fused_ops-*.whl)"
   mkdir -p "$ROOT/dist" && cp "$WHEEL" "$ROOT/dist/" && cp "$WHEEL" "$OUT/"
 fi
-echo "build_wheel: wheel $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))"
+WHEEL_SIZE="$(du -h "$WHEEL" | cut -f1)"
+echo "build_wheel: wheel $(basename "$WHEEL") ($WHEEL_SIZE)"
 
 step "check the wheel's tags, metadata and machine code"
 TORCH_RELEASE="$("$PY" -c 'import torch, re; print(re.match(r"\d+\.\d+\.\d+", torch.__version__)[0])')"
-TAG="$("$PY" -c 'import torch; print("cu" + torch.version.cuda.replace(".", ""))')"
+TAG="$("$PY" -c 'import runpy, torch; print(runpy.run_path("torch_fused_ops/_build.py")["local_tag"](torch.version.cuda))')"
 MIN_TORCH="$("$PY" -c 'import runpy; print(".".join(map(str, runpy.run_path("torch_fused_ops/_build.py")["MIN_TORCH"])))')"
 case "$(basename "$WHEEL")" in
   torch_fused_ops-*+"$TAG"-cp310-abi3-*.whl) echo "ok: name has +$TAG and the abi3 tag cp310-abi3" ;;
@@ -109,7 +153,7 @@ echo "ok: METADATA requires torch>=$MIN_TORCH (no pin to the torch it was built 
 
 CUOBJDUMP="$(command -v cuobjdump || true)"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-for c in "$CUDA_HOME/bin/cuobjdump" "$SITE/nvidia/cu13/bin/cuobjdump"; do
+for c in "$CUDA_HOME/bin/cuobjdump" "$SITE"/nvidia/*/bin/cuobjdump; do
   [ -z "$CUOBJDUMP" ] && [ -x "$c" ] && CUOBJDUMP="$c"
 done
 if [ -z "$CUOBJDUMP" ] && [ "$SYSTEM_SITE" = 0 ]; then
@@ -156,19 +200,32 @@ for lib in "$WORK"/unpacked/*/_C*.so; do
   [ -z "$bad" ] || fail "$lib imports symbols outside the stable ABI: $(echo "$bad" | head -n 10 | tr '\n' ' ')"
   echo "ok: ${lib#"$WORK"/unpacked/}: $(nm -D --undefined-only "$lib" | grep -cE ' (aoti_)?torch_') torch C-shim imports, nothing from ATen/c10"
 done
+# The CUDA runtime of this major version and no other (torch loads it: libcudart.so.13 next to
+# a cu13 torch, libcudart.so.12 next to a cu12 one); the CPU libraries need none.
+for lib in "$WORK"/unpacked/*/_C*.so; do
+  cudart="$(readelf -d "$lib" | sed -n 's/.*Shared library: \[\(libcudart[^]]*\)\].*/\1/p' | tr '\n' ' ')"
+  case "$(basename "$lib")" in
+    _C_cuda*) [ "$cudart" = "libcudart.so.$CUDA_MAJOR " ] || fail "$lib needs '$cudart', not libcudart.so.$CUDA_MAJOR" ;;
+    *) [ -z "$cudart" ] || fail "$lib (a CPU library) needs $cudart" ;;
+  esac
+done
+echo "ok: every _C_cuda library NEEDs libcudart.so.$CUDA_MAJOR, no _C library a CUDA runtime"
 if [ "$BUILD_ONLY" = 1 ]; then
   echo; echo "build_wheel: PASSED (build and contents): $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}"
   rm -rf "$WORK"
   return 0
 fi
 
-# Installs the wheel next to torch==$1 in a fresh virtual environment and runs the test suite
-# against it from outside the source tree.
+# Installs the wheel next to torch==$1 in a fresh virtual environment (for CUDA 12's built-with
+# torch: the build's own, fresh too) and runs the test suite against it from outside the source
+# tree; appends the SUMMARY line to OUT/summary.txt.
 test_wheel_with_torch() {
   local torch_release="$1" label="$2"
   step "install into a fresh virtual environment with torch $torch_release"
   local venv="$WORK/venv-$label"
-  if [ "$SYSTEM_SITE" = 1 ]; then
+  if [ "$label" = built-with ] && [ -n "$BUILD_VENV" ]; then
+    "$venv/bin/python" -m pip install -q "$WHEEL[test]"  # next to the build's torch
+  elif [ "$SYSTEM_SITE" = 1 ]; then
     # pip, like torch, comes from the system's site-packages (some system Pythons lack ensurepip).
     "$PY" -m venv --system-site-packages --without-pip "$venv"
     # Where $PY is itself a virtual environment (the GPU machine's python3 is), its packages are
@@ -199,7 +256,23 @@ PYEOF
   start=$(date +%s)
   "$venv/bin/python" -m pytest "$ROOT/tests" -q -p no:cacheprovider \
     --ignore="$ROOT/tests/test_benchmarks.py" --junitxml="$OUT/pytest_wheel_$label.xml" || rc=$?
-  echo "build_wheel: tests with torch $torch_release took $(( $(date +%s) - start )) s, pytest exit code $rc"
+  local took=$(( $(date +%s) - start ))
+  echo "build_wheel: tests with torch $torch_release took $took s, pytest exit code $rc"
+  "$venv/bin/python" - "$OUT/pytest_wheel_$label.xml" "$(basename "$WHEEL")" "$WHEEL_SIZE" \
+    "$CUBINS" "$PTX" "$took" "$rc" >>"$OUT/summary.txt" <<'PYEOF' || true
+import sys, torch, xml.etree.ElementTree as ET
+xml, wheel, size, cubins, ptx, took, rc = sys.argv[1:]
+n = {k: 0 for k in ("tests", "failures", "errors", "skipped")}
+for suite in ET.parse(xml).getroot().iter("testsuite"):
+    for k in n:
+        n[k] += int(suite.get(k, 0))
+passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+print(f"build_wheel: SUMMARY: {wheel} ({size}; machine code {cubins.replace(',', ' ')}; PTX "
+      f"{ptx.replace(',', ' ')}) with torch {torch.__version__} (CUDA {torch.version.cuda or '-'}): "
+      f"{passed} passed, {n['failures'] + n['errors']} failed, {n['skipped']} skipped in {took} s "
+      f"(pytest exit code {rc})")
+PYEOF
+  tail -n 1 "$OUT/summary.txt"
   [ "$rc" = 0 ] || fail "test suite against the wheel with torch $torch_release (pytest exit code $rc)"
 
   step "python -m torch_fused_ops info (torch $torch_release)"
@@ -208,11 +281,13 @@ PYEOF
 }
 
 test_wheel_with_torch "$TORCH_RELEASE" built-with
+[ "$CUDA_MAJOR" = 13 ] || SECOND_TORCH=none  # the CUDA 12 wheel's torch is the minimum itself
 SECOND_TORCH="${SECOND_TORCH:-2.13.0}"
 if [ "$SYSTEM_SITE" = 0 ] && [ "$SECOND_TORCH" != none ] && [ "$SECOND_TORCH" != "$TORCH_RELEASE" ]; then
   test_wheel_with_torch "$SECOND_TORCH" second
 fi
 echo
+cat "$OUT/summary.txt"
 echo "build_wheel: PASSED: $(basename "$WHEEL")${BUILD_S:+, built in ${BUILD_S} s}; logs in $OUT"
 rm -rf "$WORK"
 }

@@ -20,7 +20,8 @@ from torch_fused_ops import _build
 from torch_fused_ops.__main__ import find_cuobjdump, targets_in_library
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
-WHEEL_CUBINS, WHEEL_PTX = _build.parse_arch_list("all")
+# The wheels' targets by CUDA major version (13: the +cu130 wheel, 12: the +cu12 wheel).
+WHEEL_TARGETS = {major: _build.parse_arch_list("all", major) for major in _build.WHEELS}
 
 
 @pytest.mark.parametrize("text, cubins, ptx", [
@@ -39,9 +40,13 @@ def test_parse_arch_list_rejects(text):
         _build.parse_arch_list(text)
 
 
-def test_wheel_list_and_gencode_flags():
-    assert _build.parse_arch_list(_build.WHEEL_ARCH_LIST) == (WHEEL_CUBINS, WHEEL_PTX)
-    assert WHEEL_PTX == ["compute_" + WHEEL_CUBINS[-1][3:]]  # PTX of the newest target
+def test_all_needs_a_cuda_major_with_a_wheel():
+    for major in (None, 11, 14):
+        with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST=all: no wheel target list"):
+            _build.parse_arch_list("all", major)
+
+
+def test_gencode_flags():
     assert _build.gencode_flags(["sm_90a", "sm_120"], ["compute_120"]) == [
         "-gencode=arch=compute_90a,code=sm_90a",
         "-gencode=arch=compute_120,code=sm_120",
@@ -49,13 +54,49 @@ def test_wheel_list_and_gencode_flags():
     ]
 
 
-@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not shutil.which("nvcc"),
-                    reason="no nvcc")
-def test_wheel_list_is_every_sm_from_turing_that_nvcc_compiles():
-    nvcc = "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else "nvcc"
+@pytest.mark.parametrize("major", sorted(_build.WHEELS))
+def test_wheel_list(major):
+    cubins, ptx = WHEEL_TARGETS[major]
+    assert _build.parse_arch_list(_build.wheel_arch_list(major)) == (cubins, ptx)
+    assert cubins == sorted(cubins, key=_build._split)  # oldest to newest
+    assert ptx == ["compute_" + cubins[-1][3:]]  # PTX of the newest target
+    assert cubins[0] == f"sm_{_build.WHEELS[major]['oldest_sm']}"
+
+
+def test_wheel_lists_are_the_agreed_ones():
+    # CUDA 13 (nvcc 13.0) dropped Volta; torch's CUDA 12 builds (cu126, cu128) keep sm_70, and
+    # nvcc 12.4, the CUDA 12 wheel's compiler, ends at Hopper.
+    assert WHEEL_TARGETS[13] == (["sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90",
+                                  "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"],
+                                 ["compute_121"])
+    assert WHEEL_TARGETS[12] == (["sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89",
+                                  "sm_90"], ["compute_90"])
+
+
+def nvccs():
+    """Every nvcc to check the lists against: the system's (13.0), CUDA_HOME's, and the CUDA 12
+    toolkit .ci/build_wheel.sh assembles (build/cuda12) where it exists."""
+    found = {}
+    for path in ("/usr/local/cuda/bin/nvcc", os.path.join(os.environ.get("CUDA_HOME", "/-"), "bin",
+                                                          "nvcc"),
+                 str(Path(__file__).resolve().parent.parent / "build" / "cuda12" / "bin" / "nvcc")):
+        if os.access(path, os.X_OK):
+            found[os.path.realpath(path)] = path
+    return sorted(found.values())
+
+
+@pytest.mark.skipif(not nvccs(), reason="no nvcc")
+@pytest.mark.parametrize("nvcc", nvccs())
+def test_wheel_list_is_every_sm_that_nvcc_compiles_from_the_oldest(nvcc):
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    major = int(re.search(r"release (\d+)\.", version).group(1))
+    if major not in _build.WHEELS:
+        pytest.skip(f"{nvcc} is CUDA {major}: no wheel for it")
     codes = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True).stdout.split()
-    plain = [c for c in codes if re.fullmatch(r"sm_\d+", c) and int(c[3:]) >= 75]
-    assert sorted(plain) == sorted(WHEEL_CUBINS), "update WHEEL_ARCH_LIST in torch_fused_ops/_build.py"
+    oldest = _build.WHEELS[major]["oldest_sm"]
+    plain = [c for c in codes if re.fullmatch(r"sm_\d+", c) and int(c[3:]) >= oldest]
+    assert sorted(plain) == sorted(WHEEL_TARGETS[major][0]), (
+        f"update WHEELS[{major}] in torch_fused_ops/_build.py")
 
 
 @pytest.mark.parametrize("cubins, ptx, capability, expected", [
@@ -77,20 +118,39 @@ def test_coverage(cubins, ptx, capability, expected):
 
 @pytest.mark.parametrize("capability", [(7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0),
                                         (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)])
-def test_wheel_runs_machine_code_on_every_gpu_from_turing(capability):
-    how = _build.coverage(WHEEL_CUBINS, WHEEL_PTX, capability)
+def test_cuda13_wheel_runs_machine_code_on_every_gpu_from_turing(capability):
+    how = _build.coverage(*WHEEL_TARGETS[13], capability)
     assert how == f"sm_{capability[0]}{capability[1]} machine code"
 
 
-def test_wheel_covers_future_gpus_by_ptx_only():
-    assert "PTX" in _build.coverage(WHEEL_CUBINS, WHEEL_PTX, (13, 0))
-    assert _build.coverage(WHEEL_CUBINS, WHEEL_PTX, (7, 0)) is None  # Volta: nvcc 13 dropped it
+@pytest.mark.parametrize("capability", [(7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9),
+                                        (9, 0)])
+def test_cuda12_wheel_runs_machine_code_from_volta_to_hopper(capability):
+    how = _build.coverage(*WHEEL_TARGETS[12], capability)
+    assert how == f"sm_{capability[0]}{capability[1]} machine code"
+
+
+@pytest.mark.parametrize("capability", [(10, 0), (10, 1), (10, 3), (12, 0), (12, 1)])
+def test_cuda12_wheel_runs_blackwell_by_hopper_ptx(capability):
+    assert _build.coverage(*WHEEL_TARGETS[12], capability).startswith("compute_90 PTX")
+
+
+def test_wheels_cover_future_gpus_by_ptx_only():
+    assert "PTX" in _build.coverage(*WHEEL_TARGETS[13], (13, 0))
+    assert "PTX" in _build.coverage(*WHEEL_TARGETS[12], (13, 0))
+    assert _build.coverage(*WHEEL_TARGETS[13], (7, 0)) is None  # Volta: nvcc 13 dropped it
+    assert _build.coverage(*WHEEL_TARGETS[12], (6, 1)) is None  # Pascal: torch's cu12x dropped it
 
 
 def test_version_tag():
     # The tag names the CUDA the kernels link, not a torch: one build serves torch >= MIN_TORCH.
     assert _build.local_tag("13.0") == "cu130"
+    # The CUDA 12 wheel, whichever CUDA 12 torch or nvcc built it: it serves cu126, cu128, ...
+    assert _build.local_tag("12.8") == _build.local_tag("12.4") == "cu12"
+    assert _build.local_tag("11.8") == "cu118"  # a source build for a major without a wheel
     assert _build.local_tag(None) == "cpu"
+    assert _build.wheel_name(12) == "torch_fused_ops-0.1.0+cu12-cp310-abi3-linux_x86_64.whl"
+    assert _build.wheel_name(13) == "torch_fused_ops-0.1.0+cu130-cp310-abi3-linux_x86_64.whl"
     assert _build.release("2.12.0a0+git1234") == "2.12.0"
 
 
@@ -100,8 +160,8 @@ def test_target_version_macro():
     assert _build.target_version_macro((2, 13)) == "-DTORCH_TARGET_VERSION=0x020d000000000000"
 
 
-def fake_facts(cuda_version):
-    return types.SimpleNamespace(VERSION="0.1.0+test", TORCH_VERSION="2.14.1",
+def fake_facts(cuda_version, version="0.1.0+test"):
+    return types.SimpleNamespace(VERSION=version, TORCH_VERSION="2.14.1",
                                  CUDA_VERSION=cuda_version, CUBINS=[], PTX=[])
 
 
@@ -122,11 +182,44 @@ def test_unusable_torch_is_one_clear_import_error(monkeypatch, running_torch, bu
     assert message.count(". ") == 0 and message.endswith(".")  # one sentence
 
 
-@pytest.mark.parametrize("running_torch, running_cuda", [
-    ("2.10.0+cu130", "13.0"), ("2.11.0+cu130", "13.2"), ("2.13.0+cpu", None), ("2.15.0", "13.0"),
+@pytest.mark.parametrize("built_cuda, running_torch, running_cuda, wheel", [
+    ("13.0", "2.10.0+cu128", "12.8", "torch_fused_ops-0.1.0+cu12-cp310-abi3-linux_x86_64.whl"),
+    ("13.0", "2.12.0+cu126", "12.6", "torch_fused_ops-0.1.0+cu12-cp310-abi3-linux_x86_64.whl"),
+    ("12.4", "2.14.1+cu130", "13.0", "torch_fused_ops-0.1.0+cu130-cp310-abi3-linux_x86_64.whl"),
+    ("12.4", "2.11.0", "13.2", "torch_fused_ops-0.1.0+cu130-cp310-abi3-linux_x86_64.whl"),
 ])
-def test_every_torch_from_the_minimum_passes(monkeypatch, running_torch, running_cuda):
-    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts("13.0"))
+def test_cuda_mismatch_names_the_wheel_that_torch_needs(monkeypatch, built_cuda, running_torch,
+                                                        running_cuda, wheel):
+    tag = _build.local_tag(built_cuda)
+    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts(built_cuda, f"0.1.0+{tag}"))
+    monkeypatch.setattr(torch, "__version__", running_torch)
+    monkeypatch.setattr(torch.version, "cuda", running_cuda)
+    with pytest.raises(ImportError) as err:
+        _build.check_torch()
+    message = str(err.value)
+    assert f"this is the +{tag} build; your torch needs the CUDA {running_cuda.split('.')[0]} " \
+        f"wheel {wheel}, or a build from source" in message
+    assert f"installed torch {running_torch} uses CUDA {running_cuda}" in message
+    assert message.count(". ") == 0 and message.endswith(".")  # one sentence
+
+
+def test_cuda_major_without_a_wheel_says_so(monkeypatch):
+    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts("13.0", "0.1.0+cu130"))
+    monkeypatch.setattr(torch, "__version__", "2.20.0+cu141")
+    monkeypatch.setattr(torch.version, "cuda", "14.1")
+    with pytest.raises(ImportError, match="no wheel is built for CUDA 14: build from source"):
+        _build.check_torch()
+
+
+@pytest.mark.parametrize("built_cuda, running_torch, running_cuda", [
+    ("13.0", "2.10.0+cu130", "13.0"), ("13.0", "2.11.0+cu130", "13.2"),
+    ("13.0", "2.13.0+cpu", None), ("13.0", "2.15.0", "13.0"),
+    ("12.4", "2.10.0+cu128", "12.8"), ("12.4", "2.12.0+cu126", "12.6"),
+    ("12.4", "2.13.0+cpu", None), ("12.4", "2.14.1+cu129", "12.9"),
+])
+def test_every_torch_from_the_minimum_passes(monkeypatch, built_cuda, running_torch,
+                                             running_cuda):
+    monkeypatch.setattr(_build, "build_facts", lambda: fake_facts(built_cuda))
     monkeypatch.setattr(torch, "__version__", running_torch)
     monkeypatch.setattr(torch.version, "cuda", running_cuda)
     _build.check_torch()

@@ -29,7 +29,8 @@ def find_cuobjdump():
     cuda_home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     candidates.append(os.path.join(cuda_home, "bin", "cuobjdump"))
     purelib = sysconfig.get_paths()["purelib"]
-    candidates += glob.glob(os.path.join(purelib, "nvidia", "cu*", "bin", "cuobjdump"))
+    # nvidia/cu13/bin (CUDA 13 wheels), nvidia/cuda_cuobjdump/bin (CUDA 12 wheels)
+    candidates += glob.glob(os.path.join(purelib, "nvidia", "*", "bin", "cuobjdump"))
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 

@@ -27,21 +27,60 @@ def target_version_macro(min_torch=MIN_TORCH):
     major, minor = min_torch
     return f"-DTORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"
 
-# The wheel's targets: every plain sm_XY >= 75 that nvcc 13.0 compiles (Turing, Ampere,
-# Ada, Hopper, Blackwell, with the Jetson/Thor parts 8.7, 8.8, 11.0), machine code for
-# each, plus PTX of the newest so that future GPUs can JIT-compile it.
-WHEEL_ARCH_LIST = "7.5;8.0;8.6;8.7;8.8;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX"
+# The wheels, one per CUDA major version (a library built by nvcc X links libcudart.so.X and
+# so loads only next to a torch built for CUDA X): the local version tag and the SM targets.
+# Each list holds machine code for every plain sm_XY its nvcc compiles from the oldest GPU
+# torch's builds of that major still support, plus PTX of the newest, which the driver
+# JIT-compiles on newer GPUs. .ci/build_wheel.sh builds both; TORCH_CUDA_ARCH_LIST=all
+# means the list of the CUDA major a build compiles for.
+#
+# CUDA 13 (nvcc 13.0, against torch 2.14.1+cu130): sm_75 up (CUDA 13 dropped Volta): Turing,
+# Ampere, Ada, Hopper, Blackwell, with the Jetson/Thor parts 8.7, 8.8, 11.0.
+# CUDA 12 (nvcc 12.4, against torch 2.10.0+cu128): sm_70 up (torch's cu126 and cu128 builds
+# keep Volta): Volta, Xavier (7.2), Turing, Ampere, Orin (8.7), Ada, Hopper. Tagged by the
+# major alone ("cu12", not "cu124" or "cu128"): it serves every CUDA 12 torch alike (cu126,
+# cu128, cu129). nvcc 12.4 is the newest CUDA 12 nvcc any package registry reachable from
+# CI has (PyPI's nvidia-cuda-nvcc-cu12 ships ptxas but no nvcc; Debian has 12.4): it knows no
+# Blackwell target, so sm_100/sm_103/sm_120/sm_121 run the compute_90 PTX, JIT-compiled by
+# the driver on first use (cached by it afterwards).
+WHEELS = {
+    13: {"tag": "cu130", "arch_list": "7.5;8.0;8.6;8.7;8.8;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX",
+         "oldest_sm": 75},
+    12: {"tag": "cu12", "arch_list": "7.0;7.2;7.5;8.0;8.6;8.7;8.9;9.0+PTX", "oldest_sm": 70},
+}
+
+
+def cuda_major(cuda_version):
+    """"12.8" -> 12; None -> None."""
+    return int(str(cuda_version).split(".")[0]) if cuda_version else None
+
+
+def wheel_arch_list(major):
+    """The wheel's targets for CUDA major version `major`, in TORCH_CUDA_ARCH_LIST syntax."""
+    if major not in WHEELS:
+        raise ValueError(
+            f"TORCH_CUDA_ARCH_LIST=all: no wheel target list for CUDA {major} (lists exist for "
+            f"CUDA {', '.join(map(str, sorted(WHEELS)))}); name the targets, e.g. 9.0"
+        )
+    return WHEELS[major]["arch_list"]
+
+
+def wheel_name(major):
+    """The file name of the wheel for CUDA major version `major` (as .ci/build_wheel.sh
+    builds it on Linux x86-64)."""
+    return f"torch_fused_ops-{BASE_VERSION}+{WHEELS[major]['tag']}-cp310-abi3-linux_x86_64.whl"
+
 
 _ITEM = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
 
 
-def parse_arch_list(text):
+def parse_arch_list(text, major=None):
     """TORCH_CUDA_ARCH_LIST syntax -> (cubins, ptx): "8.6;9.0a;12.0+PTX" gives
-    (["sm_86", "sm_90a", "sm_120"], ["compute_120"]). "all" means WHEEL_ARCH_LIST.
-    Items are separated by ';', ',' or spaces; each is MAJOR.MINOR, optionally with an
-    arch-specific suffix a/f, optionally +PTX."""
+    (["sm_86", "sm_90a", "sm_120"], ["compute_120"]). "all" means the wheel's list for CUDA
+    major version `major` (WHEELS). Items are separated by ';', ',' or spaces; each is
+    MAJOR.MINOR, optionally with an arch-specific suffix a/f, optionally +PTX."""
     if text.strip() == "all":
-        text = WHEEL_ARCH_LIST
+        text = wheel_arch_list(major)
     cubins, ptx = [], []
     for item in re.split(r"[;,\s]+", text.strip()):
         if not item:
@@ -50,7 +89,8 @@ def parse_arch_list(text):
         if not m:
             raise ValueError(
                 f"TORCH_CUDA_ARCH_LIST: cannot read {item!r}; expected items like 8.6, 9.0a or "
-                f"12.0+PTX separated by ';', or 'all' (= {WHEEL_ARCH_LIST})"
+                "12.0+PTX separated by ';', or 'all' (the wheel's list for the CUDA major "
+                "version of the build)"
             )
         name = f"{m.group(1)}{m.group(2)}{m.group(3)}"
         if f"sm_{name}" not in cubins:
@@ -111,13 +151,13 @@ def release(version):
 
 
 def local_tag(cuda_version):
-    """The wheel's local version label: "cu130", or "cpu" without CUDA. It names no torch:
-    one build serves every torch from MIN_TORCH on (of that CUDA major version)."""
-    return "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
-
-
-def _major(version):
-    return version.split(".")[0]
+    """The wheel's local version label: WHEELS' tag of the CUDA major version ("cu130",
+    "cu12"), "cu<version>" for a major without a wheel, or "cpu" without CUDA. It names no
+    torch: one build serves every torch from MIN_TORCH on (of that CUDA major version)."""
+    if not cuda_version:
+        return "cpu"
+    major = cuda_major(cuda_version)
+    return WHEELS[major]["tag"] if major in WHEELS else "cu" + cuda_version.replace(".", "")
 
 
 def _minor_tuple(version):
@@ -136,26 +176,35 @@ def build_facts():
 def check_torch():
     """Raise ImportError, in one sentence, when the running torch cannot load the libraries:
     older than MIN_TORCH (the stable-ABI functions they call would be missing), or a CUDA
-    build of torch whose CUDA major version differs from the one the CUDA kernels link."""
+    build of torch whose CUDA major version differs from the one the CUDA kernels link; the
+    sentence names the wheel that torch needs (WHEELS), or says none exists."""
     import torch
 
     minimum = ".".join(map(str, MIN_TORCH))
-    problem = None
+    facts = build_facts()
+    version = getattr(facts, "VERSION", BASE_VERSION)
+    source = "(pip install --no-build-isolation <checkout>)"
     if _minor_tuple(torch.__version__) < MIN_TORCH:
-        problem = f"torch {torch.__version__} is installed"
-    else:
-        facts = build_facts()
-        cuda = getattr(facts, "CUDA_VERSION", None)
-        if cuda and torch.version.cuda and _major(torch.version.cuda) != _major(cuda):
-            problem = f"the installed torch {torch.__version__} uses CUDA {torch.version.cuda}"
-            minimum = f"{minimum} built for CUDA {_major(cuda)}"
-    if problem:
-        version = getattr(build_facts(), "VERSION", BASE_VERSION)
         raise ImportError(
-            f"torch-fused-ops {version} needs torch >= {minimum} but {problem}: install a torch "
-            "that matches or rebuild this package from source against your torch "
-            "(pip install --no-build-isolation <checkout>)."
+            f"torch-fused-ops {version} needs torch >= {minimum} but torch {torch.__version__} "
+            "is installed: install a torch that matches or rebuild this package from source "
+            f"against your torch {source}."
         )
+    built = cuda_major(getattr(facts, "CUDA_VERSION", None))
+    running = cuda_major(torch.version.cuda)
+    if built is None or running is None or built == running:
+        return
+    if running in WHEELS:
+        remedy = (f"your torch needs the CUDA {running} wheel {wheel_name(running)}, or a build "
+                  f"from source against it {source}")
+    else:
+        remedy = (f"no wheel is built for CUDA {running}: build from source against your "
+                  f"torch {source}")
+    raise ImportError(
+        f"torch-fused-ops {version} needs torch >= {minimum} built for CUDA {built} but the "
+        f"installed torch {torch.__version__} uses CUDA {torch.version.cuda}: this is the "
+        f"+{version.partition('+')[2] or local_tag(facts.CUDA_VERSION)} build; {remedy}."
+    )
 
 
 def load_library(package):

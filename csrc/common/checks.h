@@ -104,10 +104,14 @@ inline void check_floating(const Tensor& t, const char* name) {
                         dtype_str(t.scalar_type()));
 }
 
+// A tensor and its argument name, for the checks that loop over several arguments. Loops
+// spell the list's type (std::initializer_list<NamedTensor>{...}): nvcc 12.4's front end
+// cannot deduce it from {std::pair{...}, {...}}.
+using NamedTensor = std::pair<const Tensor*, const char*>;
+
 // Every tensor in `others` must share `ref`'s device and dtype.
-inline void check_same_device_and_dtype(
-    const Tensor& ref, const char* ref_name,
-    std::initializer_list<std::pair<const Tensor*, const char*>> others) {
+inline void check_same_device_and_dtype(const Tensor& ref, const char* ref_name,
+                                        std::initializer_list<NamedTensor> others) {
   for (const auto& [t, name] : others) {
     FUSED_OPS_CHECK(same_device(*t, ref), name, " is on ", device_str(*t), " but ", ref_name,
                     " is on ", device_str(ref), ": all tensors must be on the same device");

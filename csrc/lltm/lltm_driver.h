@@ -120,7 +120,8 @@ inline CellSizes check_backward_args(const Tensor& grad_h, const Tensor& grad_ce
                                {&X, "X"},
                                {&weights, "weights"}});
   const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  for (const auto& [t, name] : {std::pair{&grad_h, "grad_h"}, {&grad_cell, "grad_cell"}}) {
+  for (const auto& [t, name] :
+       std::initializer_list<NamedTensor>{{&grad_h, "grad_h"}, {&grad_cell, "grad_cell"}}) {
     check_size(*t, name, 0, B, "batch size, from new_cell");
     check_size(*t, name, 1, S, "state_size, from new_cell");
   }

@@ -89,7 +89,7 @@ inline SeqSizes check_sequence_backward_args(const Tensor& grad_hs, const Tensor
   const int64_t S = weights.size(1) - F;
   check_size(weights, "weights", 0, 3 * S, "3 * state_size");
   for (const auto& [t, name] :
-       {std::pair{&grad_hs, "grad_hs"}, {&hs, "hs"}, {&cells, "cells"}}) {
+       std::initializer_list<NamedTensor>{{&grad_hs, "grad_hs"}, {&hs, "hs"}, {&cells, "cells"}}) {
     check_size(*t, name, 0, T + 1, "steps + 1");
     check_size(*t, name, 1, B, "batch size, input.shape[1]");
     check_size(*t, name, 2, S, "state_size");

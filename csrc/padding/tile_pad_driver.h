@@ -64,6 +64,14 @@ inline void check_pad(const std::vector<int64_t>& pad) {
   }
 }
 
+// t's layout, through the C shim: torch::stable::Tensor::layout() is not in torch 2.10's
+// headers (the CUDA 12 wheel is built against them). The shim's code is the enum's value.
+inline Layout layout_of(const Tensor& t) {
+  int32_t layout = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_layout(t.get(), &layout));
+  return static_cast<Layout>(layout);
+}
+
 // The name ATen prints for a layout ("Strided", "Sparse", ...).
 inline std::string layout_str(Layout layout) {
   switch (layout) {
@@ -140,6 +148,7 @@ inline int64_t leading_size(const Tensor& t) {
 }  // namespace detail
 
 using detail::check_pad;
+using detail::layout_of;
 using detail::layout_str;
 using detail::leading_size;
 using detail::make_geometry;
@@ -154,8 +163,8 @@ inline Tensor forward(const Tensor& x, const std::vector<int64_t>& pad, int64_t 
                       ForwardKernel kernel) {
   FUSED_OPS_CHECK_VALUE(x.dim() >= 2, "x must have at least 2 dims (..., H, W), got a ",
                         num(x.dim()), "-D tensor of shape ", shape_str(x));
-  FUSED_OPS_CHECK(x.layout() == Layout::Strided,
-                  "x must be a dense (strided) tensor, got layout ", layout_str(x.layout()));
+  FUSED_OPS_CHECK(layout_of(x) == Layout::Strided,
+                  "x must be a dense (strided) tensor, got layout ", layout_str(layout_of(x)));
   check_pad(pad);
   const int64_t H = x.size(-2), W = x.size(-1);
   const Geometry g = make_geometry(leading_size(x), H, W, pad, shift, "x", x);
@@ -183,9 +192,9 @@ inline Tensor backward(const Tensor& grad_output, const std::vector<int64_t>& pa
   FUSED_OPS_CHECK_VALUE(gy.dim() >= 2,
                         "grad_output must have at least 2 dims (..., Ho, Wo), got a ",
                         num(gy.dim()), "-D tensor of shape ", shape_str(gy));
-  FUSED_OPS_CHECK(gy.layout() == Layout::Strided,
+  FUSED_OPS_CHECK(layout_of(gy) == Layout::Strided,
                   "grad_output must be a dense (strided) tensor, got layout ",
-                  layout_str(gy.layout()));
+                  layout_str(layout_of(gy)));
   fused_ops::check_floating(gy, "grad_output");
   check_pad(pad);
   const int64_t H = gy.size(-2) - pad[2] - pad[3], W = gy.size(-1) - pad[0] - pad[1];

@@ -61,9 +61,10 @@ inline Tensor check_tutorial_backward_args(const Tensor& new_cell, const Tensor&
   using namespace fused_ops;  // NOLINT(build/namespaces): the check_* helpers
   check_rank(new_cell, "new_cell", 2);
   const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  for (const auto& [t, name] : {std::pair{&input_gate, "input_gate"},
-                                {&output_gate, "output_gate"},
-                                {&candidate_cell, "candidate_cell"}}) {
+  for (const auto& [t, name] :
+       std::initializer_list<NamedTensor>{{&input_gate, "input_gate"},
+                                          {&output_gate, "output_gate"},
+                                          {&candidate_cell, "candidate_cell"}}) {
     check_rank(*t, name, 2);
     check_size(*t, name, 0, B, "batch size, from new_cell");
     check_size(*t, name, 1, S, "state_size, from new_cell");

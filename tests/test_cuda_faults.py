@@ -313,7 +313,9 @@ def test_out_of_memory_leaves_nothing_and_recovers(call):
             torch.cuda.empty_cache()
         if error is not None:
             failures.append(fraction)
-            assert after == before, (
+            # after < before: tensors of earlier tests freed meanwhile (a garbage collection
+            # during the call), not a leak.
+            assert after <= before, (
                 f"{call}: {after - before} bytes still allocated after the failure with "
                 f"{free / 2**20:.0f} MiB free ({error})")
         # The process goes on: the same call, with the memory back, gives the same bits.

@@ -24,12 +24,12 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 import lltm
 import lltm_cpp
 import lltm_cuda
 from benchmarks.report import failure, fmt, progress, speedup, wanted
+from lltm.reference import lltm_cell_reference
 
 SIZES = [(16, 32, 128), (64, 256, 512)]  # (batch, features, state)
 QUICK_SIZES = [(16, 32, 128)]
@@ -49,17 +49,8 @@ class PythonLLTM(torch.nn.Module):
         for p in self.parameters():
             p.data.uniform_(-stdv, stdv)
 
-    def forward(self, input, state):
-        old_h, old_cell = state
-        X = torch.cat([old_h, input], dim=1)
-        gate_weights = F.linear(X, self.weights, self.bias)
-        gates = gate_weights.chunk(3, dim=1)
-        input_gate = torch.sigmoid(gates[0])
-        output_gate = torch.sigmoid(gates[1])
-        candidate_cell = F.elu(gates[2])
-        new_cell = old_cell + candidate_cell * input_gate
-        new_h = torch.tanh(new_cell) * output_gate
-        return new_h, new_cell
+    def forward(self, input, state):  # lltm.reference is the tutorial's Python forward
+        return lltm_cell_reference(input, self.weights, self.bias, *state)
 
 
 def client_function(module, n_grads):

@@ -15,6 +15,7 @@ the gates, X or the activations flow back to the inputs (the formula below).
 import torch
 import torch.nn.functional as F
 
+from lltm._ops import _no_setup
 from torch_fused_ops import load_library
 from torch_fused_ops._eager import (
     any_requires_grad,
@@ -131,10 +132,6 @@ torch.library.register_autograd(
 )
 
 
-def _no_setup(ctx, inputs, output):
-    pass
-
-
 def _second_backward(ctx, *grads):
     raise RuntimeError(
         "lltm_cpp.backward / lltm_cuda.backward are differentiable once: the gradients of "
@@ -144,7 +141,7 @@ def _second_backward(ctx, *grads):
 
 
 torch.library.register_autograd("lltm::tutorial_backward", _second_backward,
-                                setup_context=_no_setup)
+                                setup_context=_no_setup)  # lltm._ops's: saves nothing
 
 
 def forward(input, weights, bias, old_h, old_cell, *, split_gates):

@@ -157,7 +157,7 @@ for stage in $STAGES; do
     large)
       section "large: past 2^31 elements (FUSED_OPS_LARGE=1)"
       run_stage large env FUSED_OPS_LARGE=1 "$PY" -m pytest -p no:cacheprovider -rA -s -q \
-        tests/test_cuda_reliability.py -k "${LARGE_FILTER:-past_2pow31 and (fft or sequence) or past_limit}"
+        tests/test_cuda_large.py -k "${LARGE_FILTER:-past_2pow31 and (fft or sequence) or past_limit}"
       grep -E "past 2\^31:|past_limit|on cuda: norm-wise|small" "$LOGS/large.log" | grep -v "^PASSED\|^FAILED" | sed 's/^/  /' | tee -a "$SUMMARY"
       pytest_summary "$LOGS/large.log"
       ;;

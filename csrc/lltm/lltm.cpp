@@ -76,14 +76,15 @@ void forward_pointwise_rows(const Tensor& gates, const Tensor& old_cell, Tensor&
       const scalar_t* z = g + b * 3 * S;
       for (int64_t j = 0; j < S; ++j) {
         const int64_t k = b * S + j;
-        acc_t h, cell;
-        cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[k], h, cell);
+        acc_t h, cell, input_gate, output_gate, candidate;
+        cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[k], h, cell, input_gate, output_gate,
+                            candidate);
         h_out[k] = h;
         c_out[k] = cell;
         if (a != nullptr) {
-          a[0][k] = sigmoid<acc_t>(z[j]);
-          a[1][k] = sigmoid<acc_t>(z[S + j]);
-          a[2][k] = elu<acc_t>(z[2 * S + j]);
+          a[0][k] = input_gate;
+          a[1][k] = output_gate;
+          a[2][k] = candidate;
         }
       }
     }

@@ -42,11 +42,22 @@ struct ActivationPtrs {
   T* candidate_cell = nullptr;
 };
 
-// One element of the forward. T is the accumulation type (float for half types).
+// One element of the forward, with the three gate activations it computes on the way (the
+// tutorial's forward returns them). T is the accumulation type (float for half types).
+template <typename T>
+C10_HOST_DEVICE inline void cell_forward(T z_i, T z_o, T z_c, T old_cell, T& new_h, T& new_cell,
+                                         T& input_gate, T& output_gate, T& candidate_cell) {
+  input_gate = sigmoid(z_i);
+  output_gate = sigmoid(z_o);
+  candidate_cell = elu(z_c);
+  new_cell = old_cell + candidate_cell * input_gate;
+  new_h = std::tanh(new_cell) * output_gate;
+}
+
 template <typename T>
 C10_HOST_DEVICE inline void cell_forward(T z_i, T z_o, T z_c, T old_cell, T& new_h, T& new_cell) {
-  new_cell = old_cell + elu(z_c) * sigmoid(z_i);
-  new_h = std::tanh(new_cell) * sigmoid(z_o);
+  T input_gate, output_gate, candidate_cell;
+  cell_forward(z_i, z_o, z_c, old_cell, new_h, new_cell, input_gate, output_gate, candidate_cell);
 }
 
 // One element of the backward: gradients of the three gate pre-activations and of old_cell.

@@ -5,6 +5,8 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 
 #include "common/cpu_features.h"
 #include "common/dispatch.h"
@@ -17,109 +19,227 @@ FUSED_OPS_PYTHON_MODULE(_C)
 namespace lltm {
 namespace {
 
+using torch::headeronly::ScalarType;
+
 // Rows per parallel_for task: about 16k elements of work each.
 int64_t grain_rows(int64_t state_size) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, state_size));
 }
 
-// Rows [b0, b1) through the AVX2 kernels when they apply (float32 on an AVX2 CPU); false
-// means the caller runs its scalar loop.
 template <typename T>
-bool vectorized_forward_rows(const T*, const T*, T*, T*, int64_t, int64_t, int64_t) {
-  return false;
-}
-bool vectorized_forward_rows(const float* gates, const float* old_cell, float* new_h,
-                             float* new_cell, int64_t b0, int64_t b1, int64_t S) {
-  if (!fused_ops::cpu_has_avx2()) return false;
-  forward_rows_avx2(gates, old_cell, new_h, new_cell, b0, b1, S);
-  return true;
-}
-template <typename T>
-bool vectorized_backward_rows(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t,
-                              int64_t) {
-  return false;
-}
-bool vectorized_backward_rows(const float* grad_h, const float* grad_cell, const float* new_cell,
-                              const float* gates, float* d_gates, float* d_old_cell, int64_t b0,
-                              int64_t b1, int64_t S) {
-  if (!fused_ops::cpu_has_avx2()) return false;
-  backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0, b1, S);
-  return true;
+constexpr Storage storage_of() {
+  return std::is_same_v<T, c10::Half>       ? Storage::Half
+         : std::is_same_v<T, c10::BFloat16> ? Storage::BFloat16
+                                            : Storage::Float;
 }
 
-// The dtype-specific bodies are templates so that the dispatch macro's body is a single
-// call (THO_DISPATCH splits its body at top-level commas).
+// The pointwise passes, in the accumulation type acc_t = opmath(scalar_t) on tensors of
+// scalar_t: the gates (B, 3S) in acc_t (the GEMM's output; for float and double the op's
+// gate_weights itself), old_cell, new_h, new_cell and gates_out (the op's gate_weights, the
+// rounded z for a half type) in scalar_t. A half type's z and new_cell are rounded before the
+// cell reads them, so that the backward, which recomputes from the saved z and new_cell,
+// differentiates what the forward computed. The AVX2 kernels where they apply (float and the
+// half types on an AVX2 CPU), else the scalar loops of lltm.h's math.
 template <typename scalar_t>
-void forward_pointwise_rows(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
-                            Tensor& new_cell) {
+void forward_rows(const fused_ops::opmath_t<scalar_t>* gates, scalar_t* gates_out,
+                  const scalar_t* old_cell, scalar_t* new_h, scalar_t* new_cell, int64_t B,
+                  int64_t S) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t B = old_cell.size(0), S = old_cell.size(1);
-  const scalar_t* g = gates.const_data_ptr<scalar_t>();
-  const scalar_t* c = old_cell.const_data_ptr<scalar_t>();
-  scalar_t* h_out = new_h.mutable_data_ptr<scalar_t>();
-  scalar_t* c_out = new_cell.mutable_data_ptr<scalar_t>();
   torch::stable::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
-    if (vectorized_forward_rows(g, c, h_out, c_out, b0, b1, S)) return;
+    if constexpr (std::is_same_v<acc_t, float>) {
+      if (fused_ops::cpu_has_avx2()) {
+        return forward_rows_avx2(storage_of<scalar_t>(), gates, gates_out, old_cell, new_h,
+                                 new_cell, b0, b1, S);
+      }
+    }
+    auto round = [](acc_t v) { return static_cast<acc_t>(static_cast<scalar_t>(v)); };
     for (int64_t b = b0; b < b1; ++b) {
-      const scalar_t* z = g + b * 3 * S;
+      const acc_t* z = gates + b * 3 * S;
+      scalar_t* zo = gates_out + b * 3 * S;
       for (int64_t j = 0; j < S; ++j) {
-        acc_t h, cell;
-        cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[b * S + j], h, cell);
-        h_out[b * S + j] = h;
-        c_out[b * S + j] = cell;
+        const acc_t z_i = round(z[j]), z_o = round(z[S + j]), z_c = round(z[2 * S + j]);
+        zo[j] = z_i;
+        zo[S + j] = z_o;
+        zo[2 * S + j] = z_c;
+        const acc_t c = round(static_cast<acc_t>(old_cell[b * S + j]) + elu(z_c) * sigmoid(z_i));
+        new_cell[b * S + j] = c;
+        new_h[b * S + j] = std::tanh(c) * sigmoid(z_o);
       }
     }
   });
 }
 
+// d_gates (B, 3S) in acc_t; the rest in scalar_t. d_gates may be gates itself (float and
+// double: each element is read before it is written).
 template <typename scalar_t>
-void backward_pointwise_rows(const Tensor& grad_h, const Tensor& grad_cell,
-                             const Tensor& new_cell, const Tensor& gates, Tensor& d_gates,
-                             Tensor& d_old_cell) {
+void backward_rows(const scalar_t* grad_h, const scalar_t* grad_cell, const scalar_t* new_cell,
+                   const scalar_t* gates, fused_ops::opmath_t<scalar_t>* d_gates,
+                   scalar_t* d_old_cell, int64_t B, int64_t S) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  const scalar_t* gh = grad_h.const_data_ptr<scalar_t>();
-  const scalar_t* gc = grad_cell.const_data_ptr<scalar_t>();
-  const scalar_t* nc = new_cell.const_data_ptr<scalar_t>();
-  const scalar_t* g = gates.const_data_ptr<scalar_t>();
-  scalar_t* dg = d_gates.mutable_data_ptr<scalar_t>();
-  scalar_t* dc = d_old_cell.mutable_data_ptr<scalar_t>();
   torch::stable::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
-    if (vectorized_backward_rows(gh, gc, nc, g, dg, dc, b0, b1, S)) return;
+    if constexpr (std::is_same_v<acc_t, float>) {
+      if (fused_ops::cpu_has_avx2()) {
+        return backward_rows_avx2(storage_of<scalar_t>(), grad_h, grad_cell, new_cell, gates,
+                                  d_gates, d_old_cell, b0, b1, S);
+      }
+    }
     for (int64_t b = b0; b < b1; ++b) {
-      const scalar_t* z = g + b * 3 * S;
-      scalar_t* dz = dg + b * 3 * S;
+      const scalar_t* z = gates + b * 3 * S;
+      acc_t* dz = d_gates + b * 3 * S;
       for (int64_t j = 0; j < S; ++j) {
         const int64_t k = b * S + j;
         acc_t d_i, d_o, d_c, d_cell;
-        cell_backward<acc_t>(gh[k], gc[k], nc[k], z[j], z[S + j], z[2 * S + j], d_i, d_o, d_c,
-                             d_cell);
+        cell_backward<acc_t>(grad_h[k], grad_cell[k], new_cell[k], z[j], z[S + j], z[2 * S + j],
+                             d_i, d_o, d_c, d_cell);
         dz[j] = d_i;
         dz[S + j] = d_o;
         dz[2 * S + j] = d_c;
-        dc[k] = d_cell;
+        d_old_cell[k] = d_cell;
       }
     }
   });
 }
 
+// float32 and float64: lltm_driver.h's GEMMs in the op's dtype around these pointwise passes.
+template <typename scalar_t>
+void forward_pointwise_same(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
+                            Tensor& new_cell) {
+  forward_rows<scalar_t>(gates.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
+                         old_cell.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
+                         new_cell.mutable_data_ptr<scalar_t>(), old_cell.size(0),
+                         old_cell.size(1));
+}
 void forward_pointwise_cpu(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
                            Tensor& new_cell) {
-  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_forward_cpu", [&] {
-    forward_pointwise_rows<scalar_t>(gates, old_cell, new_h, new_cell);
+  FUSED_OPS_DISPATCH_FLOAT_DOUBLE(gates.scalar_type(), "lltm_forward_cpu", [&] {
+    forward_pointwise_same<scalar_t>(gates, old_cell, new_h, new_cell);
   });
 }
 
+template <typename scalar_t>
+void backward_pointwise_same(const Tensor& grad_h, const Tensor& grad_cell,
+                             const Tensor& new_cell, const Tensor& gates, Tensor& d_gates,
+                             Tensor& d_old_cell) {
+  backward_rows<scalar_t>(grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(),
+                          new_cell.const_data_ptr<scalar_t>(), gates.const_data_ptr<scalar_t>(),
+                          d_gates.mutable_data_ptr<scalar_t>(),
+                          d_old_cell.mutable_data_ptr<scalar_t>(), new_cell.size(0),
+                          new_cell.size(1));
+}
 void backward_pointwise_cpu(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
                             const Tensor& gates, Tensor& d_gates, Tensor& d_old_cell) {
-  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_backward_cpu", [&] {
-    backward_pointwise_rows<scalar_t>(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell);
+  FUSED_OPS_DISPATCH_FLOAT_DOUBLE(gates.scalar_type(), "lltm_backward_cpu", [&] {
+    backward_pointwise_same<scalar_t>(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell);
   });
+}
+
+// ---- float16 and bfloat16: the GEMMs in float ----
+// This CPU family has no half-type dot products worth using (ATen's reduced-precision GEMMs
+// on an AVX2 CPU run several times slower than its float32 ones): the weights and X are
+// converted to float once per call, the GEMMs run in float, and only the op's outputs are
+// rounded to the half type.
+
+bool is_half(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
+
+// t as a contiguous tensor of dtype `type` (aten::copy_ converts; one call per tensor).
+Tensor converted(const Tensor& t, ScalarType type) {
+  const int64_t sizes[] = {t.size(0), t.size(1)};
+  Tensor out =
+      torch::stable::new_empty(t, torch::headeronly::IntHeaderOnlyArrayRef(sizes, 2), type);
+  torch::stable::copy_(out, t);
+  return out;
+}
+
+template <typename scalar_t>
+void forward_half_pointwise(const Tensor& gates32, Tensor& gate_weights, const Tensor& old_cell,
+                            Tensor& new_h, Tensor& new_cell) {
+  forward_rows<scalar_t>(gates32.const_data_ptr<float>(), gate_weights.mutable_data_ptr<scalar_t>(),
+                         old_cell.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
+                         new_cell.mutable_data_ptr<scalar_t>(), old_cell.size(0),
+                         old_cell.size(1));
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, const Tensor& weights,
+                                                        const Tensor& bias, const Tensor& old_h,
+                                                        const Tensor& old_cell,
+                                                        const CellSizes& sizes) {
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
+  Tensor X = new_empty({B, S + F}, input);  // [old_h, input] in the op's dtype (saved)
+  if (B > 0 && S > 0) {
+    Tensor left = torch::stable::narrow(X, 1, 0, S);
+    torch::stable::copy_(left, old_h);
+  }
+  if (B > 0 && F > 0) {
+    Tensor right = torch::stable::narrow(X, 1, S, F);
+    torch::stable::copy_(right, input);
+  }
+  const Tensor gates32 = fused_ops::aten::linear(converted(X, ScalarType::Float),
+                                                 converted(weights, ScalarType::Float),
+                                                 torch::stable::to(bias, ScalarType::Float));
+  Tensor gate_weights = new_empty({B, 3 * S}, input);
+  Tensor new_h = new_empty({B, S}, input);
+  Tensor new_cell = new_empty({B, S}, input);
+  if (B > 0 && S > 0) {
+    const Tensor oc = as_contiguous(old_cell);
+    FUSED_OPS_DISPATCH_HALF(input.scalar_type(), "lltm_forward_cpu", [&] {
+      forward_half_pointwise<scalar_t>(gates32, gate_weights, oc, new_h, new_cell);
+    });
+  }
+  return {new_h, new_cell, X, gate_weights};
+}
+
+template <typename scalar_t>
+void backward_half_pointwise(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
+                             const Tensor& gates, Tensor& d_gates32, Tensor& d_old_cell) {
+  backward_rows<scalar_t>(grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(),
+                          new_cell.const_data_ptr<scalar_t>(), gates.const_data_ptr<scalar_t>(),
+                          d_gates32.mutable_data_ptr<float>(),
+                          d_old_cell.mutable_data_ptr<scalar_t>(), new_cell.size(0),
+                          new_cell.size(1));
+}
+
+CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
+                        const Tensor& gate_weights, const Tensor& X, const Tensor& weights,
+                        const GradMask& mask, const CellSizes& sizes) {
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
+  const ScalarType dtype = new_cell.scalar_type();
+  const int64_t dg_sizes[] = {B, 3 * S};
+  Tensor d_gates = torch::stable::new_empty(
+      new_cell, torch::headeronly::IntHeaderOnlyArrayRef(dg_sizes, 2), ScalarType::Float);
+  Tensor d_old_cell = new_empty({B, S}, new_cell);
+  if (B > 0 && S > 0) {
+    const Tensor gh = as_contiguous(grad_h), gc = as_contiguous(grad_cell);
+    const Tensor nc = as_contiguous(new_cell), g = as_contiguous(gate_weights);
+    FUSED_OPS_DISPATCH_HALF(dtype, "lltm_backward_cpu", [&] {
+      backward_half_pointwise<scalar_t>(gh, gc, nc, g, d_gates, d_old_cell);
+    });
+  }
+  auto skipped = [&] { return new_empty({0}, new_cell); };
+  auto rounded = [&](const Tensor& t) { return torch::stable::to(t, dtype); };
+  Tensor w32 = mask[0] || mask[3] ? converted(weights, ScalarType::Float) : Tensor();
+  Tensor d_input =
+      mask[0] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, S, F)))
+              : skipped();
+  Tensor d_weights =
+      mask[1] ? rounded(fused_ops::aten::mm(torch::stable::transpose(d_gates, 0, 1),
+                                            converted(X, ScalarType::Float)))
+              : skipped();
+  const int64_t batch_dim[] = {0};
+  Tensor d_bias = mask[2] ? rounded(torch::stable::sum(
+                                d_gates, torch::headeronly::IntHeaderOnlyArrayRef(batch_dim, 1)))
+                          : skipped();
+  Tensor d_old_h =
+      mask[3] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, 0, S)))
+              : skipped();
+  return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> forward_cpu(Tensor input, Tensor weights, Tensor bias,
                                                        Tensor old_h, Tensor old_cell) {
   const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+  if (is_half(input.scalar_type())) {
+    return forward_half(input, weights, bias, old_h, old_cell, sizes);
+  }
   return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cpu);
 }
 
@@ -127,6 +247,10 @@ CellGrads backward_cpu(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor 
                        Tensor X, Tensor weights, GradMask output_mask) {
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask);
+  if (is_half(new_cell.scalar_type())) {
+    return backward_half(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
+                         sizes);
+  }
   return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
                        backward_pointwise_cpu);
 }

@@ -1,16 +1,29 @@
-// float32 CPU kernels vectorised for AVX2 + FMA (lltm_cpu_avx2.cpp). Call them only when
-// fused_ops::cpu_has_avx2(); rows [b0, b1) of contiguous (B, 3S) gates and (B, S) tensors.
+// The LLTM cell's pointwise CPU kernels vectorised for AVX2 + FMA + F16C (lltm_cpu_avx2.cpp).
+// Call them only when fused_ops::cpu_has_avx2(); rows [b0, b1) of contiguous (B, 3S) gates
+// and (B, S) tensors. The math is in float; the tensors other than the float gate buffers are
+// stored as `Storage` says (float16 and bfloat16 converted on load, rounded on store).
 #pragma once
 
 #include <cstdint>
 
 namespace lltm {
 
-void forward_rows_avx2(const float* gates, const float* old_cell, float* new_h, float* new_cell,
-                       int64_t b0, int64_t b1, int64_t S);
+// The element type of the tensors that a CPU kernel reads and writes in the op's dtype (the
+// float buffers, computed in float for every dtype but double, are float always).
+enum class Storage { Float, Half, BFloat16 };
 
-void backward_rows_avx2(const float* grad_h, const float* grad_cell, const float* new_cell,
-                        const float* gates, float* d_gates, float* d_old_cell, int64_t b0,
-                        int64_t b1, int64_t S);
+// gates: (B, 3S) float pre-activations z. For a half storage each z is rounded to it, written
+// to gates_out (the op's gate_weights, the z the backward reads) and the cell computed from
+// the rounded z; for Float, gates_out is gates itself (nothing written). old_cell, new_h and
+// new_cell in `storage`.
+void forward_rows_avx2(Storage storage, const float* gates, void* gates_out,
+                       const void* old_cell, void* new_h, void* new_cell, int64_t b0,
+                       int64_t b1, int64_t S);
+
+// grad_h, grad_cell, new_cell, gates (the saved z) and d_old_cell in `storage`; d_gates
+// (B, 3S) float, which may be gates itself for Float (each element is read before written).
+void backward_rows_avx2(Storage storage, const void* grad_h, const void* grad_cell,
+                        const void* new_cell, const void* gates, float* d_gates,
+                        void* d_old_cell, int64_t b0, int64_t b1, int64_t S);
 
 }  // namespace lltm

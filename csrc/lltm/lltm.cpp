@@ -141,12 +141,54 @@ void backward_pointwise_cpu(const Tensor& grad_h, const Tensor& grad_cell, const
 
 bool is_half(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
 
-// t as a contiguous tensor of dtype `type` (aten::copy_ converts; one call per tensor).
-Tensor converted(const Tensor& t, ScalarType type) {
-  const int64_t sizes[] = {t.size(0), t.size(1)};
-  Tensor out =
-      torch::stable::new_empty(t, torch::headeronly::IntHeaderOnlyArrayRef(sizes, 2), type);
-  torch::stable::copy_(out, t);
+// An uninitialised contiguous 1-D or 2-D tensor of dtype `type` on like's device, straight
+// from the allocator (lltm_driver.h's new_empty, with a dtype of its own).
+Tensor empty_of(const Tensor& like, ScalarType type, int64_t rows, int64_t cols = -1) {
+  const int64_t ndim = cols < 0 ? 1 : 2;
+  const int64_t size[] = {rows, cols}, stride[] = {cols < 0 ? 1 : cols, 1};
+  int32_t device_type, device_index;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
+  AtenTensorHandle out = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, size, ndim == 1 ? stride + 1 : stride,
+                                                         static_cast<int32_t>(type), device_type,
+                                                         device_index, &out));
+  return Tensor(out);
+}
+
+// n elements between a half type and float, AVX2 where it applies.
+template <typename scalar_t>
+void to_float_n(const scalar_t* src, float* dst, int64_t n) {
+  if (fused_ops::cpu_has_avx2()) return to_float_avx2(storage_of<scalar_t>(), src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+template <typename scalar_t>
+void from_float_n(const float* src, scalar_t* dst, int64_t n) {
+  if (fused_ops::cpu_has_avx2()) return from_float_avx2(storage_of<scalar_t>(), src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<scalar_t>(src[i]);
+}
+
+// A half-type t (1-D or 2-D) as a contiguous float tensor: converted here where t is
+// contiguous, by aten::copy_ otherwise.
+Tensor as_float(const Tensor& t) {
+  Tensor out = t.dim() == 1 ? empty_of(t, ScalarType::Float, t.size(0))
+                            : empty_of(t, ScalarType::Float, t.size(0), t.size(1));
+  if (!t.is_contiguous()) {
+    torch::stable::copy_(out, t);
+    return out;
+  }
+  FUSED_OPS_DISPATCH_HALF(t.scalar_type(), "lltm_cpu", [&] {
+    to_float_n<scalar_t>(t.const_data_ptr<scalar_t>(), out.mutable_data_ptr<float>(), t.numel());
+  });
+  return out;
+}
+
+// A contiguous float t (1-D or 2-D) rounded to the half type `type`.
+Tensor rounded(const Tensor& t, ScalarType type) {
+  Tensor out = t.dim() == 1 ? empty_of(t, type, t.size(0)) : empty_of(t, type, t.size(0), t.size(1));
+  FUSED_OPS_DISPATCH_HALF(type, "lltm_cpu", [&] {
+    from_float_n<scalar_t>(t.const_data_ptr<float>(), out.mutable_data_ptr<scalar_t>(), t.numel());
+  });
   return out;
 }
 
@@ -173,9 +215,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, con
     Tensor right = torch::stable::narrow(X, 1, S, F);
     torch::stable::copy_(right, input);
   }
-  const Tensor gates32 = fused_ops::aten::linear(converted(X, ScalarType::Float),
-                                                 converted(weights, ScalarType::Float),
-                                                 torch::stable::to(bias, ScalarType::Float));
+  const Tensor gates32 = fused_ops::aten::linear(as_float(X), as_float(weights), as_float(bias));
   Tensor gate_weights = new_empty({B, 3 * S}, input);
   Tensor new_h = new_empty({B, S}, input);
   Tensor new_cell = new_empty({B, S}, input);
@@ -203,9 +243,7 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
                         const GradMask& mask, const CellSizes& sizes) {
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
   const ScalarType dtype = new_cell.scalar_type();
-  const int64_t dg_sizes[] = {B, 3 * S};
-  Tensor d_gates = torch::stable::new_empty(
-      new_cell, torch::headeronly::IntHeaderOnlyArrayRef(dg_sizes, 2), ScalarType::Float);
+  Tensor d_gates = empty_of(new_cell, ScalarType::Float, B, 3 * S);
   Tensor d_old_cell = new_empty({B, S}, new_cell);
   if (B > 0 && S > 0) {
     const Tensor gh = as_contiguous(grad_h), gc = as_contiguous(grad_cell);
@@ -215,21 +253,22 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
     });
   }
   auto skipped = [&] { return new_empty({0}, new_cell); };
-  auto rounded = [&](const Tensor& t) { return torch::stable::to(t, dtype); };
-  Tensor w32 = mask[0] || mask[3] ? converted(weights, ScalarType::Float) : Tensor();
+  Tensor w32 = mask[0] || mask[3] ? as_float(weights) : Tensor();
   Tensor d_input =
-      mask[0] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, S, F)))
+      mask[0] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, S, F)), dtype)
               : skipped();
   Tensor d_weights =
-      mask[1] ? rounded(fused_ops::aten::mm(torch::stable::transpose(d_gates, 0, 1),
-                                            converted(X, ScalarType::Float)))
+      mask[1] ? rounded(fused_ops::aten::mm(torch::stable::transpose(d_gates, 0, 1), as_float(X)),
+                        dtype)
               : skipped();
   const int64_t batch_dim[] = {0};
-  Tensor d_bias = mask[2] ? rounded(torch::stable::sum(
-                                d_gates, torch::headeronly::IntHeaderOnlyArrayRef(batch_dim, 1)))
-                          : skipped();
+  Tensor d_bias =
+      mask[2] ? rounded(torch::stable::sum(d_gates,
+                                           torch::headeronly::IntHeaderOnlyArrayRef(batch_dim, 1)),
+                        dtype)
+              : skipped();
   Tensor d_old_h =
-      mask[3] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, 0, S)))
+      mask[3] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, 0, S)), dtype)
               : skipped();
   return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }

@@ -113,6 +113,32 @@ void backward_rows_avx2(Storage storage, const void* grad_h, const void* grad_ce
   }
 }
 
+void to_float_avx2(Storage storage, const void* src, float* dst, int64_t n) {
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    const auto* in = static_cast<CP<E>>(src);
+    for_each_vector(n, [&](int64_t j, const auto& io) { io.store(dst + j, io.load(in + j, e)); });
+  };
+  switch (storage) {
+    case Storage::Float: return run(F32());
+    case Storage::Half: return run(F16());
+    case Storage::BFloat16: return run(BF16());
+  }
+}
+
+void from_float_avx2(Storage storage, const float* src, void* dst, int64_t n) {
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    auto* out = static_cast<P<E>>(dst);
+    for_each_vector(n, [&](int64_t j, const auto& io) { io.store(out + j, io.load(src + j), e); });
+  };
+  switch (storage) {
+    case Storage::Float: return run(F32());
+    case Storage::Half: return run(F16());
+    case Storage::BFloat16: return run(BF16());
+  }
+}
+
 }  // namespace lltm
 
 #else  // not x86-64 with GCC/Clang: only the scalar loops exist.
@@ -124,6 +150,12 @@ void forward_rows_avx2(Storage, const float*, void*, const void*, void*, void*, 
 }
 void backward_rows_avx2(Storage, const void*, const void*, const void*, const void*, float*,
                         void*, int64_t, int64_t, int64_t) {
+  throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
+}
+void to_float_avx2(Storage, const void*, float*, int64_t) {
+  throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
+}
+void from_float_avx2(Storage, const float*, void*, int64_t) {
   throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
 }
 }  // namespace lltm

@@ -26,4 +26,10 @@ void backward_rows_avx2(Storage storage, const void* grad_h, const void* grad_ce
                         const void* new_cell, const void* gates, float* d_gates,
                         void* d_old_cell, int64_t b0, int64_t b1, int64_t S);
 
+// dst[i] = src[i] as float (src in `storage`), i < n; and back, rounded to nearest even as
+// c10 rounds. The half-type paths' conversions (weights, X, gradients) without a dispatcher
+// call each.
+void to_float_avx2(Storage storage, const void* src, float* dst, int64_t n);
+void from_float_avx2(Storage storage, const float* src, void* dst, int64_t n);
+
 }  // namespace lltm

@@ -3,8 +3,8 @@
 // forward panel p (8 states, 24 gate columns) and per block of up to kRows rows:
 //   acc = h_{t-1} W_h^T on the panel's 24 columns: kRows x 3 vector accumulators, K = S;
 //   z = acc + P_t; c_t = c_{t-1} + elu(z_c) sigmoid(z_i); h_t = tanh(c_t) sigmoid(z_o)
-// with z, c_t and h_t rounded to the storage type where it is a half type (the saved z and
-// states are the ones the recurrence used). The panels run outermost so that one panel (24 S
+// with z rounded to the storage type where it is a half type (the saved z is the one the
+// recurrence used); c_t and h_t are carried in float and rounded only where stored. The panels run outermost so that one panel (24 S
 // floats: 12 KiB at S = 128) stays in L1 while every row block of the thread uses it.
 #include "common/avx2_target.h"
 
@@ -77,9 +77,11 @@ inline void forward_block(const FwdBlock<E>& q, int64_t S, int64_t pitch, const 
     io.store(z, z_i, e);
     io.store(z + S, z_o, e);
     io.store(z + 2 * S, z_c, e);
+    // c and h stay float in the state (lltm_sequence_cpu.h: precision); h is the tanh of the
+    // c that cells keeps, which the backward reads.
     float* cs = q.c_state + r * pitch;
-    const V c = round_to(fma(elu(z_c), sigmoid(z_i), _mm256_loadu_ps(cs)), e);
-    const V h = round_to(mul(tanh(c), sigmoid(z_o)), e);
+    const V c = fma(elu(z_c), sigmoid(z_i), _mm256_loadu_ps(cs));
+    const V h = mul(tanh(round_to(c, e)), sigmoid(z_o));
     // The scratch rows are padded to whole panels: full stores (the lanes past S stay 0:
     // their weights, P and initial states are 0, and elu(0) = tanh(0) = 0).
     _mm256_storeu_ps(cs, c);

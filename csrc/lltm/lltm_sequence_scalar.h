@@ -66,9 +66,9 @@ void forward_recurrence_scalar(const CpuForward<fused_ops::opmath_t<scalar_t>>& 
           gates[zi] = z_i;
           gates[zi + S] = z_o;
           gates[zi + 2 * S] = z_c;
-          acc_t& c = a.c_state[b * pitch + j];
-          c = round_to_storage<scalar_t>(c + elu(z_c) * sigmoid(z_i));
-          const acc_t h = round_to_storage<scalar_t>(std::tanh(c) * sigmoid(z_o));
+          acc_t& c = a.c_state[b * pitch + j];  // c and h carried unrounded
+          c = c + elu(z_c) * sigmoid(z_i);
+          const acc_t h = std::tanh(round_to_storage<scalar_t>(c)) * sigmoid(z_o);
           h_next[b * pitch + j] = h;
           cells[out] = c;
           hs[out] = h;

@@ -14,6 +14,11 @@ answer or an exception is a row marked MISMATCH and the run goes on); timed call
 several input sets (timing.input_sets); the fwd+bwd times of the variants are taken in
 alternating rounds. On CUDA each row has its launches and peak memory per call. Besides the
 speedup plot, <out>/lltm_sequence_<device>_per_step.png plots microseconds per step against T.
+
+On the CPU every size runs in float32, bfloat16 and float16 (this package's layer, the eager
+loop and nn.LSTM in each; the cell loop and torch.compile in float32 only). float32 rows are
+checked against float64 within TOLERANCE; half-type rows within twice the eager loop's own
+error in that dtype (DESIGN.md's rule; HALF_FLOOR where the eager loop happens to be closer).
 """
 
 import torch
@@ -26,20 +31,24 @@ from lltm.reference import lltm_cell_reference
 SIZES = {
     "cuda": [(64, 16, 32, 128), (256, 16, 32, 128), (1024, 16, 32, 128), (128, 64, 128, 256),
              (32, 256, 256, 1024), (128, 64, 512, 512)],
-    "cpu": [(64, 16, 32, 128), (256, 16, 32, 128)],
+    "cpu": [(64, 16, 32, 128), (256, 16, 32, 128), (128, 64, 128, 256), (32, 4, 64, 64),
+            (128, 32, 64, 192)],
 }
+DTYPES = {"cuda": [torch.float32], "cpu": [torch.float32, torch.bfloat16, torch.float16]}
+HALF_FLOOR = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 QUICK_SIZES = {"cuda": [(16, 16, 32, 128)], "cpu": [(4, 4, 8, 16)]}
 # float32 against float64 (TF32 off): the gradients through hundreds of steps are the
 # ill-conditioned part (tests/test_lltm_sequence.py: plain PyTorch float32 is off by 1.6e-4
 # at T = 300).
 TOLERANCE = 1e-3
 MAX_COMPILE_T = 128  # torch.compile unrolls the loop: compile time grows with T (T = 256 took over 100 s on the H100 host)
+MAX_COMPILE_T_CPU = 64  # on the 2-core CPU machine T = 128 takes minutes to compile
 ROUNDS = 5
 
 
-def make_set(T, B, F, S, device):
+def make_set(T, B, F, S, device, dtype=torch.float32):
     """One input set: the five LLTM leaves (requiring grad) and the gradients of output, h_n
-    and c_n."""
+    and c_n, drawn in float32 and rounded to dtype."""
     scale = S**-0.5
     leaves = [torch.randn(T, B, F, device=device),
               torch.empty(3 * S, S + F, device=device).uniform_(-scale, scale),
@@ -47,7 +56,7 @@ def make_set(T, B, F, S, device):
               torch.randn(B, S, device=device), torch.randn(B, S, device=device)]
     grads = (torch.randn(T, B, S, device=device), torch.randn(B, S, device=device),
              torch.randn(B, S, device=device))
-    return [t.requires_grad_() for t in leaves], grads
+    return ([t.to(dtype).requires_grad_() for t in leaves], tuple(g.to(dtype) for g in grads))
 
 
 def cell_loop(cell):
@@ -80,8 +89,8 @@ class Lstm:
     """torch.nn.LSTM on the same sizes: (output, h_n, c_n) and the gradients of the input,
     both initial states and its parameters."""
 
-    def __init__(self, F, S, device):
-        self.module = torch.nn.LSTM(F, S).to(device)
+    def __init__(self, F, S, device, dtype=torch.float32):
+        self.module = torch.nn.LSTM(F, S).to(device, dtype)
 
     def fwd(self, module, x, h0, c0):
         output, (h, c) = module(x, (h0[None], c0[None]))
@@ -96,7 +105,7 @@ class Lstm:
     def check(self, sets):
         module64 = torch.nn.LSTM(self.module.input_size, self.module.hidden_size).to(
             sets[0][0][0].device, torch.float64)
-        module64.load_state_dict(self.module.state_dict())
+        module64.load_state_dict({k: v.double() for k, v in self.module.state_dict().items()})
         leaves64 = [t.detach().double().requires_grad_() for t in sets[0][0]]
         want = self.results(module64, leaves64, [g.double() for g in sets[0][1]])
         return max_rel_err(self.results(self.module, *sets[0]), want)
@@ -126,9 +135,12 @@ def cuda_graphed(fn, leaves, grads, backward):
     return replay
 
 
-def variants(T, B, F, S, device, sets):
-    """{name: (role, fwd(i), step(i), check() -> rel err)}."""
+def variants(T, B, F, S, device, sets, dtype=torch.float32):
+    """{name: (role, fwd(i), step(i), check() -> rel err)}; the cell loop, the CUDA graph and
+    torch.compile in float32 only."""
     out = {}
+    full = dtype == torch.float32
+    max_compile_t = MAX_COMPILE_T if device == "cuda" else MAX_COMPILE_T_CPU
 
     def plain(fn):
         return (lambda i: fn(*sets[i % len(sets)][0]),
@@ -142,10 +154,12 @@ def variants(T, B, F, S, device, sets):
 
     eager = cell_loop(lltm_cell_reference)
     out["torch-fused-ops LLTMLayer"] = ("ours", *plain(fused_layer), checker(fused_layer))
-    ours_loop = cell_loop(lltm.lltm_cell)
-    out["torch-fused-ops cell, Python loop"] = ("other", *plain(ours_loop), checker(ours_loop))
+    if full:
+        ours_loop = cell_loop(lltm.lltm_cell)
+        out["torch-fused-ops cell, Python loop"] = ("other", *plain(ours_loop),
+                                                    checker(ours_loop))
     out["eager loop (tutorial cell)"] = ("eager", *plain(eager), checker(eager))
-    if device == "cuda":
+    if device == "cuda" and full:
         def graph_variant():
             fwd = cuda_graphed(eager, *sets[0], backward=False)
             step = cuda_graphed(eager, *sets[0], backward=True)
@@ -154,19 +168,29 @@ def variants(T, B, F, S, device, sets):
             out["eager loop, one CUDA graph"] = ("other", *graph_variant())
         except Exception as exc:  # capture can fail; the row says why
             out["eager loop, one CUDA graph"] = ("other", None, None, failure(exc))
-    if T <= MAX_COMPILE_T:
+    if not full:
+        pass
+    elif T <= max_compile_t:
         compiled = torch.compile(eager)
         out["torch.compile(eager loop)"] = ("compile", *plain(compiled), checker(compiled))
     else:
         out["torch.compile(eager loop)"] = ("compile", None, None,
-                                            f"not run (T > {MAX_COMPILE_T}: unrolled loop)")
-    lstm = Lstm(F, S, device)
+                                            f"not run (T > {max_compile_t}: unrolled loop)")
+    lstm = Lstm(F, S, device, dtype)
     lname = "torch.nn.LSTM (" + ("cuDNN" if device == "cuda" else "oneDNN") + ")"
     out[lname] = ("lstm",
                   lambda i: lstm.fwd(lstm.module, *[sets[i % len(sets)][0][k] for k in (0, 3, 4)]),
                   lambda i: lstm.results(lstm.module, *sets[i % len(sets)]),
                   lambda: lstm.check(sets))
     return out
+
+
+def tolerance(dtype, eager_err):
+    """The check of a row in dtype: TOLERANCE in float32 (and float64); for a half type twice
+    the eager loop's own error in that dtype, or HALF_FLOOR where that is smaller."""
+    if dtype not in HALF_FLOOR:
+        return TOLERANCE
+    return max(2 * (eager_err or 0.0), HALF_FLOOR[dtype])
 
 
 def run(device, quick=False, cases=None):
@@ -176,69 +200,94 @@ def run(device, quick=False, cases=None):
     sizes = [s for s in (QUICK_SIZES if quick else SIZES)[device] if wanted(str(s), cases)]
     reps = 5 if quick else 30
     min_s = None if quick else 0.5
+    # A call of seconds (the half-type eager loop and nn.LSTM at the largest CPU size) gets
+    # fewer repeats, at least 3 in each of the ROUNDS rounds.
+    budget_s = None if quick or device == "cuda" else 2.0
     rows, notes, figures = [], [], []
     notes.append("fwd+bwd: forward and the gradients of input, h0, c0 and every parameter; "
                  "us/step: fwd+bwd microseconds per step; launches and peak MiB: kernels run "
                  "and memory allocated (above what was allocated before) in one fwd / fwd+bwd")
+    notes.append(f"fwd and fwd+bwd: medians, the variants of a row group timed in {ROUNDS} "
+                 "alternating rounds; half-type rows checked against twice the eager loop's "
+                 "error in that dtype (the eager loop's check: its own error)")
     for number, (T, B, F, S) in enumerate(sizes, 1):
-        size = f"({T}, {B}, {F}, {S})"
-        progress(f"lltm_sequence on {device}: case {number}/{len(sizes)} {size}")
-        size_bytes = 4 * (T * B * F + 3 * S * (S + F) + T * B * S + 4 * B * S)
-        sets = input_sets(lambda: make_set(T, B, F, S, device), size_bytes, device)  # noqa: B023
-        timed = {}
-        for name, (role, fwd, step, check) in variants(T, B, F, S, device, sets).items():
-            r = {"role": role, "fwd": None, "step": None, "err": None, "step_fn": step}
-            timed[name] = r
-            if fwd is None:
-                r["check"] = check
-                continue
-            try:
-                r["err"] = check()
-                r["check"] = ("ok" if r["err"] < TOLERANCE
-                              else f"MISMATCH ({r['err']:.1e})")
-                r["fwd"] = median_ms(fwd, device, reps=reps, min_s=min_s)
-                r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
-                r["step_kernels"], r["step_peak"] = call_stats(step, device)
-            except Exception as exc:  # the row says what happened; the run goes on
-                r["check"], r["err"] = failure(exc), None
-        alike = [r for r in timed.values() if r["err"] is not None]
-        try:
-            steps = medians_ms([r["step_fn"] for r in alike], device, reps=reps, min_s=min_s,
-                               rounds=1 if quick else ROUNDS)
-            for r, ms in zip(alike, steps):
-                r["step"] = ms
-        except Exception as exc:
-            progress(f"alternating timing failed ({failure(exc)}); one variant at a time")
-            for r in alike:
+        for dtype in DTYPES[device]:
+            dname = str(dtype).replace("torch.", "")
+            size = f"({T}, {B}, {F}, {S})"
+            progress(f"lltm_sequence on {device}: case {number}/{len(sizes)} {size} {dname}")
+            size_bytes = 4 * (T * B * F + 3 * S * (S + F) + T * B * S + 4 * B * S)
+            sets = input_sets(lambda: make_set(T, B, F, S, device, dtype),  # noqa: B023
+                              size_bytes, device)
+            found = variants(T, B, F, S, device, sets, dtype)
+            timed = {}
+            # The eager loop first: its error sets the half types' tolerance.
+            order = sorted(found, key=lambda n: found[n][0] != "eager")
+            limit = None
+            for name in order:
+                role, fwd, step, check = found[name]
+                r = {"role": role, "fwd": None, "step": None, "err": None, "step_fn": step,
+                     "fwd_fn": fwd}
+                timed[name] = r
+                if fwd is None:
+                    r["check"] = check
+                    continue
                 try:
-                    r["step"] = median_ms(r["step_fn"], device, reps=reps, min_s=min_s)
-                except Exception as exc2:  # noqa: PERF203
-                    r["check"] = failure(exc2)
-        base = {role: next((r["step"] for r in timed.values() if r["role"] == role), None)
-                for role in ("eager", "compile", "lstm")}
-        for name, r in timed.items():
-            per_step = r["step"] * 1e3 / T if r["step"] else None
-            rows.append([size, name, fmt(r["fwd"]), fmt(r["step"]), fmt(per_step, 1),
-                         pair(r.get("fwd_kernels"), r.get("step_kernels"), "g"),
-                         pair(r.get("fwd_peak"), r.get("step_peak"), ".1f"),
-                         speedup(base["eager"], r["step"]), speedup(base["compile"], r["step"]),
-                         speedup(base["lstm"], r["step"]), r["check"]])
-            figures.append({"case": size, "variant": name,
-                            "role": "other" if r["role"] == "lstm" else r["role"],
-                            "ok": r["check"] == "ok", "check": r["check"], "T": T, "B": B,
-                            "F": F, "S": S, "rel_err": r["err"], "fwd_ms": r["fwd"],
-                            "step_ms": r["step"], "step_us_per_step": per_step,
-                            **{key: r.get(key) for key in ("fwd_kernels", "step_kernels",
-                                                           "fwd_peak", "step_peak")}})
-        ours, lstm = timed["torch-fused-ops LLTMLayer"], base["lstm"]
-        if ours["fwd"] and ours["step"] and lstm:
-            lstm_fwd = next(r["fwd"] for r in timed.values() if r["role"] == "lstm")
-            notes.append(f"{size}: LLTMLayer fwd {ours['fwd']:.3f} ms vs nn.LSTM "
-                         f"{fmt(lstm_fwd)} ms ({speedup(lstm_fwd, ours['fwd'])}); fwd+bwd "
-                         f"{ours['step']:.3f} vs {lstm:.3f} ms ({speedup(lstm, ours['step'])})")
-    header = ["(T, B, F, S)", "variant", "fwd ms", "fwd+bwd ms", "us/step (fwd+bwd)",
+                    r["err"] = check()
+                    if limit is None:
+                        limit = tolerance(dtype, r["err"] if role == "eager" else None)
+                    ok = role == "eager" and dtype in HALF_FLOOR or r["err"] < limit
+                    r["check"] = "ok" if ok else f"MISMATCH ({r['err']:.1e})"
+                    r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
+                    r["step_kernels"], r["step_peak"] = call_stats(step, device)
+                except Exception as exc:  # the row says what happened; the run goes on
+                    r["check"], r["err"] = failure(exc), None
+            timed = {name: timed[name] for name in found}  # the table's order
+            alike = [r for r in timed.values() if r["err"] is not None]
+            for key in ("fwd", "step"):
+                fns = [r[f"{key}_fn"] for r in alike]
+                try:
+                    times = medians_ms(fns, device, reps=reps, budget_s=budget_s, min_s=min_s,
+                                       rounds=1 if quick else ROUNDS)
+                except Exception as exc:
+                    progress(f"alternating timing failed ({failure(exc)}); one at a time")
+                    times = []
+                    for r, fn in zip(alike, fns):
+                        try:
+                            times.append(median_ms(fn, device, reps=reps, min_s=min_s))
+                        except Exception as exc2:  # noqa: PERF203
+                            r["check"] = failure(exc2)
+                            times.append(None)
+                for r, ms in zip(alike, times):
+                    r[key] = ms
+            base = {role: next((r["step"] for r in timed.values() if r["role"] == role), None)
+                    for role in ("eager", "compile", "lstm")}
+            lstm_fwd = next((r["fwd"] for r in timed.values() if r["role"] == "lstm"), None)
+            for name, r in timed.items():
+                per_step = r["step"] * 1e3 / T if r["step"] else None
+                rows.append([size, dname, name, fmt(r["fwd"]), fmt(r["step"]), fmt(per_step, 1),
+                             pair(r.get("fwd_kernels"), r.get("step_kernels"), "g"),
+                             pair(r.get("fwd_peak"), r.get("step_peak"), ".1f"),
+                             speedup(base["eager"], r["step"]),
+                             speedup(base["compile"], r["step"]),
+                             speedup(lstm_fwd, r["fwd"]), speedup(base["lstm"], r["step"]),
+                             r["check"]])
+                figures.append({"case": f"{size} {dname}", "variant": name, "dtype": dname,
+                                "role": "other" if r["role"] == "lstm" else r["role"],
+                                "ok": r["check"] == "ok", "check": r["check"], "T": T, "B": B,
+                                "F": F, "S": S, "rel_err": r["err"], "fwd_ms": r["fwd"],
+                                "step_ms": r["step"], "step_us_per_step": per_step,
+                                **{key: r.get(key) for key in ("fwd_kernels", "step_kernels",
+                                                               "fwd_peak", "step_peak")}})
+            ours, lstm = timed["torch-fused-ops LLTMLayer"], base["lstm"]
+            if ours["fwd"] and ours["step"] and lstm and lstm_fwd:
+                notes.append(f"{size} {dname}: LLTMLayer fwd {ours['fwd']:.3f} ms vs nn.LSTM "
+                             f"{fmt(lstm_fwd)} ms ({speedup(lstm_fwd, ours['fwd'])}); fwd+bwd "
+                             f"{ours['step']:.3f} vs {lstm:.3f} ms "
+                             f"({speedup(lstm, ours['step'])})")
+    header = ["(T, B, F, S)", "dtype", "variant", "fwd ms", "fwd+bwd ms", "us/step (fwd+bwd)",
               "launches fwd / fwd+bwd", "peak MiB fwd / fwd+bwd", "fwd+bwd vs eager",
-              "fwd+bwd vs compile", "fwd+bwd vs nn.LSTM", f"check (rel err < {TOLERANCE:g})"]
+              "fwd+bwd vs compile", "fwd vs nn.LSTM", "fwd+bwd vs nn.LSTM",
+              f"check (rel err; float32 < {TOLERANCE:g})"]
     return header, rows, notes, figures
 
 
@@ -252,6 +301,7 @@ def plot_extra(path, title, figures):
     lines = {}
     for f in figures:
         if f.get("step_us_per_step"):
-            key = f"{f['variant']}, (B, F, S) = ({f['B']}, {f['F']}, {f['S']})"
+            key = (f"{f['variant']} {f.get('dtype', 'float32')}, (B, F, S) = "
+                   f"({f['B']}, {f['F']}, {f['S']})")
             lines.setdefault(key, []).append((f["T"], f["step_us_per_step"]))
     return plot_loglog(path, title, lines, "T (steps)", "microseconds per step, forward + backward")

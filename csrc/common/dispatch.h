@@ -46,3 +46,9 @@ inline torch::headeronly::ScalarType opmath_type(torch::headeronly::ScalarType t
   THO_DISPATCH_SWITCH(TYPE, NAME,                                                      \
                       THO_DISPATCH_CASE(torch::headeronly::ScalarType::Double, __VA_ARGS__) \
                       THO_DISPATCH_CASE(torch::headeronly::ScalarType::Float, __VA_ARGS__))
+
+// float16 and bfloat16 only (the CPU paths that compute them in float).
+#define FUSED_OPS_DISPATCH_HALF(TYPE, NAME, ...)                                       \
+  THO_DISPATCH_SWITCH(TYPE, NAME,                                                      \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Half, __VA_ARGS__)   \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::BFloat16, __VA_ARGS__))

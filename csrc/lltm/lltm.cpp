@@ -5,6 +5,7 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "common/cpu_features.h"
@@ -19,126 +20,283 @@ FUSED_OPS_PYTHON_MODULE(_C)
 namespace lltm {
 namespace {
 
+using torch::headeronly::ScalarType;
+
 // Rows per parallel_for task: about 16k elements of work each.
 int64_t grain_rows(int64_t state_size) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, state_size));
 }
 
-// Rows [b0, b1) through the AVX2 kernels when they apply (float32 and float64 on an AVX2 CPU);
-// false means the caller runs its scalar loop.
 template <typename T>
-constexpr bool kHasAvx2Rows = std::is_same_v<T, float> || std::is_same_v<T, double>;
-
-template <typename T>
-bool vectorized_forward_rows(const T* gates, const T* old_cell, T* new_h, T* new_cell,
-                             T* const* acts, int64_t b0, int64_t b1, int64_t S) {
-  if constexpr (kHasAvx2Rows<T>) {
-    if (!fused_ops::cpu_has_avx2()) return false;
-    forward_rows_avx2(gates, old_cell, new_h, new_cell, acts, b0, b1, S);
-    return true;
-  }
-  return false;
-}
-template <typename T>
-bool vectorized_backward_rows(const T* grad_h, const T* grad_cell, const T* new_cell,
-                              const T* gates, T* d_gates, T* d_old_cell, int64_t b0, int64_t b1,
-                              int64_t S) {
-  if constexpr (kHasAvx2Rows<T>) {
-    if (!fused_ops::cpu_has_avx2()) return false;
-    backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0, b1, S);
-    return true;
-  }
-  return false;
+constexpr Storage storage_of() {
+  return std::is_same_v<T, c10::Half>       ? Storage::Half
+         : std::is_same_v<T, c10::BFloat16> ? Storage::BFloat16
+                                            : Storage::Float;
 }
 
-// The dtype-specific bodies are templates so that the dispatch macro's body is a single
-// call (THO_DISPATCH splits its body at top-level commas).
+// The pointwise passes, in the accumulation type acc_t = opmath(scalar_t) on tensors of
+// scalar_t: the gates (B, 3S) in acc_t (the GEMM's output; for float and double the op's
+// gate_weights itself), old_cell, new_h, new_cell and gates_out (the op's gate_weights, the
+// rounded z for a half type) in scalar_t. A half type's z and new_cell are rounded before the
+// cell reads them, so that the backward, which recomputes from the saved z and new_cell,
+// differentiates what the forward computed. acts: the gate activations to write as well (all
+// null: none). The AVX2 kernels where they apply (every dtype on an AVX2 CPU), else the scalar
+// loops of lltm.h's math.
 template <typename scalar_t>
-void forward_pointwise_rows(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
-                            Tensor& new_cell, GateActivations* acts) {
+void forward_rows(const fused_ops::opmath_t<scalar_t>* gates, scalar_t* gates_out,
+                  const scalar_t* old_cell, scalar_t* new_h, scalar_t* new_cell,
+                  const ActivationPtrs<scalar_t>& acts, int64_t B, int64_t S) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t B = old_cell.size(0), S = old_cell.size(1);
-  const scalar_t* g = gates.const_data_ptr<scalar_t>();
-  const scalar_t* c = old_cell.const_data_ptr<scalar_t>();
-  scalar_t* h_out = new_h.mutable_data_ptr<scalar_t>();
-  scalar_t* c_out = new_cell.mutable_data_ptr<scalar_t>();
-  scalar_t* act_storage[3];
-  scalar_t* const* a = nullptr;  // the activations' outputs, or null
-  if (acts != nullptr) {
-    act_storage[0] = acts->input_gate.mutable_data_ptr<scalar_t>();
-    act_storage[1] = acts->output_gate.mutable_data_ptr<scalar_t>();
-    act_storage[2] = acts->candidate_cell.mutable_data_ptr<scalar_t>();
-    a = act_storage;
-  }
+  scalar_t* const act_list[] = {acts.input_gate, acts.output_gate, acts.candidate_cell};
+  const bool want_acts = acts.input_gate != nullptr;
   torch::stable::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
-    if (vectorized_forward_rows(g, c, h_out, c_out, a, b0, b1, S)) return;
+    if (fused_ops::cpu_has_avx2()) {
+      if constexpr (std::is_same_v<acc_t, float>) {
+        void* const vacts[] = {act_list[0], act_list[1], act_list[2]};
+        return forward_rows_avx2(storage_of<scalar_t>(), gates, gates_out, old_cell, new_h,
+                                 new_cell, want_acts ? vacts : nullptr, b0, b1, S);
+      } else {
+        return forward_rows_avx2(gates, old_cell, new_h, new_cell,
+                                 want_acts ? act_list : nullptr, b0, b1, S);
+      }
+    }
+    auto round = [](acc_t v) { return static_cast<acc_t>(static_cast<scalar_t>(v)); };
     for (int64_t b = b0; b < b1; ++b) {
-      const scalar_t* z = g + b * 3 * S;
+      const acc_t* z = gates + b * 3 * S;
+      scalar_t* zo = gates_out + b * 3 * S;
       for (int64_t j = 0; j < S; ++j) {
+        const acc_t z_i = round(z[j]), z_o = round(z[S + j]), z_c = round(z[2 * S + j]);
+        zo[j] = z_i;
+        zo[S + j] = z_o;
+        zo[2 * S + j] = z_c;
         const int64_t k = b * S + j;
-        acc_t h, cell, input_gate, output_gate, candidate;
-        cell_forward<acc_t>(z[j], z[S + j], z[2 * S + j], c[k], h, cell, input_gate, output_gate,
-                            candidate);
-        h_out[k] = h;
-        c_out[k] = cell;
-        if (a != nullptr) {
-          a[0][k] = input_gate;
-          a[1][k] = output_gate;
-          a[2][k] = candidate;
+        const acc_t input_gate = sigmoid(z_i), output_gate = sigmoid(z_o), candidate = elu(z_c);
+        const acc_t c = round(static_cast<acc_t>(old_cell[k]) + candidate * input_gate);
+        new_cell[k] = c;
+        new_h[k] = std::tanh(c) * output_gate;
+        if (want_acts) {
+          act_list[0][k] = input_gate;
+          act_list[1][k] = output_gate;
+          act_list[2][k] = candidate;
         }
       }
     }
   });
 }
 
+// d_gates (B, 3S) in acc_t; the rest in scalar_t. d_gates may be gates itself (float and
+// double: each element is read before it is written).
 template <typename scalar_t>
-void backward_pointwise_rows(const Tensor& grad_h, const Tensor& grad_cell,
-                             const Tensor& new_cell, const Tensor& gates, Tensor& d_gates,
-                             Tensor& d_old_cell) {
+void backward_rows(const scalar_t* grad_h, const scalar_t* grad_cell, const scalar_t* new_cell,
+                   const scalar_t* gates, fused_ops::opmath_t<scalar_t>* d_gates,
+                   scalar_t* d_old_cell, int64_t B, int64_t S) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  const scalar_t* gh = grad_h.const_data_ptr<scalar_t>();
-  const scalar_t* gc = grad_cell.const_data_ptr<scalar_t>();
-  const scalar_t* nc = new_cell.const_data_ptr<scalar_t>();
-  const scalar_t* g = gates.const_data_ptr<scalar_t>();
-  scalar_t* dg = d_gates.mutable_data_ptr<scalar_t>();
-  scalar_t* dc = d_old_cell.mutable_data_ptr<scalar_t>();
   torch::stable::parallel_for(0, B, grain_rows(S), [&](int64_t b0, int64_t b1) {
-    if (vectorized_backward_rows(gh, gc, nc, g, dg, dc, b0, b1, S)) return;
+    if (fused_ops::cpu_has_avx2()) {
+      if constexpr (std::is_same_v<acc_t, float>) {
+        return backward_rows_avx2(storage_of<scalar_t>(), grad_h, grad_cell, new_cell, gates,
+                                  d_gates, d_old_cell, b0, b1, S);
+      } else {
+        return backward_rows_avx2(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, b0,
+                                  b1, S);
+      }
+    }
     for (int64_t b = b0; b < b1; ++b) {
-      const scalar_t* z = g + b * 3 * S;
-      scalar_t* dz = dg + b * 3 * S;
+      const scalar_t* z = gates + b * 3 * S;
+      acc_t* dz = d_gates + b * 3 * S;
       for (int64_t j = 0; j < S; ++j) {
         const int64_t k = b * S + j;
         acc_t d_i, d_o, d_c, d_cell;
-        cell_backward<acc_t>(gh[k], gc[k], nc[k], z[j], z[S + j], z[2 * S + j], d_i, d_o, d_c,
-                             d_cell);
+        cell_backward<acc_t>(grad_h[k], grad_cell[k], new_cell[k], z[j], z[S + j], z[2 * S + j],
+                             d_i, d_o, d_c, d_cell);
         dz[j] = d_i;
         dz[S + j] = d_o;
         dz[2 * S + j] = d_c;
-        dc[k] = d_cell;
+        d_old_cell[k] = d_cell;
       }
     }
   });
 }
 
+// float32 and float64: lltm_driver.h's GEMMs in the op's dtype around these pointwise passes.
+template <typename scalar_t>
+void forward_pointwise_same(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
+                            Tensor& new_cell, GateActivations* acts) {
+  forward_rows<scalar_t>(gates.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
+                         old_cell.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
+                         new_cell.mutable_data_ptr<scalar_t>(), activation_ptrs<scalar_t>(acts),
+                         old_cell.size(0), old_cell.size(1));
+}
 void forward_pointwise_cpu(const Tensor& gates, const Tensor& old_cell, Tensor& new_h,
                            Tensor& new_cell, GateActivations* acts) {
-  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_forward_cpu", [&] {
-    forward_pointwise_rows<scalar_t>(gates, old_cell, new_h, new_cell, acts);
+  FUSED_OPS_DISPATCH_FLOAT_DOUBLE(gates.scalar_type(), "lltm_forward_cpu", [&] {
+    forward_pointwise_same<scalar_t>(gates, old_cell, new_h, new_cell, acts);
   });
 }
 
+template <typename scalar_t>
+void backward_pointwise_same(const Tensor& grad_h, const Tensor& grad_cell,
+                             const Tensor& new_cell, const Tensor& gates, Tensor& d_gates,
+                             Tensor& d_old_cell) {
+  backward_rows<scalar_t>(grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(),
+                          new_cell.const_data_ptr<scalar_t>(), gates.const_data_ptr<scalar_t>(),
+                          d_gates.mutable_data_ptr<scalar_t>(),
+                          d_old_cell.mutable_data_ptr<scalar_t>(), new_cell.size(0),
+                          new_cell.size(1));
+}
 void backward_pointwise_cpu(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
                             const Tensor& gates, Tensor& d_gates, Tensor& d_old_cell) {
-  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_backward_cpu", [&] {
-    backward_pointwise_rows<scalar_t>(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell);
+  FUSED_OPS_DISPATCH_FLOAT_DOUBLE(gates.scalar_type(), "lltm_backward_cpu", [&] {
+    backward_pointwise_same<scalar_t>(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell);
   });
+}
+
+// ---- float16 and bfloat16: the GEMMs in float ----
+// An AVX2 CPU has no half-type dot products: ATen's float16 and bfloat16 GEMMs convert inside
+// and ran this cell 2x (bfloat16) to 5x (float16) slower than float32 on the 2-core AMD EPYC
+// machine (issue 27). So the weights and X are converted to float once per call (AVX2: F16C,
+// bfloat16 shifts), the GEMMs run in float, and only the op's outputs are rounded to the half
+// type (the pointwise kernels compute in float either way).
+
+bool is_half(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
+
+// An uninitialised contiguous 1-D or 2-D tensor of dtype `type` on like's device, straight
+// from the allocator (lltm_driver.h's new_empty, with a dtype of its own).
+Tensor empty_of(const Tensor& like, ScalarType type, int64_t rows, int64_t cols = -1) {
+  const int64_t ndim = cols < 0 ? 1 : 2;
+  const int64_t size[] = {rows, cols}, stride[] = {cols < 0 ? 1 : cols, 1};
+  int32_t device_type, device_index;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
+  AtenTensorHandle out = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, size, ndim == 1 ? stride + 1 : stride,
+                                                         static_cast<int32_t>(type), device_type,
+                                                         device_index, &out));
+  return Tensor(out);
+}
+
+// n elements between a half type and float, AVX2 where it applies.
+template <typename scalar_t>
+void to_float_n(const scalar_t* src, float* dst, int64_t n) {
+  if (fused_ops::cpu_has_avx2()) return to_float_avx2(storage_of<scalar_t>(), src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+template <typename scalar_t>
+void from_float_n(const float* src, scalar_t* dst, int64_t n) {
+  if (fused_ops::cpu_has_avx2()) return from_float_avx2(storage_of<scalar_t>(), src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<scalar_t>(src[i]);
+}
+
+// A half-type t (1-D or 2-D) as a contiguous float tensor: converted here where t is
+// contiguous, by aten::copy_ otherwise.
+Tensor as_float(const Tensor& t) {
+  Tensor out = t.dim() == 1 ? empty_of(t, ScalarType::Float, t.size(0))
+                            : empty_of(t, ScalarType::Float, t.size(0), t.size(1));
+  if (!t.is_contiguous()) {
+    torch::stable::copy_(out, t);
+    return out;
+  }
+  FUSED_OPS_DISPATCH_HALF(t.scalar_type(), "lltm_cpu", [&] {
+    to_float_n<scalar_t>(t.const_data_ptr<scalar_t>(), out.mutable_data_ptr<float>(), t.numel());
+  });
+  return out;
+}
+
+// A contiguous float t (1-D or 2-D) rounded to the half type `type`.
+Tensor rounded(const Tensor& t, ScalarType type) {
+  Tensor out = t.dim() == 1 ? empty_of(t, type, t.size(0)) : empty_of(t, type, t.size(0), t.size(1));
+  FUSED_OPS_DISPATCH_HALF(type, "lltm_cpu", [&] {
+    from_float_n<scalar_t>(t.const_data_ptr<float>(), out.mutable_data_ptr<scalar_t>(), t.numel());
+  });
+  return out;
+}
+
+template <typename scalar_t>
+void forward_half_pointwise(const Tensor& gates32, Tensor& gate_weights, const Tensor& old_cell,
+                            Tensor& new_h, Tensor& new_cell, GateActivations* acts) {
+  forward_rows<scalar_t>(gates32.const_data_ptr<float>(), gate_weights.mutable_data_ptr<scalar_t>(),
+                         old_cell.const_data_ptr<scalar_t>(), new_h.mutable_data_ptr<scalar_t>(),
+                         new_cell.mutable_data_ptr<scalar_t>(), activation_ptrs<scalar_t>(acts),
+                         old_cell.size(0), old_cell.size(1));
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, const Tensor& weights,
+                                                        const Tensor& bias, const Tensor& old_h,
+                                                        const Tensor& old_cell,
+                                                        const CellSizes& sizes,
+                                                        GateActivations* acts = nullptr) {
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
+  Tensor X = new_empty({B, S + F}, input);  // [old_h, input] in the op's dtype (saved)
+  copy_into_columns(X, 0, old_h);
+  copy_into_columns(X, S, input);
+  const Tensor gates32 = fused_ops::aten::linear(as_float(X), as_float(weights), as_float(bias));
+  Tensor gate_weights = new_empty({B, 3 * S}, input);
+  Tensor new_h = new_empty({B, S}, input);
+  Tensor new_cell = new_empty({B, S}, input);
+  if (B > 0 && S > 0) {
+    const Tensor oc = as_contiguous(old_cell);
+    FUSED_OPS_DISPATCH_HALF(input.scalar_type(), "lltm_forward_cpu", [&] {
+      forward_half_pointwise<scalar_t>(gates32, gate_weights, oc, new_h, new_cell, acts);
+    });
+  }
+  return {new_h, new_cell, X, gate_weights};
+}
+
+template <typename scalar_t>
+void backward_half_pointwise(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
+                             const Tensor& gates, Tensor& d_gates32, Tensor& d_old_cell) {
+  backward_rows<scalar_t>(grad_h.const_data_ptr<scalar_t>(), grad_cell.const_data_ptr<scalar_t>(),
+                          new_cell.const_data_ptr<scalar_t>(), gates.const_data_ptr<scalar_t>(),
+                          d_gates32.mutable_data_ptr<float>(),
+                          d_old_cell.mutable_data_ptr<scalar_t>(), new_cell.size(0),
+                          new_cell.size(1));
+}
+
+// d_gates_out: null, or where to hand the gradient of gate_weights back, rounded to the dtype
+// (lltm::tutorial_backward returns it).
+CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
+                        const Tensor& gate_weights, const Tensor& X, const Tensor& weights,
+                        const GradMask& mask, const CellSizes& sizes,
+                        Tensor* d_gates_out = nullptr) {
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
+  const ScalarType dtype = new_cell.scalar_type();
+  Tensor d_gates = empty_of(new_cell, ScalarType::Float, B, 3 * S);
+  Tensor d_old_cell = new_empty({B, S}, new_cell);
+  if (B > 0 && S > 0) {
+    const Tensor gh = as_contiguous(grad_h), gc = as_contiguous(grad_cell);
+    const Tensor nc = as_contiguous(new_cell), g = as_contiguous(gate_weights);
+    FUSED_OPS_DISPATCH_HALF(dtype, "lltm_backward_cpu", [&] {
+      backward_half_pointwise<scalar_t>(gh, gc, nc, g, d_gates, d_old_cell);
+    });
+  }
+  auto skipped = [&] { return new_empty({0}, new_cell); };
+  Tensor w32 = mask[0] || mask[3] ? as_float(weights) : Tensor();
+  Tensor d_input =
+      mask[0] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, S, F)), dtype)
+              : skipped();
+  Tensor d_weights =
+      mask[1] ? rounded(fused_ops::aten::mm(torch::stable::transpose(d_gates, 0, 1), as_float(X)),
+                        dtype)
+              : skipped();
+  const int64_t batch_dim[] = {0};
+  Tensor d_bias =
+      mask[2] ? rounded(torch::stable::sum(d_gates,
+                                           torch::headeronly::IntHeaderOnlyArrayRef(batch_dim, 1)),
+                        dtype)
+              : skipped();
+  Tensor d_old_h =
+      mask[3] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, 0, S)), dtype)
+              : skipped();
+  if (d_gates_out != nullptr) *d_gates_out = rounded(d_gates, dtype);
+  return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> forward_cpu(Tensor input, Tensor weights, Tensor bias,
                                                        Tensor old_h, Tensor old_cell) {
   const CellSizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+  if (is_half(input.scalar_type())) {
+    return forward_half(input, weights, bias, old_h, old_cell, sizes);
+  }
   return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cpu);
 }
 
@@ -146,6 +304,10 @@ CellGrads backward_cpu(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor 
                        Tensor X, Tensor weights, GradMask output_mask) {
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask);
+  if (is_half(new_cell.scalar_type())) {
+    return backward_half(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask,
+                         sizes);
+  }
   return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, output_mask, sizes,
                        backward_pointwise_cpu);
 }
@@ -155,6 +317,9 @@ TutorialOutputs tutorial_forward_cpu(Tensor input, Tensor weights, Tensor bias, 
   const CellSizes sizes =
       check_forward_args(input, weights, bias, old_h, old_cell, /*bias_row=*/true);
   return tutorial_forward(input, sizes, split_gates, [&](GateActivations* acts) {
+    if (is_half(input.scalar_type())) {
+      return forward_half(input, weights, bias, old_h, old_cell, sizes, acts);
+    }
     return forward_gemm(input, weights, bias, old_h, old_cell, sizes, forward_pointwise_cpu,
                         acts);
   });
@@ -169,6 +334,10 @@ TutorialGrads tutorial_backward_cpu(Tensor grad_h, Tensor grad_cell, Tensor new_
   const CellSizes sizes =
       check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, all);
   return tutorial_backward(sizes, split_gates, [&](Tensor* d_gates) {
+    if (is_half(new_cell.scalar_type())) {
+      return backward_half(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
+                           d_gates);
+    }
     return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
                          backward_pointwise_cpu, d_gates);
   });

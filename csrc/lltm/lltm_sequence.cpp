@@ -1,8 +1,12 @@
 // LLTM over a sequence: the schemas of lltm_sequence_forward and lltm_sequence_backward and
-// their CPU implementation. The driver (checks, buffers, the GEMMs over all steps, the
-// per-step loop) is lltm_sequence_driver.h; the CPU part here is the pointwise pass of one
-// step, parallel over the batch, run between the per-step recurrent GEMMs (MKL/oneDNN through
-// aten::mm). The autograd formula lives in Python (lltm/_sequence.py).
+// their CPU implementation. The checks and the tensor helpers are lltm_sequence_driver.h's
+// (shared with the CUDA library); the CPU plan (lltm_sequence_cpu.h): the input projection of
+// all steps is one GEMM before the recurrence, the recurrence runs with each thread on its own
+// block of batch rows through every step (one parallel region per call), on W_h packed once
+// per call, and the weight and input gradients are GEMMs over all steps after the backward
+// recurrence. float16 and bfloat16 are computed in float: their weights and inputs converted
+// once per call, the outputs rounded once. The autograd formula lives in Python
+// (lltm/_sequence.py).
 #include <torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -12,120 +16,16 @@
 
 #include "common/cpu_features.h"
 #include "common/dispatch.h"
-#include "lltm/lltm.h"
-#include "lltm/lltm_cpu_avx2.h"
+#include "lltm/lltm_sequence_cpu.h"
 #include "lltm/lltm_sequence_driver.h"
+#include "lltm/lltm_sequence_scalar.h"
 
 namespace lltm {
 namespace {
 
-// Rows per parallel_for task: about 16k elements of work each (below that a task costs more
-// to hand to another thread than it takes; a whole step of a small batch runs inline).
-int64_t seq_grain_rows(int64_t state_size) {
-  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, state_size));
-}
+using torch::headeronly::ScalarType;
 
-// The cell's AVX2 kernels (lltm_cpu_avx2.cpp) for float32 on an AVX2 CPU; false means the
-// caller runs its scalar loop.
-template <typename T>
-bool seq_vector_forward(const T*, const T*, T*, T*, int64_t, int64_t, int64_t) {
-  return false;
-}
-bool seq_vector_forward(const float* z, const float* c_prev, float* h, float* c, int64_t b0,
-                        int64_t b1, int64_t S) {
-  if (!fused_ops::cpu_has_avx2()) return false;
-  forward_rows_avx2(z, c_prev, h, c, nullptr, b0, b1, S);
-  return true;
-}
-template <typename T, typename Acc>
-bool seq_vector_backward(const T*, Acc*, const T*, T*, int64_t, int64_t, int64_t) {
-  return false;
-}
-// dh and the carry are both float here, so the cell's kernel runs in place: dh as grad_h,
-// the carry as grad_cell and d_old_cell, dz over z (each element is read before it is
-// written, lltm_cpu_avx2.cpp).
-bool seq_vector_backward(const float* dh, float* carry, const float* c_t, float* dz, int64_t b0,
-                         int64_t b1, int64_t S) {
-  if (!fused_ops::cpu_has_avx2()) return false;
-  backward_rows_avx2(dh, carry, c_t, dz, dz, carry, b0, b1, S);
-  return true;
-}
-
-// One forward step on rows of the batch: z = P_t + rec (rounded to scalar_t: the z that
-// gates keeps and the backward reads), then the cell.
-template <typename scalar_t>
-void forward_step_rows(const Tensor& rec, Tensor& gates, Tensor& hs, Tensor& cells, int64_t t) {
-  using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t B = hs.size(1), S = hs.size(2);
-  const scalar_t* r = rec.const_data_ptr<scalar_t>();
-  scalar_t* z = gates.mutable_data_ptr<scalar_t>() + t * B * 3 * S;
-  const scalar_t* c_prev = cells.const_data_ptr<scalar_t>() + t * B * S;
-  scalar_t* h_out = hs.mutable_data_ptr<scalar_t>() + (t + 1) * B * S;
-  scalar_t* c_out = cells.mutable_data_ptr<scalar_t>() + (t + 1) * B * S;
-  torch::stable::parallel_for(0, B, seq_grain_rows(S), [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0 * 3 * S; i < b1 * 3 * S; ++i) {
-      z[i] = static_cast<acc_t>(z[i]) + static_cast<acc_t>(r[i]);
-    }
-    if (seq_vector_forward(z, c_prev, h_out, c_out, b0, b1, S)) return;
-    for (int64_t b = b0; b < b1; ++b) {
-      const scalar_t* zb = z + b * 3 * S;
-      for (int64_t j = 0; j < S; ++j) {
-        acc_t h, c;
-        cell_forward<acc_t>(zb[j], zb[S + j], zb[2 * S + j], c_prev[b * S + j], h, c);
-        h_out[b * S + j] = h;
-        c_out[b * S + j] = c;
-      }
-    }
-  });
-}
-
-// One backward step on rows of the batch. rec_dh is scratch that the next GEMM overwrites:
-// dh = grad_hs[t+1] + rec_dh goes there first, rounded to scalar_t as the cell's grad_h is.
-template <typename scalar_t>
-void backward_step_rows(const Tensor& grad_hs, const Tensor& rec_dh, const Tensor& cells,
-                        Tensor& dz, Tensor& carry, int64_t t) {
-  using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t B = cells.size(1), S = cells.size(2);
-  const scalar_t* gh = grad_hs.const_data_ptr<scalar_t>() + (t + 1) * B * S;
-  scalar_t* dh = rec_dh.mutable_data_ptr<scalar_t>();
-  const scalar_t* c_t = cells.const_data_ptr<scalar_t>() + (t + 1) * B * S;
-  scalar_t* z = dz.mutable_data_ptr<scalar_t>() + t * B * 3 * S;
-  acc_t* dc = carry.mutable_data_ptr<acc_t>();
-  torch::stable::parallel_for(0, B, seq_grain_rows(S), [&](int64_t b0, int64_t b1) {
-    for (int64_t k = b0 * S; k < b1 * S; ++k) {
-      dh[k] = static_cast<acc_t>(gh[k]) + static_cast<acc_t>(dh[k]);
-    }
-    if (seq_vector_backward(dh, dc, c_t, z, b0, b1, S)) return;
-    for (int64_t b = b0; b < b1; ++b) {
-      scalar_t* zb = z + b * 3 * S;
-      for (int64_t j = 0; j < S; ++j) {
-        const int64_t k = b * S + j;
-        acc_t d_i, d_o, d_c, d_cell;
-        cell_backward<acc_t>(dh[k], dc[k], c_t[k], zb[j], zb[S + j], zb[2 * S + j], d_i, d_o,
-                             d_c, d_cell);
-        zb[j] = d_i;
-        zb[S + j] = d_o;
-        zb[2 * S + j] = d_c;
-        dc[k] = d_cell;
-      }
-    }
-  });
-}
-
-void forward_step_cpu(const Tensor& rec, Tensor& gates, Tensor& hs, Tensor& cells, int64_t t) {
-  FUSED_OPS_DISPATCH_FLOATING(gates.scalar_type(), "lltm_sequence_forward_cpu", [&] {
-    forward_step_rows<scalar_t>(rec, gates, hs, cells, t);
-  });
-}
-
-void backward_step_cpu(const Tensor& grad_hs, const Tensor& rec_dh, const Tensor& cells,
-                       Tensor& dz, Tensor& carry, int64_t t) {
-  FUSED_OPS_DISPATCH_FLOATING(dz.scalar_type(), "lltm_sequence_backward_cpu", [&] {
-    backward_step_rows<scalar_t>(grad_hs, rec_dh, cells, dz, carry, t);
-  });
-}
-
-// The driver's primitives on the CPU (lltm_sequence_driver.h's SeqDevice).
+// The driver's copy primitives on the CPU (SeqDevice: seq_copy_matrix, seq_copy_all).
 void copy2d_cpu(const Tensor&, void* dst, int64_t dpitch, const void* src, int64_t spitch,
                 int64_t width, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -133,61 +33,207 @@ void copy2d_cpu(const Tensor&, void* dst, int64_t dpitch, const void* src, int64
                 static_cast<size_t>(width));
   }
 }
-
 void zero_cpu(const Tensor&, void* dst, int64_t bytes) {
   if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
 }
-
-void add_cpu(const Tensor& like, void* out, const void* a, const void* b, int64_t n) {
-  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cpu", [&] {
-    using acc_t = fused_ops::opmath_t<scalar_t>;
-    const scalar_t* x = static_cast<const scalar_t*>(a);
-    const scalar_t* y = static_cast<const scalar_t*>(b);
-    scalar_t* o = static_cast<scalar_t*>(out);
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<acc_t>(x[i]) + static_cast<acc_t>(y[i]);
-  });
-}
-
-// Column sums in double, rows in order (deterministic), rounded once to scalar_t.
-void column_sum_cpu(const Tensor& like, void* out, const void* x, int64_t rows, int64_t n) {
-  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cpu", [&] {
-    const scalar_t* in = static_cast<const scalar_t*>(x);
-    std::vector<double> acc(static_cast<size_t>(n), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const scalar_t* row = in + r * n;
-      for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(row[j]);
-    }
-    scalar_t* o = static_cast<scalar_t*>(out);
-    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<scalar_t>(acc[j]);
-  });
-}
-
+// add and column_sum stay unset: the CPU's recurrence and bias sum are this file's own.
 constexpr SeqDevice kCpu{aoti_torch_cpu_mm_out, aoti_torch_cpu_addmm_out, copy2d_cpu, zero_cpu,
-                         add_cpu, column_sum_cpu};
+                         nullptr, nullptr};
 
-void forward_recurrence_cpu(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
-                            const SeqSizes& sz) {
-  per_step_forward(kCpu, w_h, gates, hs, cells, sz, forward_step_cpu);
+Storage storage_of(ScalarType type) {
+  return type == ScalarType::Half       ? Storage::Half
+         : type == ScalarType::BFloat16 ? Storage::BFloat16
+                                        : Storage::Float;
 }
 
-void backward_recurrence_cpu(const Tensor& w_h, Tensor& dz, const Tensor& cells,
-                             const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
-                             Tensor& d_c0, const SeqSizes& sz) {
-  per_step_backward(kCpu, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cpu);
+// t as a contiguous tensor of dtype `type`: t itself where it already is one, else a
+// converted copy (aten::copy_, once per call).
+Tensor as_type(const Tensor& t, ScalarType type) {
+  if (t.scalar_type() == type) return seq_contiguous(t);
+  const int32_t code = static_cast<int32_t>(type);
+  Tensor out = t.dim() == 1   ? seq_empty({t.size(0)}, t, code)
+               : t.dim() == 2 ? seq_empty({t.size(0), t.size(1)}, t, code)
+                              : seq_empty({t.size(0), t.size(1), t.size(2)}, t, code);
+  torch::stable::copy_(out, t);
+  return out;
+}
+
+// The AVX2 kernels take float (and float16 / bfloat16 storage) on an AVX2 CPU; float64 and
+// CPUs without AVX2 take the scalar ones.
+template <typename acc_t>
+constexpr bool kHasAvx2Kernels = std::is_same_v<acc_t, float>;
+
+template <typename scalar_t>
+void forward_recurrence(const Tensor& w_acc, const Tensor& proj, Tensor& gates, Tensor& hs,
+                        Tensor& cells, const SeqSizes& sz) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t B = sz.batch, S = sz.state;
+  Tensor w_pack = seq_empty({fwd_pack_size(S)}, proj);
+  pack_forward<acc_t>(w_acc.const_data_ptr<acc_t>(), w_acc.stride(0), w_acc.stride(1), S,
+                      w_pack.mutable_data_ptr<acc_t>());
+  Tensor state = seq_empty({3, B, state_pitch(S)}, proj);  // h_{t-1}, h_t, c_t
+  acc_t* st = state.mutable_data_ptr<acc_t>();
+  const CpuForward<acc_t> a{w_pack.const_data_ptr<acc_t>(),
+                            proj.const_data_ptr<acc_t>(),
+                            gates.mutable_data_ptr(),
+                            hs.mutable_data_ptr(),
+                            cells.mutable_data_ptr(),
+                            st,
+                            st + 2 * B * state_pitch(S),
+                            sz.steps,
+                            B,
+                            S};
+  const Storage storage = storage_of(gates.scalar_type());
+  // Grain 1: one block of rows per thread (at::parallel_for splits [0, B) into as many equal
+  // chunks as it has threads, or runs inline for B = 1).
+  torch::stable::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    if constexpr (kHasAvx2Kernels<acc_t>) {
+      if (fused_ops::cpu_has_avx2()) return forward_recurrence_avx2(storage, a, b0, b1);
+    }
+    forward_recurrence_scalar<scalar_t>(a, b0, b1);
+  });
 }
 
 std::tuple<Tensor, Tensor, Tensor> sequence_forward_cpu(Tensor input, Tensor weights,
                                                         Tensor bias, Tensor h0, Tensor c0) {
   const SeqSizes sz = check_sequence_forward_args(input, weights, bias, h0, c0);
-  return sequence_forward(kCpu, input, weights, bias, h0, c0, sz, forward_recurrence_cpu);
+  const int64_t T = sz.steps, B = sz.batch, S = sz.state;
+  Tensor hs = seq_empty({T + 1, B, S}, input);
+  Tensor cells = seq_empty({T + 1, B, S}, input);
+  Tensor gates = seq_empty({T, B, 3 * S}, input);
+  if (B > 0 && S > 0) {
+    Tensor hs0 = seq_view(hs, 0, {B, S});
+    seq_copy_matrix(kCpu, hs0, h0);
+    Tensor cells0 = seq_view(cells, 0, {B, S});
+    seq_copy_matrix(kCpu, cells0, c0);
+  }
+  if (T == 0 || B == 0 || S == 0) return {hs, cells, gates};
+  const ScalarType dtype = input.scalar_type(), acc = fused_ops::opmath_type(dtype);
+  // P = x W_x^T + bias for every step at once: one addmm (what aten::linear runs), in the
+  // accumulation type (for a half type on converted copies, into a float buffer; else
+  // straight into gates, which the recurrence then overwrites with z in place).
+  const Tensor w_acc = acc == dtype ? weights : as_type(weights, acc);
+  const Tensor proj = acc == dtype ? gates : seq_empty({T, B, 3 * S}, input, static_cast<int32_t>(acc));
+  const Tensor x_acc = acc == dtype ? input : as_type(input, acc);
+  const Tensor b_acc = acc == dtype ? bias : as_type(bias, acc);
+  const Tensor w_x = seq_input_weights(w_acc, sz);
+  const Tensor w_x_t = seq_strided(w_x, 0, {sz.features, 3 * S}, {w_x.stride(1), w_x.stride(0)});
+  seq_check(aoti_torch_cpu_addmm_out(seq_view(proj, 0, {T * B, 3 * S}).get(), b_acc.get(),
+                                     seq_flat_input(x_acc, sz).get(), w_x_t.get(), 1.0, 1.0));
+  FUSED_OPS_DISPATCH_FLOATING(dtype, "lltm_sequence_forward_cpu", [&] {
+    forward_recurrence<scalar_t>(w_acc, proj, gates, hs, cells, sz);
+  });
+  return {hs, cells, gates};
+}
+
+template <typename scalar_t>
+void backward_recurrence(const Tensor& w_acc, const Tensor& gates, const Tensor& cells,
+                         const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& dz, Tensor& d_h0,
+                         Tensor& d_c0, const SeqSizes& sz) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const int64_t B = sz.batch, S = sz.state;
+  Tensor w_pack = seq_empty({bwd_pack_size(S)}, dz);
+  pack_backward<acc_t>(w_acc.const_data_ptr<acc_t>(), w_acc.stride(0), w_acc.stride(1), S,
+                       w_pack.mutable_data_ptr<acc_t>());
+  Tensor dc_state = seq_empty({B, state_pitch(S)}, dz);
+  const CpuBackward<acc_t> a{w_pack.const_data_ptr<acc_t>(), gates.const_data_ptr(),
+                             cells.const_data_ptr(),          grad_hs.const_data_ptr(),
+                             grad_c_n.const_data_ptr(),       dz.mutable_data_ptr<acc_t>(),
+                             d_h0.mutable_data_ptr(),         d_c0.mutable_data_ptr(),
+                             dc_state.mutable_data_ptr<acc_t>(), sz.steps, B, S};
+  const Storage storage = storage_of(gates.scalar_type());
+  torch::stable::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    if constexpr (kHasAvx2Kernels<acc_t>) {
+      if (fused_ops::cpu_has_avx2()) return backward_recurrence_avx2(storage, a, b0, b1);
+    }
+    backward_recurrence_scalar<scalar_t>(a, b0, b1);
+  });
+}
+
+// out[j] = sum over rows r of x[r n + j] (x in acc_t), summed in double in row order
+// (deterministic, whatever the thread count: each column is one thread's), rounded once.
+template <typename scalar_t>
+void column_sum(const Tensor& x, Tensor& out, int64_t rows, int64_t n) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  constexpr int64_t kCols = 256;  // columns per task (a row of partial sums on the stack)
+  const acc_t* in = x.const_data_ptr<acc_t>();
+  scalar_t* o = out.mutable_data_ptr<scalar_t>();
+  const int64_t tasks = (n + kCols - 1) / kCols;
+  torch::stable::parallel_for(0, tasks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j0 = c * kCols, width = std::min(kCols, n - j0);
+      double acc[kCols] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        const acc_t* row = in + r * n + j0;
+        for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+      }
+      for (int64_t j = 0; j < width; ++j) o[j0 + j] = static_cast<scalar_t>(acc[j]);
+    }
+  });
 }
 
 SeqGrads sequence_backward_cpu(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
-                               Tensor hs, Tensor cells, Tensor gates, SeqGradMask output_mask) {
-  const SeqSizes sz = check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells,
-                                                   gates, output_mask);
-  return sequence_backward(kCpu, grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
-                           backward_recurrence_cpu);
+                               Tensor hs, Tensor cells, Tensor gates, SeqGradMask mask) {
+  const SeqSizes sz =
+      check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells, gates, mask);
+  const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
+  const ScalarType dtype = input.scalar_type(), acc = fused_ops::opmath_type(dtype);
+  const int32_t acc_code = static_cast<int32_t>(acc);
+  Tensor d_h0 = seq_empty({B, S}, input);
+  Tensor d_c0 = seq_empty({B, S}, input);
+  // dz = dL/dz_t of every step, in the accumulation type (float for the half types: the
+  // GEMMs below then run in float on it).
+  Tensor dz = seq_empty({T, B, 3 * S}, input, acc_code);
+  // The weights in the accumulation type: W_h for the recurrence, W_x for d_input.
+  const bool need_weights = (T > 0 && B > 0 && S > 0) || mask[0];
+  const Tensor w_acc = !need_weights || acc == dtype ? weights : as_type(weights, acc);
+  if (T == 0 || B == 0 || S == 0) {
+    if (B > 0 && S > 0) {
+      seq_copy_matrix(kCpu, d_h0, seq_strided(grad_hs, 0, {B, S},
+                                              {grad_hs.stride(1), grad_hs.stride(2)}));
+      seq_copy_matrix(kCpu, d_c0, grad_c_n);
+    }
+  } else {
+    const Tensor g = seq_contiguous(gates), c = seq_contiguous(cells);
+    const Tensor gh = seq_contiguous(grad_hs), gc = seq_contiguous(grad_c_n);
+    FUSED_OPS_DISPATCH_FLOATING(dtype, "lltm_sequence_backward_cpu", [&] {
+      backward_recurrence<scalar_t>(w_acc, g, c, gh, gc, dz, d_h0, d_c0, sz);
+    });
+  }
+  auto skipped = [&] { return seq_empty({0}, input); };
+  // A result computed in the accumulation type, as the op's dtype (converted once).
+  auto in_dtype = [&](const Tensor& t) { return acc == dtype ? t : as_type(t, dtype); };
+  const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
+  const Tensor dz2_t = seq_strided(dz, 0, {3 * S, T * B}, {1, 3 * S});  // dz^T, a view
+  Tensor d_input = skipped();
+  if (mask[0]) {
+    // d_x = dz W_x: one GEMM over all steps (W_x a strided view, read in place).
+    Tensor d_x = seq_empty({T, B, F}, input, acc_code);
+    seq_mm_out(kCpu, seq_view(d_x, 0, {T * B, F}), dz2, seq_input_weights(w_acc, sz));
+    d_input = in_dtype(d_x);
+  }
+  Tensor d_weights = skipped();
+  if (mask[1]) {
+    // [d_W_h | d_W_x] = dz^T [hs[:T] | x]: two GEMMs over all steps, each written straight
+    // into its column block of one (3S, S + F) buffer.
+    Tensor d_w = seq_empty({3 * S, S + F}, input, acc_code);
+    const Tensor d_w_h = seq_strided(d_w, 0, {3 * S, S}, {S + F, 1});
+    const Tensor d_w_x = seq_strided(d_w, S, {3 * S, F}, {S + F, 1});
+    const Tensor h_prev = seq_view(as_type(hs, acc), 0, {T * B, S});
+    seq_mm_out(kCpu, d_w_h, dz2_t, h_prev);
+    seq_mm_out(kCpu, d_w_x, dz2_t, seq_flat_input(as_type(input, acc), sz));
+    d_weights = in_dtype(d_w);
+  }
+  Tensor d_bias = skipped();
+  if (mask[2]) {
+    d_bias = seq_empty({3 * S}, input);
+    if (S > 0) {
+      FUSED_OPS_DISPATCH_FLOATING(dtype, "lltm_sequence_backward_cpu", [&] {
+        column_sum<scalar_t>(dz, d_bias, T * B, 3 * S);
+      });
+    }
+  }
+  return {d_input, d_weights, d_bias, d_h0, d_c0};
 }
 
 }  // namespace

@@ -70,7 +70,10 @@ def test_quick_benchmark_runs_and_checks(tmp_path):
         columns = ("vs FFT conv", "vs compiled FFT conv") if family == "rwkv" else ("vs eager",
                                                                                  "vs compile")
         assert all(c in " ".join(header) for c in columns), header
-        mine = [r for r in rows if r[1].startswith("torch-fused-ops")]
+        # The variant's column: the second, or the one headed "variant" (a dtype column may
+        # come first).
+        variant = header.index("variant") if "variant" in header else 1
+        mine = [r for r in rows if r[variant].startswith("torch-fused-ops")]
         assert mine, f"{family}: no row for this package"
         for r in mine:
             assert r[-1].startswith("ok"), f"{family}: {r}"

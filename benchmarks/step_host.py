@@ -1,0 +1,116 @@
+"""Where the host time of one LLTM training step goes (issue 26: the single step is host-bound).
+
+Times, per call at one size (default (16, 32, 128), float32, the device given): the whole
+step as bench_lltm times it (forward with every input requiring grad, then
+torch.autograd.grad of both outputs), the forward op alone and the backward op alone below
+autograd, an empty torch.autograd.Function step (the engine's own fixed cost), and the GPU
+kernel time of the step (profiler); then the profiler's host-side table of the step, sorted
+by self CPU time. Usage: python -m benchmarks.step_host [--device cuda] [--size B F S]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import lltm
+from torch_fused_ops._eager import below_autograd
+
+
+def per_call_us(fn, device, n=300, rounds=7):
+    """Median over rounds of the wall time per call of n back-to-back calls (synchronised
+    before and after each round): the host-bound rate when the host is the limit."""
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(rounds):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / n * 1e6)
+    return statistics.median(times)
+
+
+class _Empty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", type=int, nargs=3, default=(16, 32, 128))
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    device, dtype = args.device, getattr(torch, args.dtype)
+    B, F, S = args.size
+    g = torch.Generator().manual_seed(0)
+    scale = S ** -0.5
+
+    def rand(*shape, s=1.0):
+        return (torch.randn(*shape, generator=g) * s).to(device, dtype)
+
+    leaves = [rand(B, F), rand(3 * S, S + F, s=scale), rand(3 * S, s=scale), rand(B, S),
+              rand(B, S)]
+    leaves = [t.requires_grad_() for t in leaves]
+    grads = (rand(B, S), rand(B, S))
+
+    def step():
+        outs = lltm.lltm_cell(*leaves)
+        return torch.autograd.grad(outs, leaves, grads)
+
+    fwd = torch.ops.lltm.lltm_forward.default
+    bwd = torch.ops.lltm.lltm_backward.default
+    plain = [t.detach() for t in leaves]
+    out = fwd(*plain)
+    mask = [True] * 4
+
+    def fwd_only():
+        with below_autograd():
+            fwd(*plain)
+
+    def bwd_only():
+        with below_autograd():
+            bwd(grads[0], grads[1], out[1], out[3], out[2], plain[1], mask)
+
+    x = rand(B, S).requires_grad_()
+
+    def empty_step():
+        return torch.autograd.grad(_Empty.apply(x), x, grads[0])
+
+    rows = [("step (fwd + autograd.grad)", step), ("forward op, below autograd", fwd_only),
+            ("backward op, below autograd", bwd_only), ("empty Function step", empty_step)]
+    print(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
+          f"torch {torch.__version__}, size (B, F, S) = {(B, F, S)}, {args.dtype}")
+    for name, fn in rows:
+        print(f"{name:32s} {per_call_us(fn, device):8.1f} us per call")
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    for _ in range(20):
+        step()
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(50):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    print(table)
+    if device == "cuda":
+        kernel_us = sum(e.self_device_time_total for e in prof.key_averages()
+                        if e.device_type == torch.autograd.DeviceType.CUDA) / 50
+        print(f"GPU kernel time per step: {kernel_us:.1f} us")
+
+
+if __name__ == "__main__":
+    main()

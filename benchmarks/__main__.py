@@ -16,6 +16,7 @@ version, git commit).
 
 import argparse
 import datetime
+import inspect
 import json
 import os
 
@@ -49,6 +50,9 @@ def main(argv=None):
                         "case, spaces and parentheses ignored), e.g. --case 16,32,128 "
                         "--case 'brick wall'")
     parser.add_argument("--quick", action="store_true", help="smallest sizes, few repeats (CI)")
+    parser.add_argument("--dtype", action="append", choices=["float32", "bfloat16", "float16"],
+                        help="dtype to run (repeatable) in the families that take one "
+                        "(lltm_sequence); default: each family's own")
     parser.add_argument("--no-taichi", action="store_true",
                         help="leave the Taichi rows out even where taichi is importable")
     parser.add_argument("--out", help="directory to write the tables, plots and benchmarks.json to")
@@ -66,6 +70,8 @@ def main(argv=None):
         for device in devices:
             report.progress(f"{family} on {device}: started")
             options = {} if family.startswith("lltm") else {"use_taichi": not args.no_taichi}
+            if args.dtype and "dtypes" in inspect.signature(FAMILIES[family].run).parameters:
+                options["dtypes"] = args.dtype
             header, rows, notes, figures = FAMILIES[family].run(
                 device, quick=args.quick, cases=args.case, **options)
             where = (env.get("device", "GPU") if device == "cuda"

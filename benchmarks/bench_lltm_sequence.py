@@ -16,25 +16,39 @@ alternating rounds. On CUDA each row has its launches and peak memory per call. 
 speedup plot, <out>/lltm_sequence_<device>_per_step.png plots microseconds per step against T.
 
 On the CPU every size runs in float32, bfloat16 and float16 (this package's layer, the eager
-loop and nn.LSTM in each; the cell loop and torch.compile in float32 only). float32 rows are
-checked against float64 within TOLERANCE; half-type rows within twice the eager loop's own
-error in that dtype (DESIGN.md's rule; HALF_FLOOR where the eager loop happens to be closer).
+loop and nn.LSTM in each; the cell loop and torch.compile in float32 only); on CUDA float32,
+or the dtypes given (`python -m benchmarks --dtype bfloat16 ...`). float32 rows are checked
+against float64 within TOLERANCE; half-type rows within twice the eager loop's own error in
+that dtype (DESIGN.md's rule; HALF_FLOOR where the eager loop happens to be closer).
+
+On CUDA each row also has its GPU kernel time per step (the profiler's sum over the kernels of
+one fwd+bwd, divided by T), and in bfloat16 and float16 FlashRNN's fused LSTM kernel
+(pip `flashrnn`, backend "cuda_fused", JIT-compiled per shape at its first call) is a peer
+where flashrnn is importable: one head of width S, its input projection nn.Linear(F, 4S)
+included, zero initial states (its API's default), checked against its own pure-PyTorch
+"vanilla" backend in float32 on the same parameters. Its device-information extension does not
+build on CUDA 13 (it reads cudaDeviceProp fields CUDA 13 removed), so the four properties it
+asks for come from torch here.
 """
+
+import importlib.util
 
 import torch
 
 import lltm
 from benchmarks.report import failure, fmt, pair, plot_loglog, progress, speedup, wanted
-from benchmarks.timing import call_stats, input_sets, median_ms, medians_ms
+from benchmarks.timing import call_stats, cuda_kernels, input_sets, median_ms, medians_ms
 from lltm.reference import lltm_cell_reference
 
 SIZES = {
-    "cuda": [(64, 16, 32, 128), (256, 16, 32, 128), (1024, 16, 32, 128), (128, 64, 128, 256),
-             (32, 256, 256, 1024), (128, 64, 512, 512)],
+    "cuda": [(64, 16, 32, 128), (256, 16, 32, 128), (1024, 16, 32, 128), (256, 8, 32, 64),
+             (256, 8, 32, 96), (128, 64, 128, 256), (32, 256, 256, 1024), (128, 64, 512, 512)],
     "cpu": [(64, 16, 32, 128), (256, 16, 32, 128), (128, 64, 128, 256), (32, 4, 64, 64),
             (128, 32, 64, 192)],
 }
 DTYPES = {"cuda": [torch.float32], "cpu": [torch.float32, torch.bfloat16, torch.float16]}
+# FlashRNN's fused kernel against its float32 vanilla backend (forward output), by dtype.
+FLASHRNN_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
 HALF_FLOOR = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 QUICK_SIZES = {"cuda": [(16, 16, 32, 128)], "cpu": [(4, 4, 8, 16)]}
 # float32 against float64 (TF32 off): the gradients through hundreds of steps are the
@@ -111,6 +125,62 @@ class Lstm:
         return max_rel_err(self.results(self.module, *sets[0]), want)
 
 
+def _flashrnn_module():
+    """flashrnn's kernel module with the device properties it asks its own (CUDA-13-broken)
+    extension for supplied from torch; None where flashrnn is not importable."""
+    if importlib.util.find_spec("flashrnn") is None:
+        return None
+    import flashrnn.flashrnn.flashrnn as frnn
+
+    def gpu_info(device_id):
+        p = torch.cuda.get_device_properties(device_id)
+        return {"maxThreadsPerBlock": p.max_threads_per_block,
+                "regsPerMultiprocessor": p.regs_per_multiprocessor,
+                "multiProcessorCount": p.multi_processor_count,
+                "sharedMemPerBlockOptin": p.shared_memory_per_block_optin}
+    frnn.get_gpu_info = gpu_info
+    return frnn
+
+
+class FlashRnn:
+    """FlashRNN's LSTM (one head of width S) on the same sizes: output (T, B, S) and the
+    gradients of the input and its parameters (projection, R, b)."""
+
+    def __init__(self, F, S, device, dtype):
+        self.frnn = _flashrnn_module()
+        self.S, self.dtype = S, dtype
+        self.proj = torch.nn.Linear(F, 4 * S).to(device, dtype)
+        scale = S**-0.5
+        self.R = torch.empty(4, 1, S, S, device=device).uniform_(-scale, scale).to(dtype)
+        self.b = torch.empty(4, 1, S, device=device).uniform_(-scale, scale).to(dtype)
+        self.R.requires_grad_()
+        self.b.requires_grad_()
+
+    def params(self):
+        return [*self.proj.parameters(), self.R, self.b]
+
+    def fwd(self, x, backend="cuda_fused", params=None):
+        proj_w, proj_b, R, b = params or self.params()
+        T, B, _ = x.shape
+        wx = torch.nn.functional.linear(x, proj_w, proj_b)
+        wx = wx.transpose(0, 1).reshape(B, T, 4, 1, self.S)
+        dname = str(wx.dtype).replace("torch.", "")
+        h, _ = self.frnn.flashrnn(wx, R, b, function="lstm", backend=backend, dtype=dname)
+        h = h[0, :, -T:, 0]  # (states, B, T or T + 1, heads, S): the hidden states of the steps
+        return h.transpose(0, 1)
+
+    def results(self, leaves, grads):
+        x = leaves[0]
+        out = self.fwd(x)
+        return [out, *torch.autograd.grad(out, [x, *self.params()], grads[0])]
+
+    def check(self, sets):
+        x = sets[0][0][0].detach().float()
+        want = self.fwd(x, "vanilla", [p.detach().float() for p in self.params()])
+        got = self.fwd(sets[0][0][0].detach()).float()
+        return ((got - want).norm() / want.norm()).item()
+
+
 def cuda_graphed(fn, leaves, grads, backward):
     """fn (forward, or forward + every gradient) captured in one CUDA graph on static copies of
     the inputs; the returned function replays it and returns the static outputs."""
@@ -182,6 +252,12 @@ def variants(T, B, F, S, device, sets, dtype=torch.float32):
                   lambda i: lstm.fwd(lstm.module, *[sets[i % len(sets)][0][k] for k in (0, 3, 4)]),
                   lambda i: lstm.results(lstm.module, *sets[i % len(sets)]),
                   lambda: lstm.check(sets))
+    if device == "cuda" and dtype in FLASHRNN_TOLERANCE and _flashrnn_module() is not None:
+        frnn = FlashRnn(F, S, device, dtype)
+        out["FlashRNN fused LSTM"] = ("flashrnn",
+                                      lambda i: frnn.fwd(sets[i % len(sets)][0][0]),
+                                      lambda i: frnn.results(*sets[i % len(sets)]),
+                                      lambda: frnn.check(sets))
     return out
 
 
@@ -193,8 +269,10 @@ def tolerance(dtype, eager_err):
     return max(2 * (eager_err or 0.0), HALF_FLOOR[dtype])
 
 
-def run(device, quick=False, cases=None):
-    """cases: substrings of the "(T, B, F, S)" labels to run (None: all)."""
+def run(device, quick=False, cases=None, dtypes=None):
+    """cases: substrings of the "(T, B, F, S)" labels to run (None: all); dtypes: names of the
+    dtypes to run (None: DTYPES[device])."""
+    dtypes = [getattr(torch, d) for d in dtypes] if dtypes else DTYPES[device]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     sizes = [s for s in (QUICK_SIZES if quick else SIZES)[device] if wanted(str(s), cases)]
@@ -211,7 +289,7 @@ def run(device, quick=False, cases=None):
                  "alternating rounds; half-type rows checked against twice the eager loop's "
                  "error in that dtype (the eager loop's check: its own error)")
     for number, (T, B, F, S) in enumerate(sizes, 1):
-        for dtype in DTYPES[device]:
+        for dtype in dtypes:
             dname = str(dtype).replace("torch.", "")
             size = f"({T}, {B}, {F}, {S})"
             progress(f"lltm_sequence on {device}: case {number}/{len(sizes)} {size} {dname}")
@@ -235,10 +313,15 @@ def run(device, quick=False, cases=None):
                     r["err"] = check()
                     if limit is None:
                         limit = tolerance(dtype, r["err"] if role == "eager" else None)
-                    ok = role == "eager" and dtype in HALF_FLOOR or r["err"] < limit
+                    if role == "flashrnn":  # its own function, against its float32 backend
+                        ok = r["err"] < FLASHRNN_TOLERANCE[dtype]
+                    else:
+                        ok = role == "eager" and dtype in HALF_FLOOR or r["err"] < limit
                     r["check"] = "ok" if ok else f"MISMATCH ({r['err']:.1e})"
                     r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
                     r["step_kernels"], r["step_peak"] = call_stats(step, device)
+                    if device == "cuda":  # GPU time of one fwd+bwd, all kernels
+                        r["gpu_ms"] = sum(ms for _, ms in cuda_kernels(step).values())
                 except Exception as exc:  # the row says what happened; the run goes on
                     r["check"], r["err"] = failure(exc), None
             timed = {name: timed[name] for name in found}  # the table's order
@@ -262,20 +345,27 @@ def run(device, quick=False, cases=None):
             base = {role: next((r["step"] for r in timed.values() if r["role"] == role), None)
                     for role in ("eager", "compile", "lstm")}
             lstm_fwd = next((r["fwd"] for r in timed.values() if r["role"] == "lstm"), None)
+            frnn = next((r for r in timed.values() if r["role"] == "flashrnn"), {})
             for name, r in timed.items():
                 per_step = r["step"] * 1e3 / T if r["step"] else None
+                gpu_step = r["gpu_ms"] * 1e3 / T if r.get("gpu_ms") else None
                 rows.append([size, dname, name, fmt(r["fwd"]), fmt(r["step"]), fmt(per_step, 1),
+                             fmt(gpu_step, 2),
                              pair(r.get("fwd_kernels"), r.get("step_kernels"), "g"),
                              pair(r.get("fwd_peak"), r.get("step_peak"), ".1f"),
                              speedup(base["eager"], r["step"]),
                              speedup(base["compile"], r["step"]),
                              speedup(lstm_fwd, r["fwd"]), speedup(base["lstm"], r["step"]),
+                             pair_text(speedup(frnn.get("fwd"), r["fwd"]),
+                                       speedup(frnn.get("step"), r["step"])),
                              r["check"]])
                 figures.append({"case": f"{size} {dname}", "variant": name, "dtype": dname,
-                                "role": "other" if r["role"] == "lstm" else r["role"],
+                                "role": ("other" if r["role"] in ("lstm", "flashrnn")
+                                         else r["role"]),
                                 "ok": r["check"] == "ok", "check": r["check"], "T": T, "B": B,
                                 "F": F, "S": S, "rel_err": r["err"], "fwd_ms": r["fwd"],
                                 "step_ms": r["step"], "step_us_per_step": per_step,
+                                "gpu_us_per_step": gpu_step,
                                 **{key: r.get(key) for key in ("fwd_kernels", "step_kernels",
                                                                "fwd_peak", "step_peak")}})
             ours, lstm = timed["torch-fused-ops LLTMLayer"], base["lstm"]
@@ -283,10 +373,14 @@ def run(device, quick=False, cases=None):
                 notes.append(f"{size} {dname}: LLTMLayer fwd {ours['fwd']:.3f} ms vs nn.LSTM "
                              f"{fmt(lstm_fwd)} ms ({speedup(lstm_fwd, ours['fwd'])}); fwd+bwd "
                              f"{ours['step']:.3f} vs {lstm:.3f} ms "
-                             f"({speedup(lstm, ours['step'])})")
+                             f"({speedup(lstm, ours['step'])})"
+                             + (f"; FlashRNN fused {fmt(frnn.get('fwd'))} / "
+                                f"{fmt(frnn.get('step'))} ms" if frnn else ""))
     header = ["(T, B, F, S)", "dtype", "variant", "fwd ms", "fwd+bwd ms", "us/step (fwd+bwd)",
+              "GPU us/step (fwd+bwd kernels)",
               "launches fwd / fwd+bwd", "peak MiB fwd / fwd+bwd", "fwd+bwd vs eager",
               "fwd+bwd vs compile", "fwd vs nn.LSTM", "fwd+bwd vs nn.LSTM",
+              "fwd / fwd+bwd vs FlashRNN",
               f"check (rel err; float32 < {TOLERANCE:g})"]
     return header, rows, notes, figures
 
@@ -305,3 +399,8 @@ def plot_extra(path, title, figures):
                    f"({f['B']}, {f['F']}, {f['S']})")
             lines.setdefault(key, []).append((f["T"], f["step_us_per_step"]))
     return plot_loglog(path, title, lines, "T (steps)", "microseconds per step, forward + backward")
+
+
+def pair_text(a, b):
+    """'a / b' of two formatted figures, or 'n/a' where neither exists."""
+    return "n/a" if a == "n/a" and b == "n/a" else f"{a} / {b}"

@@ -328,19 +328,18 @@ TutorialOutputs tutorial_forward_cpu(Tensor input, Tensor weights, Tensor bias, 
 TutorialGrads tutorial_backward_cpu(Tensor grad_h, Tensor grad_cell, Tensor new_cell,
                                     Tensor input_gate, Tensor output_gate, Tensor candidate_cell,
                                     Tensor X, Tensor gates, Tensor weights, bool split_gates) {
-  const Tensor gate_weights =
-      check_tutorial_backward_args(new_cell, input_gate, output_gate, candidate_cell, gates);
-  const GradMask all(4, true);
-  const CellSizes sizes =
-      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, all);
-  return tutorial_backward(sizes, split_gates, [&](Tensor* d_gates) {
-    if (is_half(new_cell.scalar_type())) {
-      return backward_half(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
-                           d_gates);
-    }
-    return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
-                         backward_pointwise_cpu, d_gates);
-  });
+  return tutorial_backward(
+      grad_h, grad_cell, new_cell, input_gate, output_gate, candidate_cell, X, gates, weights,
+      split_gates,
+      [&](const Tensor& gate_weights, const GradMask& all, const CellSizes& sizes,
+          Tensor* d_gates) {
+        if (is_half(new_cell.scalar_type())) {
+          return backward_half(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
+                               d_gates);
+        }
+        return backward_gemm(grad_h, grad_cell, new_cell, gate_weights, X, weights, all, sizes,
+                             backward_pointwise_cpu, d_gates);
+      });
 }
 
 }  // namespace

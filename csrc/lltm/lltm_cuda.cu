@@ -218,15 +218,14 @@ TutorialGrads tutorial_backward_cuda(Tensor grad_h, Tensor grad_cell, Tensor new
                                      Tensor input_gate, Tensor output_gate,
                                      Tensor candidate_cell, Tensor X, Tensor gates,
                                      Tensor weights, bool split_gates) {
-  const Tensor gate_weights =
-      check_tutorial_backward_args(new_cell, input_gate, output_gate, candidate_cell, gates);
-  const GradMask all(4, true);
-  const CellSizes sizes =
-      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, all);
-  return tutorial_backward(sizes, split_gates, [&](Tensor* d_gates) {
-    return checked_backward_cuda(grad_h, grad_cell, new_cell, gate_weights, X, weights, all,
-                                 sizes, d_gates);
-  });
+  return tutorial_backward(grad_h, grad_cell, new_cell, input_gate, output_gate, candidate_cell,
+                           X, gates, weights, split_gates,
+                           [&](const Tensor& gate_weights, const GradMask& all,
+                               const CellSizes& sizes, Tensor* d_gates) {
+                             return checked_backward_cuda(grad_h, grad_cell, new_cell,
+                                                          gate_weights, X, weights, all, sizes,
+                                                          d_gates);
+                           });
 }
 
 }  // namespace

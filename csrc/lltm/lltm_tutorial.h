@@ -80,14 +80,25 @@ inline Tensor check_tutorial_backward_args(const Tensor& new_cell, const Tensor&
   return reshaped(as_contiguous(gates), {B, 3 * S});
 }
 
-// Backward: Backward(gates (B, 3S), d_gates_out) -> the five CellGrads, all wanted, with the
-// gradient of gates handed back through d_gates_out.
+// lltm::tutorial_backward's arguments checked (check_tutorial_backward_args, then
+// check_backward_args with every gradient wanted), then
+// Backward(gate_weights (B, 3S), all, sizes, d_gates_out) -> the five CellGrads, with the
+// gradient of gates handed back through d_gates_out; returned in the tutorial's order and shapes.
 template <typename Backward>
-TutorialGrads tutorial_backward(const CellSizes& sizes, bool split_gates,
-                                const Backward& backward) {
+TutorialGrads tutorial_backward(const Tensor& grad_h, const Tensor& grad_cell,
+                                const Tensor& new_cell, const Tensor& input_gate,
+                                const Tensor& output_gate, const Tensor& candidate_cell,
+                                const Tensor& X, const Tensor& gates, const Tensor& weights,
+                                bool split_gates, const Backward& backward) {
+  const Tensor gate_weights =
+      check_tutorial_backward_args(new_cell, input_gate, output_gate, candidate_cell, gates);
+  const GradMask all(4, true);
+  const CellSizes sizes =
+      check_backward_args(grad_h, grad_cell, new_cell, gate_weights, X, weights, all);
   const int64_t B = sizes.batch, S = sizes.state;
   Tensor d_gates;
-  auto [d_input, d_weights, d_bias, d_old_h, d_old_cell] = backward(&d_gates);
+  auto [d_input, d_weights, d_bias, d_old_h, d_old_cell] =
+      backward(gate_weights, all, sizes, &d_gates);
   // The tutorial sums d_bias with keepdim=True: (1, 3S); autograd sums it onto a (3S,) bias.
   d_bias = reshaped(d_bias, {1, 3 * S});
   if (split_gates) d_gates = reshaped(d_gates, {B, 3, S});

@@ -104,7 +104,7 @@ def main():
     sizes = [ast.literal_eval(s) for s in args.sizes] if args.sizes else SIZES
     env = environment()
     lines = [f"device {env.get('device')}, torch {env['torch']}, CUDA {env['cuda']}, "
-             f"commit {env['commit']}", "",
+             f"commit {os.environ.get('FUSED_OPS_COMMIT') or env['commit']}", "",
              "| (T, B, F, S) | cta fwd / fwd+bwd ms | cluster fwd / fwd+bwd ms | cuDNN fwd / "
              "fwd+bwd ms | cta vs cuDNN fwd / fwd+bwd | GPU us/step fwd+bwd: cta (its "
              "recurrence kernels) / cluster / cuDNN | max rel err cta / cluster / plain fp32 "

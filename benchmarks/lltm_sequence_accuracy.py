@@ -40,6 +40,32 @@ def loop(x, w, b, h, c):
     return torch.stack(outs), (h, c)
 
 
+def split_gemm(x, w, b, h, c):
+    """z = (x W_x^T + b) + h W_h^T: another valid float32 ordering of the plain loop's sums."""
+    S = h.shape[1]
+    p = torch.nn.functional.linear(x, w[:, S:], b)
+    outs = []
+    for t in range(x.shape[0]):
+        zi, zo, zc = (p[t] + h @ w[:, :S].t()).chunk(3, 1)
+        c = c + torch.nn.functional.elu(zc) * torch.sigmoid(zi)
+        h = torch.tanh(c) * torch.sigmoid(zo)
+        outs.append(h)
+    return torch.stack(outs), (h, c)
+
+
+def permuted(x, w, b, h, c):
+    """X = [x, h]: the plain loop's GEMM with its k blocks swapped."""
+    S = h.shape[1]
+    wp = torch.cat([w[:, S:], w[:, :S]], 1)
+    outs = []
+    for t in range(x.shape[0]):
+        zi, zo, zc = torch.nn.functional.linear(torch.cat([x[t], h], 1), wp, b).chunk(3, 1)
+        c = c + torch.nn.functional.elu(zc) * torch.sigmoid(zi)
+        h = torch.tanh(c) * torch.sigmoid(zo)
+        outs.append(h)
+    return torch.stack(outs), (h, c)
+
+
 def run(fn, leaves, cots):
     leaves = [t.detach().clone().requires_grad_() for t in leaves]
     out, (h, c) = fn(*leaves)
@@ -65,7 +91,9 @@ def main():
         leaves, cots = make(*size)
         want = run(loop, [t.cuda() for t in leaves], cots)
         f32 = [t.cuda().float() for t in leaves]
-        rows = {"plain fp32 loop": run(loop, f32, cots)}
+        rows = {"plain fp32 loop": run(loop, f32, cots),
+                "plain, z in two GEMMs": run(split_gemm, f32, cots),
+                "plain, X = [x, h]": run(permuted, f32, cots)}
         for path in ("cta", "persistent", "fallback"):
             os.environ["LLTM_SEQUENCE_PATH"] = path
             try:

@@ -8,24 +8,28 @@
 // inter-CTA traffic (the cluster kernels of lltm_sequence_persistent.cuh split W_h's columns
 // and pay a cluster barrier and a distributed-shared-memory all-gather per step).
 //
-// Layout. W_h (3S x S) lives in registers, as float: thread tid = col * Q + q (Q lanes per
-// state column, a power of 2, so a column's lanes share a warp) holds the 3 x KC values
+// Layout. W_h (3S x S) lives in registers, as float: thread tid = q * Sp + col (Sp = S rounded up
+// to a warp, so the Q k-chunks q of a column sit in different warps and every warp has one q)
+// holds the 3 x KC values
 //   forward:  w[g][kk] = W_h[g S + col][q KC + kk]     (gate rows of column col, k chunk q)
 //   backward: w[g][kk] = W_h[g S + q KC + kk][col]     (column col of W_h, row chunk q per gate)
-// (zero outside W_h), KC in {8, 16, 32} the smallest with S * Q <= 512 threads, Q = the power of
-// 2 >= ceil(S / KC). S = 128: KC = 32, Q = 4, 512 threads x 96 weights, 128 registers each.
+// (zero outside W_h), KC in {8, 16, 32} the smallest with Sp * Q <= 512 threads, Q = the power
+// of 2 >= ceil(S / KC). S = 128: KC = 32, Q = 4, 512 threads x 96 weights, 128 registers each.
 // The step's left operand A (forward h_{t-1}, backward dz_t) is in shared memory, double
 // buffered by step parity, RB batch rows (the CTA's slice of the batch), each row split into
-// chunks of KC values at a stride of KC + 4 floats (the Q chunks of one float4 load then fall
-// on different banks). A step:
-//   1. product: each lane sums its chunk (FP32 FMAs: float32-exact, fixed order), then a
-//      butterfly of shuffles adds the column's Q lanes: every lane ends with the same sums
-//      (IEEE addition commutes, so the butterfly's two sides agree bit for bit);
-//   2. cell: lane q does the pointwise cell of the rows r with r % Q == q (forward: z = P + sum,
-//      cell_forward, h_t into the other A buffer; backward: cell_backward, dz_t into it) and
-//      writes the global outputs; the carries (forward c, backward dc) stay in its registers;
-//   3. __syncthreads: the other buffer is complete; this step's buffer, read in step 1 by all
-//      threads before they reached this barrier, is free to be written next step.
+// chunks of KC values at a stride of KC + 4 floats. A step:
+//   1. product: each thread sums its chunk (FP32 FMAs: float32-exact, fixed order; a warp reads
+//      one chunk, a broadcast) and stores its partial sums (forward 3 per row, one per gate;
+//      backward 1 per row, the gates added in-thread) into the partial buffer;
+//   2. __syncthreads;
+//   3. cell: thread (q, col) runs the pointwise cell of the rows r with r % Q == q (with RB <= Q
+//      the warps of q < RB: dense warps, the others wait): the column's Q partial sums added in
+//      q order (deterministic), then forward z = P + sum, cell_forward, h_t into the other A
+//      buffer; backward cell_backward, dz_t into it; the global outputs written; the carries
+//      (forward c, backward dc) stay in the thread's registers;
+//   4. __syncthreads: the other A buffer is complete, and the partial buffer is free again.
+// (The backward runs 3 then 1: its cell needs the previous step's product.) A is double
+// buffered by parity, so a step's writes never meet the reads of the step before.
 // The step's global inputs (forward P_t, backward z_t, c_t, grad_hs[t+1]) do not depend on the
 // recurrence: each lane stages its own rows' values kAhead steps ahead with cp.async into a
 // private ring of kStages slots (no barrier needed: the thread that copies is the one that
@@ -66,10 +70,11 @@ struct Plan {
   int q;        // Q: lanes per column (power of 2, <= 32)
   int cst;      // chunk stride of the A buffer: KC + 4
   int rb;       // RB: batch rows per CTA
-  int threads;  // S * Q rounded up to a warp
+  int sp;       // Sp: S rounded up to a warp
+  int threads;  // Sp * Q
   int ald;      // floats per batch row of one A buffer: Q cst (forward), 3 Q cst (backward)
   int nv;       // staged values per (row, column, step): 3 (P) forward, 5 (z, c, grad_h) backward
-  int a_off, stage_off, total;
+  int a_off, part_off, stage_off, total;
 };
 
 LLTM_CTA_FN int round_up(int a, int m) { return (a + m - 1) / m * m; }
@@ -82,12 +87,12 @@ LLTM_CTA_FN int pow2_at_least(int n) {
 
 LLTM_CTA_FN int lanes_for(int state, int kc) { return pow2_at_least((state + kc - 1) / kc); }
 
-// KC for S: the smallest of 8, 16, 32 whose S * Q fits kMaxThreads (more threads, shorter
-// per-lane sums); 0: S does not fit one CTA (S > 128).
+// KC for S: the smallest of 8, 16, 32 whose Sp * Q fits kMaxThreads (more threads, shorter
+// per-thread sums); 0: S does not fit one CTA (S > 128).
 LLTM_CTA_FN int choose_kc(int state) {
   if (state < 1) return 0;
   for (int kc = 8; kc <= 32; kc *= 2) {
-    if (round_up(state * lanes_for(state, kc), 32) <= kMaxThreads) return kc;
+    if (round_up(state, 32) * lanes_for(state, kc) <= kMaxThreads) return kc;
   }
   return 0;
 }
@@ -99,17 +104,24 @@ LLTM_CTA_FN Plan make_plan(int state, int kc, int rb, bool backward) {
   p.q = lanes_for(state, kc);
   p.cst = kc + 4;
   p.rb = rb;
-  p.threads = round_up(state * p.q, 32);
+  p.sp = round_up(state, 32);
+  p.threads = p.sp * p.q;
   p.ald = (backward ? 3 : 1) * p.q * p.cst;
   p.nv = backward ? 5 : 3;
   p.a_off = 0;
-  p.stage_off = 2 * rb * p.ald;
+  p.part_off = 2 * rb * p.ald;
+  p.stage_off = p.part_off + p.q * rb * (backward ? 1 : 3) * p.sp;
   p.total = p.stage_off + kStages * rb * p.nv * state;
   return p;
 }
 
 // Where value k (k < S) of a row sits in its A row: chunk k / KC at stride cst.
 LLTM_CTA_FN int a_pos(const Plan& p, int k) { return k / p.kc * p.cst + k % p.kc; }
+
+// The partial sum of (chunk q, row r, value v) of column col: v = gate (forward), 0 (backward).
+LLTM_CTA_FN int part_pos(const Plan& p, int q, int r, int v, int col) {
+  return ((q * p.rb + r) * (p.nv == 3 ? 3 : 1) + v) * p.sp + col;
+}
 
 // The staged word of (slot, row r, value v, column col).
 LLTM_CTA_FN int stage_pos(const Plan& p, int slot, int r, int v, int col) {
@@ -118,14 +130,10 @@ LLTM_CTA_FN int stage_pos(const Plan& p, int slot, int r, int v, int col) {
 
 #if defined(FUSED_OPS_EMULATE)
 inline float* dynamic_smem() { return reinterpret_cast<float*>(emu_smem); }
-inline float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 #else
 __device__ __forceinline__ float* dynamic_smem() {
   extern __shared__ float4 lltm_cta_smem[];
   return reinterpret_cast<float*>(lltm_cta_smem);
-}
-__device__ __forceinline__ float shfl_xor(float v, int m) {
-  return __shfl_xor_sync(0xffffffffu, v, m);
 }
 #endif
 
@@ -184,7 +192,7 @@ LLTM_CTA_DEV float4v load4(const float* p) {
 }
 
 // acc[r][g] += sum over kk < KC of w[g][kk] * a[r ald + g gst + kk] for r < RB: a is this
-// lane's chunk of row 0 of the A buffer, rows ald apart; PER_GATE: each gate reads its own
+// thread's chunk of row 0 of the A buffer, rows ald apart; PER_GATE: each gate reads its own
 // chunk, gst apart (backward: dz of the 3 gates), else all three read the same (forward: h).
 // In kk order: float32-exact products, a fixed order of additions (deterministic).
 template <int KC, int RB, bool PER_GATE>

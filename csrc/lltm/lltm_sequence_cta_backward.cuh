@@ -11,9 +11,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     backward_kernel(const Plan p, const SeqBackward<T> f) {
   float* smem = dynamic_smem();
   float* abuf = smem + p.a_off;  // [2][RB][3][Q][cst]: dz_t by step parity
+  float* part = smem + p.part_off;  // [Q][RB][Sp]: partial sums of dh_rec
   auto* stage = reinterpret_cast<uint32_t*>(smem + p.stage_off);  // [kStages][RB][5][S]
   const int tid = static_cast<int>(threadIdx.x), Q = p.q, S = p.state;
-  const int col = tid / Q, q = tid % Q, gst = Q * p.cst;
+  const int col = tid % p.sp, q = tid / p.sp, gst = Q * p.cst;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
@@ -29,15 +30,21 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                                   : 0.f;
     }
   }
-  // Both A buffers zero: the padding stays so (only k < S of valid rows are written later).
-  for (int i = tid; i < 2 * RB * p.ald; i += p.threads) abuf[i] = 0.f;
+  // Both A buffers zero: the padding stays so (only k < S of valid rows are written later);
+  // the partial sums zero: the first step's dh_rec (dh_T = 0).
+  for (int i = tid; i < p.stage_off; i += p.threads) smem[i] = 0.f;
   auto own = [&](int r) { return r < nb && r % Q == q && has_col; };
-  float dc[RB], dh[RB];
+  float dc[RB];
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
     dc[r] = own(r) ? static_cast<float>(f.grad_c_n[(b0 + r) * S + col]) : 0.f;
-    dh[r] = 0.f;
   }
+  // dh_rec of column col, row r: the Q partial sums in q order.
+  auto dh_rec = [&](int r) {
+    float sum = part[part_pos(p, 0, r, 0, col)];
+    for (int qq = 1; qq < Q; ++qq) sum += part[part_pos(p, qq, r, 0, col)];
+    return sum;
+  };
   // Step s handles t = T-1-s; its staged values: z_t (3 gates), c_t = cells[t+1],
   // grad_hs[t+1].
   auto stage_step = [&](int64_t s) {
@@ -72,7 +79,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
       const int64_t o = ((t + 1) * B + b0 + r) * S + col;
       const uint32_t* sl = stage + stage_pos(p, slot, r, 0, col);
-      const float grad_h = staged(sl + 4 * S, f.grad_hs + o) + dh[r];
+      const float grad_h = staged(sl + 4 * S, f.grad_hs + o) + dh_rec(r);
       float dz[3], dco;
       cell_backward<float>(grad_h, dc[r], staged(sl + 3 * S, f.cells + o), staged(sl, gz),
                            staged(sl + S, gz + S), staged(sl + 2 * S, gz + 2 * S), dz[0],
@@ -85,24 +92,22 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         a[r * p.ald + g * gst + a_pos(p, col)] = static_cast<float>(d);
       }
     }
-    // dz_t of every column is in buffer par; buffer par ^ 1 was read before the last barrier.
+    // dz_t of every column is in buffer par (buffer par ^ 1 was read before the last barrier),
+    // and every cell has read the partial sums.
     __syncthreads();
     float acc[RB][3];
 #pragma unroll
     for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = acc[r][2] = 0.f;
     chunk_dot<KC, RB, true>(w, a + q * p.cst, p.ald, gst, acc);
 #pragma unroll
-    for (int r = 0; r < RB; ++r) dh[r] = (acc[r][0] + acc[r][1]) + acc[r][2];
-    for (int m = 1; m < Q; m <<= 1) {
-#pragma unroll
-      for (int r = 0; r < RB; ++r) dh[r] += shfl_xor(dh[r], m);
-    }
+    for (int r = 0; r < RB; ++r) part[part_pos(p, q, r, 0, col)] = (acc[r][0] + acc[r][1]) + acc[r][2];
+    __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
     if (!own(r)) continue;
     const int64_t o = (b0 + r) * S + col;
-    f.d_h0[o] = static_cast<T>(dh[r] + static_cast<float>(f.grad_hs[o]));
+    f.d_h0[o] = static_cast<T>(dh_rec(r) + static_cast<float>(f.grad_hs[o]));
     f.d_c0[o] = static_cast<T>(dc[r]);
   }
 }

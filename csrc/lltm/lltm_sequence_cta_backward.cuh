@@ -42,7 +42,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   // dh_rec of column col, row r: the Q partial sums in q order.
   auto dh_rec = [&](int r) {
     float sum = part[part_pos(p, 0, r, 0, col)];
-    for (int qq = 1; qq < Q; ++qq) sum += part[part_pos(p, qq, r, 0, col)];
+#pragma unroll
+    for (int qq = 1; qq < 16; ++qq) {  // Q <= 16: Sp * Q <= kMaxThreads
+      if (qq < Q) sum += part[part_pos(p, qq, r, 0, col)];
+    }
     return sum;
   };
   // Step s handles t = T-1-s; its staged values: z_t (3 gates), c_t = cells[t+1],

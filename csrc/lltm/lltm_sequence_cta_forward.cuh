@@ -74,9 +74,20 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
       for (int g = 0; g < 3; ++g) part[part_pos(p, q, r, g, col)] = acc[r][g];
     }
-    __syncthreads();
+    // The step's inputs P_t, staged by this thread, read before the barrier (off the
+    // critical path that starts there).
     stage_wait();
     const int slot = static_cast<int>(t % kStages);
+    float pin[RB][3];
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+      const T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+        pin[r][g] = own(r) ? staged(stage + stage_pos(p, slot, r, g, col), gz + g * S) : 0.f;
+      }
+    }
+    __syncthreads();
     float* next = abuf + (par ^ 1) * RB * p.ald;
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
@@ -85,9 +96,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       T z[3];
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
+        // The column's partial sums in q order (a loop: unrolled over the largest Q, the
+        // loads of all of them in flight at once spill registers at KC = 32).
         float sum = part[part_pos(p, 0, r, g, col)];
         for (int qq = 1; qq < Q; ++qq) sum += part[part_pos(p, qq, r, g, col)];
-        z[g] = static_cast<T>(sum + staged(stage + stage_pos(p, slot, r, g, col), gz + g * S));
+        z[g] = static_cast<T>(sum + pin[r][g]);
         gz[g * S] = z[g];
       }
       float h, cn;

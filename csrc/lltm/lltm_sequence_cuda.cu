@@ -10,9 +10,10 @@
 // runs its batch rows for the whole sequence; S <= 128) and "persistent" (the cluster kernels
 // of lltm_sequence_persistent.h: W_h's columns split over a cluster; S up to 512 in float32).
 // LLTM_SEQUENCE_PATH=cta|persistent|fallback forces one path (tests); unset or "auto": cta
-// where it runs, else the cluster kernels where they run, else the fallback (on the H100 the
-// cta path measured faster than the cluster kernels at every size it supports:
-// benchmarks/results/lltm_sequence_cta_h100.md).
+// where it runs, else the cluster kernels where they run, else the fallback (on the H100, in
+// float32, the cta path measured faster than the cluster kernels at every size it supports,
+// benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too, unmeasured: both
+// paths hold W_h and sum as float, so their per-step costs do not depend on the dtype).
 #include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
 #include <torch/csrc/stable/library.h>
 

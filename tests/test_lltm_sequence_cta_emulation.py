@@ -1,6 +1,6 @@
 """CPU emulation of the LLTM sequence's single-CTA persistent CUDA kernels, the cta path
 (csrc/lltm/lltm_sequence_cta*.cuh): the kernels compile as host C++ under tests/cuda_emulation.h
-(a thread per CUDA thread, the block barrier, warp shuffles, the staged copies done at once)
+(a thread per CUDA thread, the block barrier, the staged copies done at once)
 and the forward and backward recurrences are checked against float64, GPU or not."""
 from conftest import needs_gxx, run_emulator
 
@@ -153,10 +153,10 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
 }
 
 int main() {
-  // (T, B, S, rows per CTA): S = 1 (one lane, 31 idle), 7, 33 (5 chunks padded to 8 lanes),
-  // 64, 96 (KC = 32, 3 chunks padded to 4 lanes), 128 (512 threads, KC = 32, 4 lanes), every
-  // KC (8, 16, 32) and rows per CTA (1, 2, 4) with partial last CTAs (B = 3, 7), rows per lane
-  // above 1 (Q < RB), T = 1 and T past the staged ring (kStages).
+  // (T, B, S, rows per CTA): S = 1 (one column, 31 idle), 7, 33 (5 chunks padded to 8, columns
+  // padded to 64), 64, 96 (KC = 32, 3 chunks padded to 4), 100, 128 (512 threads, KC = 32, 4
+  // chunks), every KC (8, 16, 32) and rows per CTA (1, 2, 4) with partial last CTAs (B = 3, 5,
+  // 7), rows per thread above 1 (Q < RB), T = 1 and T past the staged ring (kStages).
   const double f32 = 2e-6;  // measured errors are about 1e-7
   check<float>("float32", 1, 1, 1, 1, f32);
   check<float>("float32", 6, 3, 1, 4, f32);
@@ -184,6 +184,6 @@ int main() {
 @needs_gxx
 def test_cta_sequence_kernels_emulated_on_cpu(tmp_path):
     """Compiles the cta path's kernels as host C++ and runs them on the CPU, so that the
-    register split of W_h, the lanes' chunks, the butterfly, the rows each lane owns, the
-    parity double buffer and the staged-input ring fail here, GPU or not."""
+    register split of W_h, the threads' chunks, the partial sums, the rows each thread owns,
+    the parity double buffer and the staged-input ring fail here, GPU or not."""
     run_emulator(EMULATOR, tmp_path)  # its per-configuration errors show when it fails

@@ -1,6 +1,6 @@
 // LLTM over a whole sequence, cta path: the launcher and the choice of batch rows per CTA.
 //
-// KC (and with it the lanes per column and the threads) follows from S alone (choose_kc).
+// KC (and with it the chunks per column and the threads) follows from S alone (choose_kc).
 // Rows per CTA RB in {1, 2, 4}: the CTAs are independent, so the fewest rows per CTA that let
 // every CTA be resident at once (ceil(B / RB) <= CTAs per SM x SMs, from the occupancy query)
 // give the shortest step: one row per CTA costs 3 S^2 FMAs a step on an SM. Beyond that, RB = 4

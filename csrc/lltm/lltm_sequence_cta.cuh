@@ -4,7 +4,7 @@
 // kernels, lltm_sequence_cta*.cu launch them.
 //
 // Why one CTA per batch slice: batch rows never interact in the recurrence, so a CTA that holds
-// ALL of W_h runs its rows for the whole sequence with one __syncthreads per step and no
+// ALL of W_h runs its rows for the whole sequence with two block barriers per step and no
 // inter-CTA traffic (the cluster kernels of lltm_sequence_persistent.cuh split W_h's columns
 // and pay a cluster barrier and a distributed-shared-memory all-gather per step).
 //
@@ -31,7 +31,7 @@
 // (The backward runs 3 then 1: its cell needs the previous step's product.) A is double
 // buffered by parity, so a step's writes never meet the reads of the step before.
 // The step's global inputs (forward P_t, backward z_t, c_t, grad_hs[t+1]) do not depend on the
-// recurrence: each lane stages its own rows' values kAhead steps ahead with cp.async into a
+// recurrence: each thread stages its own rows' values kAhead steps ahead with cp.async into a
 // private ring of kStages slots (no barrier needed: the thread that copies is the one that
 // reads), so no step waits for a global load.
 //
@@ -59,15 +59,15 @@
 
 namespace lltm::cta {
 
-constexpr int kMaxThreads = 512;  // S = 128 at 4 lanes per column; 128 registers each
+constexpr int kMaxThreads = 512;  // S = 128 at 4 chunks per column; 128 registers each
 constexpr int kStages = 4;        // slots of the staged-input ring (a power of 2 > kAhead)
 constexpr int kAhead = 2;         // steps staged ahead of the one computed
 
 // The launch and shared-memory layout of one direction. Offsets and total in 4-byte words.
 struct Plan {
   int state;    // S
-  int kc;       // KC: values of each gate per lane
-  int q;        // Q: lanes per column (power of 2, <= 32)
+  int kc;       // KC: values of each gate per thread
+  int q;        // Q: k chunks (threads) per column (power of 2, <= 16)
   int cst;      // chunk stride of the A buffer: KC + 4
   int rb;       // RB: batch rows per CTA
   int sp;       // Sp: S rounded up to a warp

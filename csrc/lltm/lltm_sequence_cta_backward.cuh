@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
-  // This lane's weights: column col of W_h over row chunk q of each gate.
+  // This thread's weights: column col of W_h over row chunk q of each gate.
   float w[3][KC];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
-  // This lane's weights: the 3 gate rows of column col over k chunk q.
+  // This thread's weights: the 3 gate rows of column col over k chunk q.
   float w[3][KC];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                   ? static_cast<float>(f.hs[(b0 + r) * S + k])
                   : 0.f;
   }
-  // The rows whose cell this lane runs, and their c carries.
+  // The rows whose cell this thread runs, and their c carries.
   auto own = [&](int r) { return r < nb && r % Q == q && has_col; };
   float c[RB];
 #pragma unroll

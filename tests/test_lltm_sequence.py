@@ -2,9 +2,10 @@
 
 Every check compares against the tutorial's cell (lltm/reference.py) looped over the steps in
 float64 on the CPU: the outputs, h_n, c_n and the gradients of all five arguments, from a loss
-that reaches the output, h_n and c_n alike. On CUDA the default path is the persistent kernels
-where they support the problem, the per-step fallback elsewhere; the fallback is also tested
-forced (LLTM_SEQUENCE_PATH=fallback).
+that reaches the output, h_n and c_n alike. On CUDA the default path is the single-CTA kernels
+("cta", S <= 128), else the cluster kernels ("persistent"), else the per-step fallback; every
+CUDA test also runs with "cta" and with "persistent" forced (LLTM_SEQUENCE_PATH, the seq_path
+fixture), and the fallback is tested forced (LLTM_SEQUENCE_PATH=fallback).
 """
 
 import os
@@ -18,6 +19,32 @@ from lltm.reference import lltm_cell_reference
 
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 ARGS = ("input", "weights", "bias", "h0", "c0")
+
+# The CUDA paths each test runs on besides the op's own choice ("auto"), forced through
+# LLTM_SEQUENCE_PATH: the single-CTA kernels (S <= 128) and the cluster kernels. Neither runs
+# float64: tests of float64 problems, and tests that set the variable themselves, carry
+# auto_path_only; a test parametrised with S > 128 skips "cta" (it raises there, as
+# test_cuda_cta_forced_unsupported checks).
+FORCED_PATHS = ["cta", "persistent"] if torch.cuda.is_available() else []
+CTA_MAX_STATE = 128
+auto_path_only = pytest.mark.auto_path_only
+
+
+@pytest.fixture(autouse=True, params=["auto", *FORCED_PATHS])
+def seq_path(request, monkeypatch):
+    path = request.param
+    if path == "auto":
+        monkeypatch.delenv("LLTM_SEQUENCE_PATH", raising=False)
+        return path
+    params = request.node.callspec.params
+    if params.get("device", "cuda") != "cuda":
+        pytest.skip("a forced CUDA path: CUDA only")
+    if request.node.get_closest_marker("auto_path_only"):
+        pytest.skip("float64 or the path variable set by the test: auto only")
+    if path == "cta" and params.get("S", 0) > CTA_MAX_STATE:
+        pytest.skip(f"cta runs state_size <= {CTA_MAX_STATE}")
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
+    return path
 
 
 def make_inputs(T, B, F, S, device, dtype=torch.float32, seed=0):
@@ -136,6 +163,19 @@ def test_long_recurrence_float32(device, T, B, S):
     assert median(ours) <= 2 * median(plain), (ours, plain)
 
 
+@pytest.mark.parametrize("B", [1, 7, 33])
+@pytest.mark.parametrize("S", [1, 33, 96, 129])
+def test_odd_sizes_float32(device, B, S):
+    # The cta kernels' lanes per column (S = 33: 5 chunks padded to 8; 96: 3 padded to 4),
+    # idle lanes (S = 1), rows per CTA and partial last CTAs (B = 7, 33); S = 129: past cta.
+    T, F = 12, 3
+    want, inputs = reference_results(T, B, F, S)
+    got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
+              cotangents(T, B, S))
+    assert_close_to(got, want, F32_TOL, f"B={B} S={S}")
+
+
+@auto_path_only
 @pytest.mark.parametrize("T,B,F,S", [(7, 3, 5, 9), (40, 2, 3, 33)])
 def test_matches_reference_float64(device, T, B, F, S):
     want, inputs = reference_results(T, B, F, S)
@@ -194,6 +234,7 @@ def test_half_types_long(device):
                 f"{dtype} {name}: ours {ours:.2e}, plain PyTorch {theirs:.2e}")
 
 
+@auto_path_only
 def test_gradcheck(device):
     inputs = [t.requires_grad_() for t in make_inputs(4, 2, 3, 5, device, torch.float64)]
 
@@ -245,6 +286,7 @@ def test_layer_batch_first_and_default_state(device):
     assert torch.equal(c_bf, c)
 
 
+@auto_path_only
 def test_state_dict_round_trip_with_cell(device):
     T, B, F, S = 6, 2, 3, 4
     torch.manual_seed(0)
@@ -328,6 +370,7 @@ def test_backward_deterministic(device, dtype):
         assert torch.equal(a, b), name
 
 
+@auto_path_only  # CPU only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_thread_count_invariant(dtype):
     # The CPU recurrence gives every element to one thread, summed in a fixed order
@@ -349,6 +392,7 @@ def test_cpu_thread_count_invariant(dtype):
         assert torch.equal(a, b), name
 
 
+@auto_path_only  # CPU only
 def test_cpu_baseline_kernels():
     # The scalar kernels (CPUs without AVX2; FUSED_OPS_NO_AVX2=1 makes every CPU kernel take
     # them, csrc/common/cpu_features.h) in a fresh process, on this file's CPU tests of sizes,
@@ -366,6 +410,7 @@ def test_cpu_baseline_kernels():
     assert " passed" in run_.stdout and " failed" not in run_.stdout, run_.stdout[-2000:]
 
 
+@auto_path_only
 def test_gradient_from_each_output_alone(device):
     T, B, F, S = 5, 2, 3, 4
     want, inputs = reference_results(T, B, F, S)
@@ -380,6 +425,7 @@ def test_gradient_from_each_output_alone(device):
             assert rel_err(g, w) < 1e-12, pick
 
 
+@auto_path_only
 def test_zero_steps(device):
     B, F, S = 3, 4, 5
     x, w, b, h0, c0 = (t.requires_grad_() for t in make_inputs(0, B, F, S, device,
@@ -395,6 +441,7 @@ def test_zero_steps(device):
     assert torch.equal(grads[3], g_h) and torch.equal(grads[4], g_c)
 
 
+@auto_path_only
 def test_second_order_raises(device):
     inputs = [t.requires_grad_() for t in make_inputs(3, 2, 3, 4, device, torch.float64)]
     output, _ = lltm.lltm_sequence(*inputs)
@@ -444,6 +491,7 @@ def test_backward_op_bad_inputs(device):
         op(grad_hs, grad_c_n, inputs[0], inputs[1], hs, cells, gates, [True] * 2)
 
 
+@auto_path_only
 @cuda_only
 def test_cuda_fallback_forced(monkeypatch):
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fallback")
@@ -455,6 +503,7 @@ def test_cuda_fallback_forced(monkeypatch):
         assert_close_to(got, want, F32_TOL, f"fallback T={T} B={B} S={S}")
 
 
+@auto_path_only
 @cuda_only
 def test_cuda_path_variable(monkeypatch):
     inputs = make_inputs(3, 2, 3, 4, "cuda", torch.float64)
@@ -465,6 +514,17 @@ def test_cuda_path_variable(monkeypatch):
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "persistent")
     with pytest.raises(ValueError, match="LLTM_SEQUENCE_PATH=persistent"):
         lltm.lltm_sequence(*inputs)
+
+
+@cuda_only
+@auto_path_only
+def test_cuda_cta_forced_unsupported(monkeypatch):
+    # cta holds all of W_h in one CTA: state_size 129 does not fit, float64 has no kernel.
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
+    for S, dtype in [(129, torch.float32), (8, torch.float64)]:
+        inputs = make_inputs(3, 2, 3, S, "cuda", dtype)
+        with pytest.raises(ValueError, match=r"LLTM_SEQUENCE_PATH=cta, but .*state_size <= 128"):
+            lltm.lltm_sequence(*inputs)
 
 
 @cuda_only
@@ -503,6 +563,7 @@ def test_cuda_graph_capture_forward_and_backward():
         assert torch.equal(a, b), name
 
 
+@auto_path_only
 def test_path_variable_ignored_on_cpu(monkeypatch):
     # The variable picks between CUDA paths; the CPU has one.
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fallback")

@@ -6,8 +6,14 @@
 // the input projection as one GEMM, then per step the recurrent GEMM through cuBLAS (aten::mm
 // into a buffer reused by every step) and one kernel below, so 2 launches per step each way;
 // it serves what the persistent kernels do not (large S, float64, GPUs they do not support).
-// LLTM_SEQUENCE_PATH=persistent|fallback forces one path (tests); unset or "auto": the
-// persistent kernels wherever seq_persistent_supported says they run.
+// Two persistent paths: "cta" (lltm_sequence_cta.h: one CTA holds all of W_h in registers and
+// runs its batch rows for the whole sequence; S <= 128) and "persistent" (the cluster kernels
+// of lltm_sequence_persistent.h: W_h's columns split over a cluster; S up to 512 in float32).
+// LLTM_SEQUENCE_PATH=cta|persistent|fallback forces one path (tests); unset or "auto": cta
+// where it runs, else the cluster kernels where they run, else the fallback (on the H100, in
+// float32, the cta path measured faster than the cluster kernels at every size it supports,
+// benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too, unmeasured: both
+// paths hold W_h and sum as float, so their per-step costs do not depend on the dtype).
 #include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
 #include <torch/csrc/stable/library.h>
 
@@ -31,6 +37,7 @@
 #else
 #define LLTM_SEQUENCE_HAVE_PERSISTENT 0
 #endif
+#include "lltm/lltm_sequence_cta.h"
 
 namespace lltm {
 namespace {
@@ -192,7 +199,7 @@ void backward_step_cuda(const Tensor& grad_hs, const Tensor& rec_dh, const Tenso
   });
 }
 
-enum class SeqPath { kAuto, kPersistent, kFallback };
+enum class SeqPath { kAuto, kCta, kPersistent, kFallback };
 
 // LLTM_SEQUENCE_PATH, read at every call (a test sets it between calls; getenv costs far
 // less than a launch).
@@ -201,10 +208,11 @@ SeqPath requested_path() {
   if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
     return SeqPath::kAuto;
   }
+  if (std::strcmp(value, "cta") == 0) return SeqPath::kCta;
   if (std::strcmp(value, "persistent") == 0) return SeqPath::kPersistent;
   if (std::strcmp(value, "fallback") == 0) return SeqPath::kFallback;
   fused_ops::raise<std::invalid_argument>(
-      "LLTM_SEQUENCE_PATH must be 'persistent', 'fallback' or 'auto' (or unset), got '", value,
+      "LLTM_SEQUENCE_PATH must be 'cta', 'persistent', 'fallback' or 'auto' (or unset), got '", value,
       "'");
 }
 
@@ -218,22 +226,64 @@ bool persistent_supported(const Tensor& t, const SeqSizes& sz) {
 #endif
 }
 
-// True: the persistent kernels run this problem; false: the per-step fallback.
-bool use_persistent(const Tensor& t, const SeqSizes& sz) {
+bool cta_supported(const Tensor& t, const SeqSizes& sz) {
+  return seq_cta_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
+}
+
+[[noreturn]] void raise_unsupported(const Tensor& t, const SeqSizes& sz, const char* path,
+                                    const char* what, const char* missing) {
+  const cudaDeviceProp& prop = fused_ops::device_properties(t);
+  fused_ops::raise<std::invalid_argument>(
+      "LLTM_SEQUENCE_PATH=", path, ", but the ", what, " do not run ",
+      fused_ops::dtype_str(t.scalar_type()), " with batch ", fused_ops::num(sz.batch),
+      " and state_size ", fused_ops::num(sz.state), " on ", prop.name, " (sm_",
+      fused_ops::num(prop.major), fused_ops::num(prop.minor), missing, ")",
+      "; unset LLTM_SEQUENCE_PATH or set it to 'fallback'");
+}
+
+// The path that runs this problem (kCta, kPersistent or kFallback); raises where a forced
+// path does not support it.
+SeqPath pick_path(const Tensor& t, const SeqSizes& sz) {
   const SeqPath path = requested_path();
-  if (path == SeqPath::kFallback) return false;
+  if (path == SeqPath::kFallback) return path;
+  if (path == SeqPath::kCta) {
+    if (!cta_supported(t, sz)) {
+      raise_unsupported(t, sz, "cta", "single-CTA LLTM sequence kernels (state_size <= 128)", "");
+    }
+    return path;
+  }
+  if (path == SeqPath::kAuto && cta_supported(t, sz)) return SeqPath::kCta;
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {
-    const cudaDeviceProp& prop = fused_ops::device_properties(t);
-    fused_ops::raise<std::invalid_argument>(
-        "LLTM_SEQUENCE_PATH=persistent, but the persistent LLTM sequence kernels do not run ",
-        fused_ops::dtype_str(t.scalar_type()), " with batch ", fused_ops::num(sz.batch),
-        " and state_size ", fused_ops::num(sz.state), " on ", prop.name, " (sm_",
-        fused_ops::num(prop.major), fused_ops::num(prop.minor),
-        LLTM_SEQUENCE_HAVE_PERSISTENT ? ")" : "; this build has none)",
-        "; unset LLTM_SEQUENCE_PATH or set it to 'fallback'");
+    raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",
+                      LLTM_SEQUENCE_HAVE_PERSISTENT ? "" : "; this build has none");
   }
-  return supported;
+  return supported ? SeqPath::kPersistent : SeqPath::kFallback;
+}
+
+template <typename scalar_t>
+void cta_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
+                 const SeqSizes& sz) {
+  const SeqForward<scalar_t> p{w_h.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
+                               hs.mutable_data_ptr<scalar_t>(),
+                               cells.mutable_data_ptr<scalar_t>(), sz.steps, sz.batch, sz.state};
+  seq_cta_forward<scalar_t>(p, fused_ops::current_stream(gates));
+}
+
+template <typename scalar_t>
+void cta_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
+                  const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
+  const SeqBackward<scalar_t> p{w_h.const_data_ptr<scalar_t>(),
+                                dz.mutable_data_ptr<scalar_t>(),
+                                cells.const_data_ptr<scalar_t>(),
+                                grad_hs.const_data_ptr<scalar_t>(),
+                                grad_c_n.const_data_ptr<scalar_t>(),
+                                d_h0.mutable_data_ptr<scalar_t>(),
+                                d_c0.mutable_data_ptr<scalar_t>(),
+                                sz.steps,
+                                sz.batch,
+                                sz.state};
+  seq_cta_backward<scalar_t>(p, fused_ops::current_stream(dz));
 }
 
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
@@ -263,9 +313,11 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
   seq_persistent_backward<scalar_t>(p, fused_ops::current_stream(dz));
 }
 
-// FN<scalar_t>(args...) for the dtypes the persistent kernels are instantiated for (float,
-// half, bfloat16: lltm_sequence_persistent.h); seq_persistent_supported is false for others.
-#define PERSISTENT_DTYPES(TYPE, FN, ...)                                                  \
+#endif
+
+// FN<scalar_t>(args...) for the dtypes the cta and persistent kernels are instantiated for
+// (float, half, bfloat16); their supported() answers are false for others.
+#define SEQ_KERNEL_DTYPES(TYPE, FN, ...)                                                  \
   switch (TYPE) {                                                                         \
     case torch::headeronly::ScalarType::Float:                                            \
       FN<float>(__VA_ARGS__);                                                             \
@@ -277,37 +329,43 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
       FN<c10::BFloat16>(__VA_ARGS__);                                                     \
       break;                                                                              \
     default:                                                                              \
-      fused_ops::raise<std::runtime_error>("lltm_sequence: no persistent kernel for ",    \
+      fused_ops::raise<std::runtime_error>("lltm_sequence: no sequence kernel for ",    \
                                            fused_ops::dtype_str(TYPE));                   \
   }
-#endif
-
 void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                              const SeqSizes& sz) {
+  switch (pick_path(gates, sz)) {
+    case SeqPath::kCta:
+      SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, w_h, gates, hs, cells, sz);
+      return;
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
-  if (use_persistent(gates, sz)) {
-    PERSISTENT_DTYPES(gates.scalar_type(), persistent_forward, w_h, gates, hs, cells, sz);
-    return;
-  }
-#else
-  (void)use_persistent(gates, sz);  // raises where the persistent path is forced
+    case SeqPath::kPersistent:
+      SEQ_KERNEL_DTYPES(gates.scalar_type(), persistent_forward, w_h, gates, hs, cells, sz);
+      return;
 #endif
-  per_step_forward(kCuda, w_h, gates, hs, cells, sz, forward_step_cuda);
+    default:
+      per_step_forward(kCuda, w_h, gates, hs, cells, sz, forward_step_cuda);
+  }
 }
 
 void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
                               const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
                               Tensor& d_c0, const SeqSizes& sz) {
+  switch (pick_path(dz, sz)) {
+    case SeqPath::kCta:
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
+                        d_c0, sz);
+      return;
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
-  if (use_persistent(dz, sz)) {
-    PERSISTENT_DTYPES(dz.scalar_type(), persistent_backward, w_h, dz, cells, grad_hs, grad_c_n,
-                      d_h0, d_c0, sz);
-    return;
-  }
-#else
-  (void)use_persistent(dz, sz);
+    case SeqPath::kPersistent:
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), persistent_backward, w_h, dz, cells, grad_hs,
+                        grad_c_n, d_h0, d_c0, sz);
+      return;
 #endif
-  per_step_backward(kCuda, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz, backward_step_cuda);
+    default:
+      per_step_backward(kCuda, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz,
+                        backward_step_cuda);
+  }
 }
 
 std::tuple<Tensor, Tensor, Tensor> sequence_forward_cuda(Tensor input, Tensor weights,

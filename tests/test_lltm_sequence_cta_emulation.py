@@ -1,0 +1,189 @@
+"""CPU emulation of the LLTM sequence's single-CTA persistent CUDA kernels, the cta path
+(csrc/lltm/lltm_sequence_cta*.cuh): the kernels compile as host C++ under tests/cuda_emulation.h
+(a thread per CUDA thread, the block barrier, the staged copies done at once)
+and the forward and backward recurrences are checked against float64, GPU or not."""
+from conftest import needs_gxx, run_emulator
+
+EMULATOR = r"""
+// Runs the forward and backward kernels of the cta path (csrc/lltm/lltm_sequence_cta_*.cuh) on
+// the CPU with the plan the launcher computes (choose_kc, make_plan), and checks every buffer
+// they write against the recurrence of lltm_sequence.h in float64, and the guard elements
+// after each output.
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "lltm/lltm_sequence_cta_backward.cuh"
+#include "lltm/lltm_sequence_cta_forward.cuh"
+
+using namespace lltm;
+using namespace lltm::cta;
+
+std::mt19937 rng(1234);
+int failures = 0;
+
+template <typename S>
+std::vector<S> random_vector(size_t n, double scale, size_t guard = 0) {
+  std::normal_distribution<double> normal;
+  std::vector<S> v(n + guard);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<S>(normal(rng) * scale);
+  for (size_t i = n; i < n + guard; ++i) v[i] = static_cast<S>(777.0);
+  return v;
+}
+
+const size_t kGuard = 16;
+
+// The first n elements as double; false if an element after them lost its guard value.
+template <typename S>
+bool take(const std::vector<S>& v, size_t n, std::vector<double>& out) {
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) out[i] = as_double(v[i]);
+  for (size_t i = n; i < v.size(); ++i) {
+    if (as_double(v[i]) != as_double(static_cast<S>(777.0))) return false;
+  }
+  return true;
+}
+
+double max_abs(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, std::isfinite(a[i]) ? std::fabs(a[i] - b[i]) : INFINITY);
+  }
+  return m;
+}
+
+template <typename S>
+void check(const char* name, int T, int B, int S_, int rb, double tol) {
+  const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
+  const double ws = 1.0 / std::sqrt(double(S_));
+  auto w = random_vector<S>(3 * size_t(S_) * S_, ws);
+  auto gates = random_vector<S>(n3, 0.5, kGuard);
+  auto hs = random_vector<S>(nh, 1.0, kGuard);
+  auto cells = random_vector<S>(nh, 1.0, kGuard);
+  // Guards also after the inputs: a 2-byte element's staged word may hold the next element.
+  auto grad_hs = random_vector<S>(nh, 1.0, kGuard);
+  auto grad_c = random_vector<S>(nb, 1.0, kGuard);
+  auto d_h0 = random_vector<S>(0, 1.0, nb + kGuard), d_c0 = random_vector<S>(0, 1.0, nb + kGuard);
+  for (size_t i = 0; i < nb; ++i) d_h0[i] = d_c0[i] = static_cast<S>(-1.0);
+
+  // float64 reference from the same (rounded) inputs.
+  std::vector<double> W(w.size()), z(n3), h(nh), c(nh);
+  for (size_t i = 0; i < w.size(); ++i) W[i] = as_double(w[i]);
+  for (size_t i = 0; i < nb; ++i) h[i] = as_double(hs[i]), c[i] = as_double(cells[i]);
+  for (int t = 0; t < T; ++t) {
+    for (int b = 0; b < B; ++b) {
+      for (int r = 0; r < 3 * S_; ++r) {
+        double sum = as_double(gates[(size_t(t) * B + b) * 3 * S_ + r]);
+        for (int k = 0; k < S_; ++k) sum += h[(size_t(t) * B + b) * S_ + k] * W[size_t(r) * S_ + k];
+        z[(size_t(t) * B + b) * 3 * S_ + r] = sum;
+      }
+      for (int j = 0; j < S_; ++j) {
+        const double* zr = &z[(size_t(t) * B + b) * 3 * S_];
+        const size_t o = (size_t(t) * B + b) * S_ + j, n = o + size_t(B) * S_;
+        cell_forward<double>(zr[j], zr[S_ + j], zr[2 * S_ + j], c[o], h[n], c[n]);
+      }
+    }
+  }
+  std::vector<double> dz(n3), dh_rec(nb, 0.0), dc(nb), want_dh0(nb);
+  for (size_t i = 0; i < nb; ++i) dc[i] = as_double(grad_c[i]);
+  for (int t = T - 1; t >= 0; --t) {
+    for (int b = 0; b < B; ++b) {
+      for (int j = 0; j < S_; ++j) {
+        const size_t o = ((size_t(t) + 1) * B + b) * S_ + j, zb = (size_t(t) * B + b) * 3 * S_;
+        const size_t q = size_t(b) * S_ + j;
+        double dco;
+        cell_backward<double>(as_double(grad_hs[o]) + dh_rec[q], dc[q], c[o], z[zb + j],
+                              z[zb + S_ + j], z[zb + 2 * S_ + j], dz[zb + j], dz[zb + S_ + j],
+                              dz[zb + 2 * S_ + j], dco);
+        dc[q] = dco;
+      }
+    }
+    for (int b = 0; b < B; ++b) {
+      for (int j = 0; j < S_; ++j) {
+        double sum = 0;
+        for (int r = 0; r < 3 * S_; ++r) {
+          sum += dz[(size_t(t) * B + b) * 3 * S_ + r] * W[size_t(r) * S_ + j];
+        }
+        dh_rec[size_t(b) * S_ + j] = sum;
+      }
+    }
+  }
+  for (size_t i = 0; i < nb; ++i) want_dh0[i] = dh_rec[i] + as_double(grad_hs[i]);
+
+  const int kc = choose_kc(S_);
+  const Plan fp = make_plan(S_, kc, rb, false), bp = make_plan(S_, kc, rb, true);
+  const int ctas = (B + rb - 1) / rb;
+  SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
+  SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
+                    d_h0.data(), d_c0.data(), T, B, S_};
+  // Forward's z is checked after the backward overwrote it: keep a copy from between.
+  std::vector<double> got_z;
+  bool guards = true;
+  auto run_kc_rb = [&](auto kcc, auto rbc) {
+    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
+    launch(ctas, fp.threads, fp.total * 4, [&] { forward_kernel<S, KC, RB>(fp, f); });
+    guards &= take(gates, n3, got_z);
+    launch(ctas, bp.threads, bp.total * 4, [&] { backward_kernel<S, KC, RB>(bp, bw); });
+  };
+  auto run_rb = [&](auto kcc) {
+    if (rb == 4) run_kc_rb(kcc, std::integral_constant<int, 4>{});
+    else if (rb == 2) run_kc_rb(kcc, std::integral_constant<int, 2>{});
+    else run_kc_rb(kcc, std::integral_constant<int, 1>{});
+  };
+  if (kc == 32) run_rb(std::integral_constant<int, 32>{});
+  else if (kc == 16) run_rb(std::integral_constant<int, 16>{});
+  else run_rb(std::integral_constant<int, 8>{});
+
+  std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
+  guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&
+            take(d_h0, nb, got_dh0) && take(d_c0, nb, got_dc0);
+  const double errs[6] = {rel_err(got_z, z), rel_err(got_h, h), rel_err(got_c, c),
+                          rel_err(got_dz, dz), rel_err(got_dh0, want_dh0), rel_err(got_dc0, dc)};
+  const double maxs[6] = {max_abs(got_z, z), max_abs(got_h, h), max_abs(got_c, c),
+                          max_abs(got_dz, dz), max_abs(got_dh0, want_dh0), max_abs(got_dc0, dc)};
+  double worst = 0;
+  for (double e : errs) worst = std::max(worst, std::isfinite(e) ? e : INFINITY);
+  const bool ok = worst < tol && guards;
+  failures += !ok;
+  std::printf(
+      "%s %-8s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d q=%d | rel "
+      "z %.1e h %.1e c %.1e dz %.1e dh0 %.1e dc0 %.1e | max abs z %.1e h %.1e c %.1e dz %.1e "
+      "dh0 %.1e dc0 %.1e | guards %s\n",
+      ok ? "ok  " : "FAIL", name, T, B, S_, rb, ctas, fp.threads, kc, fp.q, errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1],
+      maxs[2], maxs[3], maxs[4], maxs[5], guards ? "intact" : "OVERWRITTEN");
+}
+
+int main() {
+  // (T, B, S, rows per CTA): S = 1 (one column, 31 idle), 7, 33 (5 chunks padded to 8, columns
+  // padded to 64), 64, 96 (KC = 32, 3 chunks padded to 4), 100, 128 (512 threads, KC = 32, 4
+  // chunks), every KC (8, 16, 32) and rows per CTA (1, 2, 4) with partial last CTAs (B = 3, 5,
+  // 7), rows per thread above 1 (Q < RB), T = 1 and T past the staged ring (kStages).
+  const double f32 = 2e-6;  // measured errors are about 1e-7
+  check<float>("float32", 1, 1, 1, 1, f32);
+  check<float>("float32", 6, 3, 1, 4, f32);
+  check<float>("float32", 5, 3, 7, 2, f32);
+  check<float>("float32", 7, 7, 7, 4, f32);
+  check<float>("float32", 5, 3, 33, 2, f32);
+  check<float>("float32", 6, 2, 20, 1, f32);
+  check<float>("float32", 3, 3, 64, 4, f32);
+  check<float>("float32", 4, 2, 96, 1, f32);
+  check<float>("float32", 3, 3, 128, 2, f32);
+  check<float>("float32", 2, 1, 128, 1, f32);
+  check<float>("float32", 2, 5, 128, 4, f32);
+  check<float>("float32", 5, 3, 100, 4, f32);
+  // Half types: the stored z, h, c, dz are rounded to the type, sums in float; odd S puts
+  // elements in both halves of their staged words.
+  check<c10::Half>("float16", 5, 3, 21, 2, 5e-3);
+  check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2);
+  check<c10::Half>("float16", 3, 2, 128, 1, 5e-3);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@needs_gxx
+def test_cta_sequence_kernels_emulated_on_cpu(tmp_path):
+    """Compiles the cta path's kernels as host C++ and runs them on the CPU, so that the
+    register split of W_h, the threads' chunks, the partial sums, the rows each thread owns,
+    the parity double buffer and the staged-input ring fail here, GPU or not."""
+    run_emulator(EMULATOR, tmp_path)  # its per-configuration errors show when it fails

@@ -5,7 +5,9 @@ step as bench_lltm times it (forward with every input requiring grad, then
 torch.autograd.grad of both outputs), the forward op alone and the backward op alone below
 autograd, an empty torch.autograd.Function step (the engine's own fixed cost), and the GPU
 kernel time of the step (profiler); then the profiler's host-side table of the step, sorted
-by self CPU time. Usage: python -m benchmarks.step_host [--device cuda] [--size B F S]
+by self CPU time. With --seq T, the same for lltm_sequence over T steps (the step: its
+forward and every gradient). Usage:
+python -m benchmarks.step_host [--device cuda] [--size B F S] [--seq T]
 """
 
 import argparse
@@ -51,6 +53,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", type=int, nargs=3, default=(16, 32, 128))
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--seq", type=int, default=0, help="T: time lltm_sequence instead")
     args = parser.parse_args()
     device, dtype = args.device, getattr(torch, args.dtype)
     B, F, S = args.size
@@ -60,39 +63,57 @@ def main():
     def rand(*shape, s=1.0):
         return (torch.randn(*shape, generator=g) * s).to(device, dtype)
 
-    leaves = [rand(B, F), rand(3 * S, S + F, s=scale), rand(3 * S, s=scale), rand(B, S),
+    T = args.seq
+    x_shape = (T, B, F) if T else (B, F)
+    leaves = [rand(*x_shape), rand(3 * S, S + F, s=scale), rand(3 * S, s=scale), rand(B, S),
               rand(B, S)]
     leaves = [t.requires_grad_() for t in leaves]
-    grads = (rand(B, S), rand(B, S))
+    grads = (rand(T, B, S), rand(B, S), rand(B, S)) if T else (rand(B, S), rand(B, S))
 
-    def step():
-        outs = lltm.lltm_cell(*leaves)
-        return torch.autograd.grad(outs, leaves, grads)
+    if T:
+        def step():
+            output, (h_n, c_n) = lltm.lltm_sequence(*leaves)
+            return torch.autograd.grad((output, h_n, c_n), leaves, grads)
 
-    fwd = torch.ops.lltm.lltm_forward.default
-    bwd = torch.ops.lltm.lltm_backward.default
-    plain = [t.detach() for t in leaves]
-    out = fwd(*plain)
-    mask = [True] * 4
+        def fwd_only():
+            with torch.no_grad():
+                lltm.lltm_sequence(*leaves)
 
-    def fwd_only():
-        with below_autograd():
-            fwd(*plain)
+        bwd_only = None
+    else:
+        def step():
+            outs = lltm.lltm_cell(*leaves)
+            return torch.autograd.grad(outs, leaves, grads)
 
-    def bwd_only():
-        with below_autograd():
-            bwd(grads[0], grads[1], out[1], out[3], out[2], plain[1], mask)
+        fwd = torch.ops.lltm.lltm_forward.default
+        bwd = torch.ops.lltm.lltm_backward.default
+        plain = [t.detach() for t in leaves]
+        out = fwd(*plain)
+        mask = [True] * 4
+
+        def fwd_only():
+            with below_autograd():
+                fwd(*plain)
+
+        def bwd_only():
+            with below_autograd():
+                bwd(grads[0], grads[1], out[1], out[3], out[2], plain[1], mask)
 
     x = rand(B, S).requires_grad_()
+    g0 = rand(B, S)
 
     def empty_step():
-        return torch.autograd.grad(_Empty.apply(x), x, grads[0])
+        return torch.autograd.grad(_Empty.apply(x), x, g0)
 
-    rows = [("step (fwd + autograd.grad)", step), ("forward op, below autograd", fwd_only),
+    rows = [("step (fwd + autograd.grad)", step),
+            ("forward, no grad" if T else "forward op, below autograd", fwd_only),
             ("backward op, below autograd", bwd_only), ("empty Function step", empty_step)]
     print(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
-          f"torch {torch.__version__}, size (B, F, S) = {(B, F, S)}, {args.dtype}")
+          f"torch {torch.__version__}, size (B, F, S) = {(B, F, S)}"
+          + (f", lltm_sequence T = {T}" if T else "") + f", {args.dtype}")
     for name, fn in rows:
+        if fn is None:
+            continue
         print(f"{name:32s} {per_call_us(fn, device):8.1f} us per call")
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":

@@ -28,8 +28,15 @@ where flashrnn is importable: one head of width S, its input projection nn.Linea
 included, zero initial states (its API's default), checked against its own pure-PyTorch
 "vanilla" backend in float32 on the same parameters. Its device-information extension does not
 build on CUDA 13 (it reads cudaDeviceProp fields CUDA 13 removed), so the four properties it
-asks for come from torch here.
+asks for come from torch here. It runs at FLASHRNN_SIZES only (each shape costs about a minute
+of compilation).
+
+LLTM_SEQ_ROLES=ours,lstm,flashrnn (roles: ours, other, eager, compile, lstm, flashrnn) keeps
+only those variants: a short run against the peers (the half types' tolerance then falls back
+to HALF_FLOOR, the eager loop's error being unmeasured).
 """
+
+import os
 
 import importlib.util
 
@@ -49,6 +56,7 @@ SIZES = {
 DTYPES = {"cuda": [torch.float32], "cpu": [torch.float32, torch.bfloat16, torch.float16]}
 # FlashRNN's fused kernel against its float32 vanilla backend (forward output), by dtype.
 FLASHRNN_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
+FLASHRNN_SIZES = [(256, 16, 32, 128), (128, 64, 128, 256), (128, 64, 512, 512)]
 HALF_FLOOR = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 QUICK_SIZES = {"cuda": [(16, 16, 32, 128)], "cpu": [(4, 4, 8, 16)]}
 # float32 against float64 (TF32 off): the gradients through hundreds of steps are the
@@ -252,12 +260,17 @@ def variants(T, B, F, S, device, sets, dtype=torch.float32):
                   lambda i: lstm.fwd(lstm.module, *[sets[i % len(sets)][0][k] for k in (0, 3, 4)]),
                   lambda i: lstm.results(lstm.module, *sets[i % len(sets)]),
                   lambda: lstm.check(sets))
-    if device == "cuda" and dtype in FLASHRNN_TOLERANCE and _flashrnn_module() is not None:
+    if (device == "cuda" and dtype in FLASHRNN_TOLERANCE and (T, B, F, S) in FLASHRNN_SIZES
+            and _flashrnn_module() is not None):
         frnn = FlashRnn(F, S, device, dtype)
         out["FlashRNN fused LSTM"] = ("flashrnn",
                                       lambda i: frnn.fwd(sets[i % len(sets)][0][0]),
                                       lambda i: frnn.results(*sets[i % len(sets)]),
                                       lambda: frnn.check(sets))
+    roles = os.environ.get("LLTM_SEQ_ROLES")
+    if roles:
+        keep = set(roles.split(",")) | {"ours"}
+        out = {name: v for name, v in out.items() if v[0] in keep}
     return out
 
 

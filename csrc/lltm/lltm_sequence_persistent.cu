@@ -15,9 +15,11 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <type_traits>
 
 #include "common/cuda_utils.cuh"
 #include "lltm/lltm_sequence_persistent.cuh"
+#include "lltm/lltm_sequence_persistent_mma.cuh"
 #include "lltm/lltm_sequence_persistent.h"
 
 namespace lltm {
@@ -29,8 +31,31 @@ using persistent::Plan;
 
 using torch::headeronly::ScalarType;
 
+// bfloat16 and float16 run the tensor-core kernels (lltm_sequence_persistent_mma.cuh), float32
+// the FMA kernels (lltm_sequence_persistent.cuh); each has its plan type.
+template <typename T>
+constexpr bool kMma = !std::is_same_v<T, float>;
+template <typename T>
+using PlanOf = std::conditional_t<kMma<T>, persistent::MmaPlan, Plan>;
+
+template <typename T>
+PlanOf<T> plan_for(int state, int nc, int bc, bool backward) {
+  if constexpr (kMma<T>) {
+    return persistent::make_mma_plan(state, nc, bc, backward, kThreads);
+  } else {
+    return make_plan(state, nc, bc, backward, kThreads);
+  }
+}
+
+// Dynamic shared memory of a CTA, bytes (Plan counts floats, MmaPlan bytes).
+template <typename T>
+int64_t smem_bytes(const PlanOf<T>& p) {
+  return kMma<T> ? int64_t(p.total) : int64_t(p.total) * 4;
+}
+
+template <typename T>
 struct Config {
-  Plan plan;
+  PlanOf<T> plan;
   int clusters = 0;  // 0: does not fit
 };
 
@@ -41,9 +66,14 @@ void* kernel_ptr(bool backward) {
 }
 
 template <typename T>
-void* kernel_for(int rb, bool backward) {
-  return rb == 4 ? kernel_ptr<T, 4>(backward)
-                 : rb == 2 ? kernel_ptr<T, 2>(backward) : kernel_ptr<T, 1>(backward);
+void* kernel_for(const PlanOf<T>& p, bool backward) {
+  if constexpr (kMma<T>) {
+    return backward ? reinterpret_cast<void*>(persistent::backward_mma_kernel<T>)
+                    : reinterpret_cast<void*>(persistent::forward_mma_kernel<T>);
+  } else {
+    return p.rb == 4 ? kernel_ptr<T, 4>(backward)
+                     : p.rb == 2 ? kernel_ptr<T, 2>(backward) : kernel_ptr<T, 1>(backward);
+  }
 }
 
 // Once per kernel and device: the opt-in shared memory limit and 16-CTA clusters.
@@ -59,12 +89,13 @@ void prepare(const void* kernel, int device) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
 }
 
-cudaLaunchConfig_t launch_config(const Plan& p, int clusters, cudaStream_t stream,
+template <typename T>
+cudaLaunchConfig_t launch_config(const PlanOf<T>& p, int clusters, cudaStream_t stream,
                                  cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.nc));
   cfg.blockDim = dim3(static_cast<unsigned>(p.threads));
-  cfg.dynamicSmemBytes = static_cast<size_t>(p.total) * sizeof(float);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes<T>(p));
   cfg.stream = stream;
   attr->id = cudaLaunchAttributeClusterDimension;
   attr->val.clusterDim.x = static_cast<unsigned>(p.nc);
@@ -76,7 +107,7 @@ cudaLaunchConfig_t launch_config(const Plan& p, int clusters, cudaStream_t strea
 }
 
 template <typename T>
-Config choose_uncached(int device, int64_t batch, int state, bool backward) {
+Config<T> choose_uncached(int device, int64_t batch, int state, bool backward) {
   const cudaDeviceProp& prop = fused_ops::device_properties(device);
   const int64_t limit = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
   const int sms = prop.multiProcessorCount;
@@ -85,18 +116,17 @@ Config choose_uncached(int device, int64_t batch, int state, bool backward) {
     // The largest bc that fits (the layout grows with bc, up to the ks padding, so scan).
     int bc_max = 0;
     for (int64_t bc = 1; bc <= batch; ++bc) {
-      if (int64_t(make_plan(state, nc, static_cast<int>(bc), backward, kThreads).total) * 4 >
-          limit) {
+      if (smem_bytes<T>(plan_for<T>(state, nc, static_cast<int>(bc), backward)) > limit) {
         break;
       }
       bc_max = static_cast<int>(bc);
     }
     if (bc_max == 0) continue;
-    const Plan probe = make_plan(state, nc, bc_max, backward, kThreads);
-    void* kernel = kernel_for<T>(probe.rb, backward);
+    const PlanOf<T> probe = plan_for<T>(state, nc, bc_max, backward);
+    void* kernel = kernel_for<T>(probe, backward);
     prepare(kernel, device);
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = launch_config(probe, 1, nullptr, &attr);
+    cudaLaunchConfig_t cfg = launch_config<T>(probe, 1, nullptr, &attr);
     int fit = 0;
     if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();  // clear it: this size is refused, try the next
@@ -111,29 +141,29 @@ Config choose_uncached(int device, int64_t batch, int state, bool backward) {
       clusters = (batch + bc - 1) / bc;
     }
     bc = (batch + clusters - 1) / clusters;
-    Config out;
-    out.plan = make_plan(state, nc, static_cast<int>(bc), backward, kThreads);
+    Config<T> out;
+    out.plan = plan_for<T>(state, nc, static_cast<int>(bc), backward);
     out.clusters = static_cast<int>(clusters);
     return out;
   }
-  return Config{};
+  return Config<T>{};
 }
 
 // choose_uncached, cached per (device, dtype, direction, batch, state).
 template <typename T>
-Config choose(int device, int64_t batch, int64_t state, bool backward) {
+Config<T> choose(int device, int64_t batch, int64_t state, bool backward) {
   if (batch < 1 || state < 1 || state > (1 << 20) || batch > (int64_t(1) << 31) / 2) {
-    return Config{};
+    return Config<T>{};
   }
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int64_t, int64_t>, Config> cache;
+  static std::map<std::tuple<int, bool, int64_t, int64_t>, Config<T>> cache;
   const auto key = std::make_tuple(device, backward, batch, state);
   {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const Config cfg = choose_uncached<T>(device, batch, static_cast<int>(state), backward);
+  const Config<T> cfg = choose_uncached<T>(device, batch, static_cast<int>(state), backward);
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = cfg;
   return cfg;
@@ -155,7 +185,8 @@ bool supported_as(int device, int64_t batch, int64_t state) {
   // A build without sm_90 code (e.g. compute_80 PTX JIT-compiled for this device) has kernels
   // that trap: refuse.
   cudaFuncAttributes attrs{};
-  if (cudaFuncGetAttributes(&attrs, kernel_ptr<T, 1>(false)) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attrs, kernel_for<T>(plan_for<T>(1, 1, 1, false), false)) !=
+      cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -169,15 +200,15 @@ void launch(const Args& args, bool backward, cudaStream_t stream) {
   if (args.batch < 1 || args.state < 1) return;
   if (!backward && args.steps < 1) return;
   const int device = current_device();
-  const Config c = choose<T>(device, args.batch, args.state, backward);
+  const Config<T> c = choose<T>(device, args.batch, args.state, backward);
   FUSED_OPS_CHECK(c.clusters > 0, "lltm_sequence: the persistent kernels do not support batch ",
                   fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),
                   " on this device (seq_persistent_supported is false)");
-  void* kernel = kernel_for<T>(c.plan.rb, backward);
+  void* kernel = kernel_for<T>(c.plan, backward);
   prepare(kernel, device);
   cudaLaunchAttribute attr;
-  cudaLaunchConfig_t cfg = launch_config(c.plan, c.clusters, stream, &attr);
-  void* params[2] = {const_cast<Plan*>(&c.plan), const_cast<Args*>(&args)};
+  cudaLaunchConfig_t cfg = launch_config<T>(c.plan, c.clusters, stream, &attr);
+  void* params[2] = {const_cast<PlanOf<T>*>(&c.plan), const_cast<Args*>(&args)};
   FUSED_OPS_CUDA_CHECK(cudaLaunchKernelExC(&cfg, kernel, params));
   FUSED_OPS_LAUNCH_CHECK();
 }

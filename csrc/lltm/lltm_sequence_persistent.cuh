@@ -117,14 +117,18 @@ LLTM_SEQ_FN Plan make_plan(int state, int nc, int bc, bool backward, int threads
 #if defined(FUSED_OPS_EMULATE)
 inline unsigned cluster_rank() { return emu_cluster_rank(); }
 inline void cluster_sync() { emu_cluster_sync(); }
-inline float* map_rank(float* p, unsigned rank) { return emu_map_shared_rank(p, rank); }
+template <typename P>
+inline P* map_rank(P* p, unsigned rank) {
+  return emu_map_shared_rank(p, rank);
+}
 inline float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 #else
 __device__ __forceinline__ unsigned cluster_rank() {
   return cooperative_groups::this_cluster().block_rank();
 }
 __device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
-__device__ __forceinline__ float* map_rank(float* p, unsigned rank) {
+template <typename P>
+__device__ __forceinline__ P* map_rank(P* p, unsigned rank) {
   return cooperative_groups::this_cluster().map_shared_rank(p, rank);
 }
 __device__ __forceinline__ float shfl_xor(float v, int m) {

@@ -1,0 +1,187 @@
+// LLTM over a whole sequence, half types: the tensor-core tile product of one recurrence step
+// (mma.sync m16n8k16, bfloat16 or float16 operands, float accumulation; ldmatrix from shared
+// memory), used by the persistent kernels of lltm_sequence_persistent_mma.cuh.
+//
+// The product of a step is out[n][o] = sum_k A[n][k] * W[o][k] over the CTA's W rows o (the
+// MMA's M) and the cluster's batch rows n (N), K = S (forward) or 3S (backward). In the MMA's
+// terms W is the row-major A operand (16 x 16 tiles) and the batch rows' operand, stored
+// [n][k], is the column-major B operand (16 x 8 tiles): both are row-major [row][k] arrays in
+// shared memory with the same row stride ldk (elements of T), which is an odd multiple of
+// 16 bytes modulo 128, so that the 8 rows of 16 bytes that one ldmatrix 8x8 matrix reads lie
+// in 8 distinct bank groups (no conflicts). Rows and k past the data are zero.
+//
+// Work split (plan below): the (m, n) tile pairs, m fastest, and the k steps of 16 are split
+// over the warps: ksplit warps share each pair set, each summing one contiguous slice of the
+// k steps, and the nsets = warps / ksplit sets take the pairs round-robin. Each warp stores
+// its float sums into its slice's partial buffer part[slice][row][n]; the consumer adds the
+// ksplit partials in slice order (a fixed order: the result is bitwise deterministic).
+// The tensor cores sum a fragment's 16 products and the accumulator in float (with their own
+// rounding); every product of two half-type values is exact in float.
+//
+// With FUSED_OPS_EMULATE (tests/cuda_emulation.h) ldmatrix and mma are emulated on the CPU with
+// PTX's fragment layouts, so the indexing is checked by tests/test_lltm_sequence_emulation.py.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
+
+#if defined(FUSED_OPS_EMULATE)
+#define LLTM_MMA_FN inline
+#define LLTM_MMA_HOST_FN inline
+#else
+#define LLTM_MMA_FN __device__ __forceinline__
+#define LLTM_MMA_HOST_FN __host__ __device__ inline  // the launcher plans with it too
+#endif
+
+namespace lltm::mma {
+
+// Tile pairs a warp keeps accumulators for at once (4 floats each); a warp with more pairs
+// runs them in rounds of this many.
+constexpr int kPairsMax = 8;
+
+// Shared-memory address of p (ldmatrix takes a .shared address).
+#if !defined(FUSED_OPS_EMULATE)
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+#endif
+
+// ldmatrix .x4 / .x2 (8x8 matrices of 16-bit elements, not transposed): lane l gives the
+// address of row l % 8 of matrix l / 8 (16 contiguous bytes); lane (g = lane / 4, q = lane % 4)
+// receives in r[i] the elements 2q, 2q+1 of row g of matrix i (the lower k in the low half).
+// .x2 reads the addresses of lanes 0-15 only.
+LLTM_MMA_FN void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+#if defined(FUSED_OPS_EMULATE)
+  emu_ldmatrix(r, 4, row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+#else
+  __trap();
+#endif
+}
+
+LLTM_MMA_FN void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
+#if defined(FUSED_OPS_EMULATE)
+  emu_ldmatrix(r, 2, row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address(row)));
+#else
+  __trap();
+#endif
+}
+
+// c += A (16 x 16, row-major) * B (16 x 8, column-major), one warp, T = bfloat16 or float16,
+// float accumulators. Fragments as PTX lays them out for m16n8k16 (g = lane / 4, q = lane % 4;
+// each register holds two elements, the lower k in the low half):
+// a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]; b = B[2q..][g], B[2q+8..][g];
+// c = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1].
+template <typename T>
+LLTM_MMA_FN void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(FUSED_OPS_EMULATE)
+  emu_mma_m16n8k16<T>(c, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    static_assert(std::is_same_v<T, c10::Half>, "mma_16816: bfloat16 or float16 only");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#else
+  __trap();
+#endif
+}
+
+// The split of one step's product over the warps of a CTA (see the top of this file).
+struct Split {
+  int mt, nt;     // 16-row tiles of W (M), 8-row tiles of the batch operand (N)
+  int ksteps;     // k steps of 16
+  int ksplit;     // k slices: warps per pair set (1, 2, 4 or 8, at most ksteps)
+  int nsets;      // pair sets: warps / ksplit
+};
+
+// The largest k split (shortest accumulation chains) that leaves every warp at most kPairsMax
+// pairs; 1 where even that needs rounds.
+LLTM_MMA_HOST_FN Split make_split(int mt, int nt, int ksteps, int warps) {
+  Split s{mt, nt, ksteps, 1, warps};
+  const int pairs = mt * nt;
+  for (int ks = warps; ks > 1; ks /= 2) {
+    const int sets = warps / ks;
+    if (ks <= ksteps && warps % ks == 0 && (pairs + sets - 1) / sets <= kPairsMax) {
+      s.ksplit = ks;
+      s.nsets = sets;
+      return s;
+    }
+  }
+  return s;
+}
+
+// part[slice][row][n] (row stride ldp floats, slice stride rows_p * ldp) = this warp's share of
+// sum_k a[n][k] * w[row][k], for the pairs and the k slice of warp `warp` (s above): w is
+// [mt * 16][ldk], a is [nt * 8][ldk], both of T with zero padding. Warp-uniform control flow.
+template <typename T>
+LLTM_MMA_FN void tile_product(const Split& s, const T* __restrict__ w, const T* __restrict__ a,
+                              int ldk, float* __restrict__ part, int rows_p, int ldp, int warp,
+                              int lane) {
+  const int slice = warp % s.ksplit, set = warp / s.ksplit, pairs = s.mt * s.nt;
+  const int k_begin = slice * s.ksteps / s.ksplit, k_end = (slice + 1) * s.ksteps / s.ksplit;
+  // This lane's ldmatrix row: A tiles .x4 (matrix i = lane / 8: rows + 8 (i & 1), k + 8 (i >> 1)),
+  // B tiles .x2 (matrix lane / 8 & 1: k + 8 (lane / 8 & 1); lanes 16-31 repeat 0-15).
+  const int r = lane & 7, i8 = lane >> 3;
+  const int a_lane = (r + 8 * (i8 & 1)) * ldk + 8 * (i8 >> 1);
+  const int b_lane = r * ldk + 8 * (i8 & 1);
+  const int g = lane >> 2, q = lane & 3;
+  float* out = part + slice * rows_p * ldp;
+  for (int p0 = set; p0 < pairs; p0 += kPairsMax * s.nsets) {
+    float acc[kPairsMax][4];
+    int w_off[kPairsMax], a_off[kPairsMax];
+#pragma unroll
+    for (int i = 0; i < kPairsMax; ++i) {
+      const int pr = p0 + i * s.nsets;
+      const int m = pr % s.mt, n = pr / s.mt;
+      w_off[i] = m * 16 * ldk + a_lane;
+      a_off[i] = n * 8 * ldk + b_lane;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+    }
+    for (int k = k_begin; k < k_end; ++k) {
+#pragma unroll
+      for (int i = 0; i < kPairsMax; ++i) {
+        if (p0 + i * s.nsets < pairs) {
+          uint32_t af[4], bf[2];
+          ldmatrix_x4(af, w + w_off[i] + 16 * k);
+          ldmatrix_x2(bf, a + a_off[i] + 16 * k);
+          mma_16816<T>(acc[i], af, bf);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPairsMax; ++i) {
+      const int pr = p0 + i * s.nsets;
+      if (pr < pairs) {
+        const int m = pr % s.mt, n = pr / s.mt;
+        float* o = out + (m * 16 + g) * ldp + n * 8 + 2 * q;
+        o[0] = acc[i][0];
+        o[1] = acc[i][1];
+        o[8 * ldp] = acc[i][2];
+        o[8 * ldp + 1] = acc[i][3];
+      }
+    }
+  }
+}
+
+}  // namespace lltm::mma

@@ -13,7 +13,7 @@
 // Work split (plan below): the (m, n) tile pairs, m fastest, and the k steps of 16 are split
 // over the warps: ksplit warps share each pair set, each summing one contiguous slice of the
 // k steps, and the nsets = warps / ksplit sets take the pairs round-robin. Each warp stores
-// its float sums into its slice's partial buffer part[slice][row][n]; the consumer adds the
+// its float sums into its slice's partial buffer part[slice][n][row]; the consumer adds the
 // ksplit partials in slice order (a fixed order: the result is bitwise deterministic).
 // The tensor cores sum a fragment's 16 products and the accumulator in float (with their own
 // rounding); every product of two half-type values is exact in float.
@@ -130,13 +130,15 @@ LLTM_MMA_HOST_FN Split make_split(int mt, int nt, int ksteps, int warps) {
   return s;
 }
 
-// part[slice][row][n] (row stride ldp floats, slice stride rows_p * ldp) = this warp's share of
-// sum_k a[n][k] * w[row][k], for the pairs and the k slice of warp `warp` (s above): w is
-// [mt * 16][ldk], a is [nt * 8][ldk], both of T with zero padding. Warp-uniform control flow.
+// part[slice][n][row] (row fastest, n stride ldr floats, slice stride nt * 8 * ldr) = this
+// warp's share of sum_k a[n][k] * w[row][k], for the pairs and the k slice of warp `warp` (s
+// above): w is [mt * 16][ldk], a is [nt * 8][ldk], both of T with zero padding. Row-fastest so
+// that the consumer (a thread per state column, consecutive columns in consecutive lanes) reads
+// without bank conflicts; ldr = 4 (mod 32) keeps the stores below conflict-free too.
+// Warp-uniform control flow.
 template <typename T>
 LLTM_MMA_FN void tile_product(const Split& s, const T* __restrict__ w, const T* __restrict__ a,
-                              int ldk, float* __restrict__ part, int rows_p, int ldp, int warp,
-                              int lane) {
+                              int ldk, float* __restrict__ part, int ldr, int warp, int lane) {
   const int slice = warp % s.ksplit, set = warp / s.ksplit, pairs = s.mt * s.nt;
   const int k_begin = slice * s.ksteps / s.ksplit, k_end = (slice + 1) * s.ksteps / s.ksplit;
   // This lane's ldmatrix row: A tiles .x4 (matrix i = lane / 8: rows + 8 (i & 1), k + 8 (i >> 1)),
@@ -145,7 +147,7 @@ LLTM_MMA_FN void tile_product(const Split& s, const T* __restrict__ w, const T* 
   const int a_lane = (r + 8 * (i8 & 1)) * ldk + 8 * (i8 >> 1);
   const int b_lane = r * ldk + 8 * (i8 & 1);
   const int g = lane >> 2, q = lane & 3;
-  float* out = part + slice * rows_p * ldp;
+  float* out = part + slice * s.nt * 8 * ldr;
   for (int p0 = set; p0 < pairs; p0 += kPairsMax * s.nsets) {
     float acc[kPairsMax][4];
     int w_off[kPairsMax], a_off[kPairsMax];
@@ -174,11 +176,11 @@ LLTM_MMA_FN void tile_product(const Split& s, const T* __restrict__ w, const T* 
       const int pr = p0 + i * s.nsets;
       if (pr < pairs) {
         const int m = pr % s.mt, n = pr / s.mt;
-        float* o = out + (m * 16 + g) * ldp + n * 8 + 2 * q;
+        float* o = out + (n * 8 + 2 * q) * ldr + m * 16 + g;
         o[0] = acc[i][0];
-        o[1] = acc[i][1];
-        o[8 * ldp] = acc[i][2];
-        o[8 * ldp + 1] = acc[i][3];
+        o[ldr] = acc[i][1];
+        o[8] = acc[i][2];
+        o[ldr + 8] = acc[i][3];
       }
     }
   }

@@ -11,6 +11,9 @@
 // are independent). Neither direction is supported when one batch row does not fit.
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <map>
 #include <mutex>
 #include <set>
@@ -31,33 +34,43 @@ using persistent::Plan;
 
 using torch::headeronly::ScalarType;
 
-// bfloat16 and float16 run the tensor-core kernels (lltm_sequence_persistent_mma.cuh), float32
-// the FMA kernels (lltm_sequence_persistent.cuh); each has its plan type.
+// bfloat16 and float16 run the tensor-core kernels (lltm_sequence_persistent_mma.cuh) from
+// state kMmaMinState on, float32 and the smaller half-type states the FMA kernels
+// (lltm_sequence_persistent.cuh); each has its plan type, a Config holds the one in use.
 template <typename T>
-constexpr bool kMma = !std::is_same_v<T, float>;
-template <typename T>
-using PlanOf = std::conditional_t<kMma<T>, persistent::MmaPlan, Plan>;
+constexpr bool kHalfType = !std::is_same_v<T, float>;
+constexpr int kMmaMinState = 192;  // FIXME measured crossover
 
 template <typename T>
-PlanOf<T> plan_for(int state, int nc, int bc, bool backward) {
-  if constexpr (kMma<T>) {
-    return persistent::make_mma_plan(state, nc, bc, backward, kThreads);
+bool use_mma(int state) {
+  if constexpr (!kHalfType<T>) {
+    return false;
   } else {
-    return make_plan(state, nc, bc, backward, kThreads);
+    const char* v = std::getenv("FUSED_OPS_LLTM_MMA_MIN");  // EXPERIMENT ONLY
+    return state >= (v ? std::atoi(v) : kMmaMinState);
   }
 }
 
-// Dynamic shared memory of a CTA, bytes (Plan counts floats, MmaPlan bytes).
-template <typename T>
-int64_t smem_bytes(const PlanOf<T>& p) {
-  return kMma<T> ? int64_t(p.total) : int64_t(p.total) * 4;
-}
-
-template <typename T>
 struct Config {
-  PlanOf<T> plan;
-  int clusters = 0;  // 0: does not fit
+  bool mma = false;
+  Plan plan{};                  // !mma
+  persistent::MmaPlan mplan{};  // mma
+  int clusters = 0;             // 0: does not fit
+  int nc() const { return mma ? mplan.nc : plan.nc; }
+  int threads() const { return mma ? mplan.threads : plan.threads; }
+  int64_t smem_bytes() const { return mma ? int64_t(mplan.total) : int64_t(plan.total) * 4; }
 };
+
+Config plan_for(bool mma, int state, int nc, int bc, bool backward) {
+  Config c;
+  c.mma = mma;
+  if (mma) {
+    c.mplan = persistent::make_mma_plan(state, nc, bc, backward, kThreads);
+  } else {
+    c.plan = make_plan(state, nc, bc, backward, kThreads);
+  }
+  return c;
+}
 
 template <typename T, int RB>
 void* kernel_ptr(bool backward) {
@@ -66,14 +79,15 @@ void* kernel_ptr(bool backward) {
 }
 
 template <typename T>
-void* kernel_for(const PlanOf<T>& p, bool backward) {
-  if constexpr (kMma<T>) {
-    return backward ? reinterpret_cast<void*>(persistent::backward_mma_kernel<T>)
-                    : reinterpret_cast<void*>(persistent::forward_mma_kernel<T>);
-  } else {
-    return p.rb == 4 ? kernel_ptr<T, 4>(backward)
-                     : p.rb == 2 ? kernel_ptr<T, 2>(backward) : kernel_ptr<T, 1>(backward);
+void* kernel_for(const Config& c, bool backward) {
+  if constexpr (kHalfType<T>) {
+    if (c.mma) {
+      return backward ? reinterpret_cast<void*>(persistent::backward_mma_kernel<T>)
+                      : reinterpret_cast<void*>(persistent::forward_mma_kernel<T>);
+    }
   }
+  return c.plan.rb == 4 ? kernel_ptr<T, 4>(backward)
+                        : c.plan.rb == 2 ? kernel_ptr<T, 2>(backward) : kernel_ptr<T, 1>(backward);
 }
 
 // Once per kernel and device: the opt-in shared memory limit and 16-CTA clusters.
@@ -89,16 +103,15 @@ void prepare(const void* kernel, int device) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
 }
 
-template <typename T>
-cudaLaunchConfig_t launch_config(const PlanOf<T>& p, int clusters, cudaStream_t stream,
+cudaLaunchConfig_t launch_config(const Config& c, int clusters, cudaStream_t stream,
                                  cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.nc));
-  cfg.blockDim = dim3(static_cast<unsigned>(p.threads));
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes<T>(p));
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * c.nc()));
+  cfg.blockDim = dim3(static_cast<unsigned>(c.threads()));
+  cfg.dynamicSmemBytes = static_cast<size_t>(c.smem_bytes());
   cfg.stream = stream;
   attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = static_cast<unsigned>(p.nc);
+  attr->val.clusterDim.x = static_cast<unsigned>(c.nc());
   attr->val.clusterDim.y = 1;
   attr->val.clusterDim.z = 1;
   cfg.attrs = attr;
@@ -107,26 +120,27 @@ cudaLaunchConfig_t launch_config(const PlanOf<T>& p, int clusters, cudaStream_t 
 }
 
 template <typename T>
-Config<T> choose_uncached(int device, int64_t batch, int state, bool backward) {
+Config choose_uncached(int device, int64_t batch, int state, bool backward) {
   const cudaDeviceProp& prop = fused_ops::device_properties(device);
   const int64_t limit = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
   const int sms = prop.multiProcessorCount;
+  const bool mma = use_mma<T>(state);
+  const char* force = std::getenv("FUSED_OPS_LLTM_NC");  // EXPERIMENT ONLY
   for (int c = state >= 128 ? 0 : 1; c < 2; ++c) {
-    const int nc = c == 0 ? 16 : (state < 8 ? state : 8);
+    int nc = c == 0 ? 16 : (state < 8 ? state : 8);
+    if (force) nc = std::atoi(force);
     // The largest bc that fits (the layout grows with bc, up to the ks padding, so scan).
     int bc_max = 0;
     for (int64_t bc = 1; bc <= batch; ++bc) {
-      if (smem_bytes<T>(plan_for<T>(state, nc, static_cast<int>(bc), backward)) > limit) {
-        break;
-      }
+      if (plan_for(mma, state, nc, static_cast<int>(bc), backward).smem_bytes() > limit) break;
       bc_max = static_cast<int>(bc);
     }
     if (bc_max == 0) continue;
-    const PlanOf<T> probe = plan_for<T>(state, nc, bc_max, backward);
+    const Config probe = plan_for(mma, state, nc, bc_max, backward);
     void* kernel = kernel_for<T>(probe, backward);
     prepare(kernel, device);
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = launch_config<T>(probe, 1, nullptr, &attr);
+    cudaLaunchConfig_t cfg = launch_config(probe, 1, nullptr, &attr);
     int fit = 0;
     if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();  // clear it: this size is refused, try the next
@@ -141,29 +155,28 @@ Config<T> choose_uncached(int device, int64_t batch, int state, bool backward) {
       clusters = (batch + bc - 1) / bc;
     }
     bc = (batch + clusters - 1) / clusters;
-    Config<T> out;
-    out.plan = plan_for<T>(state, nc, static_cast<int>(bc), backward);
+    Config out = plan_for(mma, state, nc, static_cast<int>(bc), backward);
     out.clusters = static_cast<int>(clusters);
     return out;
   }
-  return Config<T>{};
+  return Config{};
 }
 
 // choose_uncached, cached per (device, dtype, direction, batch, state).
 template <typename T>
-Config<T> choose(int device, int64_t batch, int64_t state, bool backward) {
+Config choose(int device, int64_t batch, int64_t state, bool backward) {
   if (batch < 1 || state < 1 || state > (1 << 20) || batch > (int64_t(1) << 31) / 2) {
-    return Config<T>{};
+    return Config{};
   }
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int64_t, int64_t>, Config<T>> cache;
+  static std::map<std::tuple<int, bool, int64_t, int64_t>, Config> cache;
   const auto key = std::make_tuple(device, backward, batch, state);
   {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const Config<T> cfg = choose_uncached<T>(device, batch, static_cast<int>(state), backward);
+  const Config cfg = choose_uncached<T>(device, batch, static_cast<int>(state), backward);
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = cfg;
   return cfg;
@@ -185,8 +198,7 @@ bool supported_as(int device, int64_t batch, int64_t state) {
   // A build without sm_90 code (e.g. compute_80 PTX JIT-compiled for this device) has kernels
   // that trap: refuse.
   cudaFuncAttributes attrs{};
-  if (cudaFuncGetAttributes(&attrs, kernel_for<T>(plan_for<T>(1, 1, 1, false), false)) !=
-      cudaSuccess) {
+  if (cudaFuncGetAttributes(&attrs, kernel_ptr<T, 1>(false)) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -200,15 +212,25 @@ void launch(const Args& args, bool backward, cudaStream_t stream) {
   if (args.batch < 1 || args.state < 1) return;
   if (!backward && args.steps < 1) return;
   const int device = current_device();
-  const Config<T> c = choose<T>(device, args.batch, args.state, backward);
+  Config c = choose<T>(device, args.batch, args.state, backward);
   FUSED_OPS_CHECK(c.clusters > 0, "lltm_sequence: the persistent kernels do not support batch ",
                   fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),
                   " on this device (seq_persistent_supported is false)");
-  void* kernel = kernel_for<T>(c.plan, backward);
+  void* kernel = kernel_for<T>(c, backward);
   prepare(kernel, device);
+  if (c.mma) {
+    const char* ab = std::getenv("FUSED_OPS_LLTM_ABLATE");  // EXPERIMENT ONLY
+    c.mplan.ablate = ab ? std::atoi(ab) : 0;
+    if (std::getenv("FUSED_OPS_LLTM_DEBUG")) {
+      std::fprintf(stderr, "plan S=%d B=%lld bwd=%d nc=%d cs=%d bc=%d clusters=%d mt=%d nt=%d ks=%d ksplit=%d smem=%d\n",
+                   c.mplan.state, (long long)args.batch, int(backward), c.mplan.nc, c.mplan.cs, c.mplan.bc, c.clusters,
+                   c.mplan.split.mt, c.mplan.split.nt, c.mplan.split.ksteps, c.mplan.split.ksplit, c.mplan.total);
+    }
+  }
   cudaLaunchAttribute attr;
-  cudaLaunchConfig_t cfg = launch_config<T>(c.plan, c.clusters, stream, &attr);
-  void* params[2] = {const_cast<PlanOf<T>*>(&c.plan), const_cast<Args*>(&args)};
+  cudaLaunchConfig_t cfg = launch_config(c, c.clusters, stream, &attr);
+  void* plan = c.mma ? static_cast<void*>(&c.mplan) : static_cast<void*>(&c.plan);
+  void* params[2] = {plan, const_cast<Args*>(&args)};
   FUSED_OPS_CUDA_CHECK(cudaLaunchKernelExC(&cfg, kernel, params));
   FUSED_OPS_LAUNCH_CHECK();
 }

@@ -57,7 +57,6 @@ struct EmuWarp {
   float a[2][32][4], b[2][32][2];  // consecutive operations alternate between two slots
   float shfl[2][32];                // the same for __shfl_xor_sync
   const unsigned char* rows[2][32];  // ldmatrix: each lane's row address
-  uint32_t ushfl[2][32];             // __shfl_sync on 32-bit words
   uint32_t ha[2][32][4], hb[2][32][2];  // mma m16n8k16 (half types): the packed fragments
 };
 inline thread_local EmuWarp* emu_warp;
@@ -102,19 +101,6 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
   s[lane] = v;
   w.barrier.arrive_and_wait();
   return s[lane ^ lane_mask];
-}
-
-// __shfl_sync on 32-bit words for the calling warp (every lane calls it, full mask): lane i
-// gets lane src's value.
-inline uint32_t __shfl_sync(unsigned /*mask*/, uint32_t v, int src) {
-  EmuWarp& w = *emu_warp;
-  thread_local int slot = 0;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  uint32_t (&s)[32] = w.ushfl[slot];
-  slot ^= 1;
-  s[lane] = v;
-  w.barrier.arrive_and_wait();
-  return s[src & 31];
 }
 
 // Thread-block clusters. The calling thread's CTA rank in its cluster, the cluster barrier

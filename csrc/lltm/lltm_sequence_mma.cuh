@@ -106,31 +106,6 @@ LLTM_MMA_FN void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t
 #endif
 }
 
-// The 16 bits of a bfloat16 / float16 value.
-template <typename T>
-LLTM_MMA_FN uint32_t bits16(T x) {
-  return x.x;
-}
-
-// A 16-byte vector of 4 words (one shared-memory store).
-#if defined(FUSED_OPS_EMULATE)
-struct alignas(16) Vec16 {
-  uint32_t x, y, z, w;
-};
-#else
-using Vec16 = uint4;
-#endif
-
-// The 16-bit values v of the 8 lanes of this lane's group (lanes 8m .. 8m+7), in lane order,
-// packed into one vector, in every lane of the group. Every lane of the warp calls it.
-LLTM_MMA_FN Vec16 gather8(uint32_t v, int lane) {
-  // Even lanes: their value and the next lane's (the odd lanes' pairs are not used).
-  const uint32_t pair = v | (__shfl_sync(0xffffffffu, v, lane ^ 1) << 16);
-  const int base = lane & ~7;
-  return Vec16{__shfl_sync(0xffffffffu, pair, base), __shfl_sync(0xffffffffu, pair, base + 2),
-               __shfl_sync(0xffffffffu, pair, base + 4), __shfl_sync(0xffffffffu, pair, base + 6)};
-}
-
 // The split of one step's product over the warps of a CTA (see the top of this file).
 struct Split {
   int mt, nt;     // 16-row tiles of W (M), 8-row tiles of the batch operand (N)

@@ -38,7 +38,6 @@ struct MmaPlan {
   int rows;     // W rows of the share: 3 * cs (forward), cs (backward)
   int rows_p;   // rows rounded up to 16 (the MMA's M tiles)
   int ldr;      // row stride of the partials, rows_p + 4 (tile_product says why)
-  bool pack;    // cs and S multiples of 8: pushes of 8 columns as one 16-byte store (below)
   mma::Split split;
   int a_off, part_off, carry_off, total;  // byte offsets of the buffers; total bytes
   int ablate;  // EXPERIMENT ONLY
@@ -58,7 +57,6 @@ LLTM_SEQ_FN MmaPlan make_mma_plan(int state, int nc, int bc, bool backward, int 
   p.rows = backward ? p.cs : 3 * p.cs;
   p.rows_p = round_up(p.rows, 16);
   p.ldr = p.rows_p + 4;
-  p.pack = p.cs % 8 == 0 && state % 8 == 0;
   p.split = mma::make_split(p.rows_p / 16, p.bcp / 8, round_up(p.k, 16) / 16, threads / 32);
   constexpr int kHalf = 2, kFloat = 4;
   p.a_off = p.rows_p * p.ldk * kHalf;  // a multiple of 16 * 16 bytes
@@ -96,8 +94,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int j0 = static_cast<int>(rank) * cs;
   const int ncols = S - j0 < 0 ? 0 : (S - j0 < cs ? S - j0 : cs);
   const int cells = nb * cs;  // this CTA's (batch row, own column) pairs, column fastest
-  const int lane = tid % 32;
-  const bool pack = p.pack && !(p.ablate & 16);
   const T zero = static_cast<T>(0.f);
 
   for (int i = tid; i < p.rows_p * ldk; i += p.threads) {
@@ -140,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          tid % 32);
     __syncthreads();
     const bool push = t + 1 < f.steps && !(p.ablate & 2);
-    // Cell i: z = P_t + the product, rounded to T and stored; c and h; returns h_t.
+    // Cell i: z = P_t + the product, rounded to T and stored; c, h; h_t to every CTA.
     auto cell = [&](int i, const float (&pz)[3]) {
       const int b = i / cs, jj = i % cs, j = j0 + jj;
       T* gz = f.gates + (t * B + b0 + b) * 3 * S + j;
@@ -158,42 +154,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t out = ((t + 1) * B + b0 + b) * S + j;
       f.hs[out] = hT;
       f.cells[out] = cT;
-      return hT;
-    };
-    // h_t of cell i into the next step's buffer of every CTA. Packed: every lane of the warp
-    // calls this; the 8 lanes of a group hold 8 consecutive columns of one batch row (cs and
-    // j0 multiples of 8), all valid or all not, and lane k of the group stores their 16 bytes
-    // into ranks k, k + 8, ...: 16 bytes per store instead of 2.
-    auto push_h = [&](int i, bool valid, T hT) {
-      if (pack) {
-        const mma::Vec16 v = mma::gather8(valid ? mma::bits16(hT) : 0u, lane);
-        if (valid) {
-          T* dst = hbuf + (par ^ 1) * p.bcp * ldk + (i / cs) * ldk + j0 + (i % cs & ~7);
-          for (int r = lane & 7; r < p.nc; r += 8) *map_rank(reinterpret_cast<mma::Vec16*>(dst), r) = v;
-        }
-      } else if (valid) {
-        T* dst = hbuf + (par ^ 1) * p.bcp * ldk + (i / cs) * ldk + j0 + i % cs;
+      if (push) {
+        T* dst = hbuf + (par ^ 1) * p.bcp * ldk + b * ldk + j;
         for (int r = 0; r < p.nc; ++r) *map_rank(dst, r) = hT;
       }
     };
 #pragma unroll
     for (int e = 0; e < kPrefetch; ++e) {
       const int i = tid + e * p.threads;
-      const bool valid = i < cells && i % cs < ncols;
-      const T hT = valid ? cell(i, pre[e]) : zero;
-      if (push) push_h(i, valid, hT);
+      if (i < cells && i % cs < ncols) cell(i, pre[e]);
     }
-    // Past the prefetched cells (warp-uniform trip count, for the packed push).
-    for (int e = kPrefetch; tid - lane + e * p.threads < cells; ++e) {
-      const int i = tid + e * p.threads;
-      const bool valid = i < cells && i % cs < ncols;
-      T hT = zero;
-      if (valid) {
-        float pz[3];
-        load_p(t, i, pz);
-        hT = cell(i, pz);
-      }
-      if (push) push_h(i, valid, hT);
+    for (int i = tid + kPrefetch * p.threads; i < cells; i += p.threads) {
+      if (i % cs >= ncols) continue;
+      float pz[3];
+      load_p(t, i, pz);
+      cell(i, pz);
     }
     if (t + 1 < f.steps) prefetch(t + 1);
     // No barrier after the last step: no CTA touches another's memory after it.
@@ -223,8 +198,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int j0 = static_cast<int>(rank) * cs;
   const int ncols = S - j0 < 0 ? 0 : (S - j0 < cs ? S - j0 : cs);
   const int cells = nb * cs;
-  const int lane = tid % 32;
-  const bool pack = p.pack && !(p.ablate & 16);
   const T zero = static_cast<T>(0.f);
 
   // jj fastest: consecutive threads read consecutive columns of a row of W_h.
@@ -264,61 +237,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t s = 0; s < f.steps; ++s) {
     const int64_t t = f.steps - 1 - s;
     const int par = static_cast<int>(s & 1);
-    // Cell i: dz_t and the dc carry from the cell's backward; dz_t into dz.
-    auto cell = [&](int i, const float (&in)[5], T (&dz)[3]) {
+    // Cell i: dz_t and the dc carry from the cell's backward; dz_t to every CTA.
+    auto cell = [&](int i, const float (&in)[5]) {
       const int b = i / cs, jj = i % cs, j = j0 + jj;
-      float d[3], dco;
+      float dzi, dzo, dzc, dco;
       cell_backward<float>(in[0] + partial_sum(p, part, jj, b), dc[i], in[1], in[2], in[3],
-                           in[4], d[0], d[1], d[2], dco);
+                           in[4], dzi, dzo, dzc, dco);
       dc[i] = dco;
+      const T zi = static_cast<T>(dzi), zo = static_cast<T>(dzo), zc = static_cast<T>(dzc);
       T* gz = f.gates + (t * B + b0 + b) * 3 * S + j;
-#pragma unroll
-      for (int g = 0; g < 3; ++g) {
-        dz[g] = static_cast<T>(d[g]);
-        gz[g * S] = dz[g];
-      }
-    };
-    // dz_t of cell i into this step's buffer of every CTA (packed as in the forward).
-    auto push_dz = [&](int i, bool valid, const T (&dz)[3]) {
-      if (pack) {
-        T* dst = dzbuf + par * p.bcp * ldk + (i / cs) * ldk + j0 + (i % cs & ~7);
-#pragma unroll
-        for (int g = 0; g < 3; ++g) {
-          const mma::Vec16 v = mma::gather8(valid ? mma::bits16(dz[g]) : 0u, lane);
-          if (valid) {
-            for (int r = lane & 7; r < p.nc; r += 8) {
-              *map_rank(reinterpret_cast<mma::Vec16*>(dst + g * S), r) = v;
-            }
-          }
-        }
-      } else if (valid) {
-        T* dst = dzbuf + par * p.bcp * ldk + (i / cs) * ldk + j0 + i % cs;
-        for (int r = 0; r < p.nc; ++r) {
-          T* d = map_rank(dst, r);
-          d[0] = dz[0];
-          d[S] = dz[1];
-          d[2 * S] = dz[2];
-        }
+      gz[0] = zi;
+      gz[S] = zo;
+      gz[2 * S] = zc;
+      T* dst = dzbuf + par * p.bcp * ldk + b * ldk + j;
+      for (int r = 0; r < p.nc; ++r) {
+        T* d = map_rank(dst, r);
+        d[0] = zi;
+        d[S] = zo;
+        d[2 * S] = zc;
       }
     };
 #pragma unroll
     for (int e = 0; e < kPrefetch; ++e) {
       const int i = tid + e * p.threads;
-      const bool valid = i < cells && i % cs < ncols;
-      T dz[3] = {zero, zero, zero};
-      if (valid) cell(i, pre[e], dz);
-      push_dz(i, valid, dz);
+      if (i < cells && i % cs < ncols) cell(i, pre[e]);
     }
-    for (int e = kPrefetch; tid - lane + e * p.threads < cells; ++e) {
-      const int i = tid + e * p.threads;
-      const bool valid = i < cells && i % cs < ncols;
-      T dz[3] = {zero, zero, zero};
-      if (valid) {
-        float in[5];
-        load_in(t, i, in);
-        cell(i, in, dz);
-      }
-      push_dz(i, valid, dz);
+    for (int i = tid + kPrefetch * p.threads; i < cells; i += p.threads) {
+      if (i % cs >= ncols) continue;
+      float in[5];
+      load_in(t, i, in);
+      cell(i, in);
     }
     if (t > 0) prefetch(t - 1);
     // dz_t of every column is in every CTA; also orders this step's reads of the partials

@@ -192,8 +192,8 @@ int main() {
   check<c10::BFloat16>("bfloat16", 5, 3, 20, 4, 2, 64, 2e-2);
   // The half types' tensor-core kernels: one tile (S = 1, 20), several M tiles and N tiles
   // (bc = 9: two 8-row tiles, the second nearly empty), S not a multiple of the cluster, k
-  // slices from 1 to 8 warps, rounds of pairs past kPairsMax (bc = 40 at S = 64: 30 pairs on
-  // 2 warps), and the launcher's 256 threads and 16-CTA clusters at S = 256.
+  // slices from 1 to 8 warps, rounds of N tiles (bc = 40 at S = 64: 5 N tiles on 2 warps),
+  // and the launcher's 256 threads and 16-CTA clusters at S = 256.
   check<c10::BFloat16, true>("bf16 mma", 5, 3, 20, 4, 2, 64, 2e-2);
   check<c10::Half, true>("f16 mma", 5, 3, 20, 4, 2, 64, 5e-3);
   check<c10::Half, true>("f16 mma", 3, 1, 1, 1, 1, 32, 5e-3);
@@ -201,6 +201,8 @@ int main() {
   check<c10::Half, true>("f16 mma", 3, 11, 129, 16, 9, 256, 5e-3);
   check<c10::BFloat16, true>("bf16 mma", 2, 40, 64, 2, 40, 64, 2e-2);
   check<c10::Half, true>("f16 mma", 2, 16, 256, 16, 8, 256, 5e-3);
+  // One warp with 6 M tiles x 2 N tiles: two rounds of M tiles.
+  check<c10::BFloat16, true>("bf16 mma", 2, 9, 64, 2, 9, 32, 2e-2);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

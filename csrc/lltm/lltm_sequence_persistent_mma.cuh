@@ -40,7 +40,6 @@ struct MmaPlan {
   int ldr;      // row stride of the partials, rows_p + 4 (tile_product says why)
   mma::Split split;
   int a_off, part_off, carry_off, total;  // byte offsets of the buffers; total bytes
-  int ablate;  // EXPERIMENT ONLY
 };
 
 LLTM_SEQ_FN MmaPlan make_mma_plan(int state, int nc, int bc, bool backward, int threads) {
@@ -121,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < kPrefetch; ++e) {
       const int i = tid + e * p.threads;
-      if (i < cells && i % cs < ncols) load_p(p.ablate & 8 ? 0 : t, i, pre[e]);
+      if (i < cells && i % cs < ncols) load_p(t, i, pre[e]);
     }
   };
   prefetch(0);
@@ -131,11 +130,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int64_t t = 0; t < f.steps; ++t) {
     const int par = static_cast<int>(t & 1);
-    if (!(p.ablate & 1))
     mma::tile_product<T>(p.split, w, hbuf + par * p.bcp * ldk, ldk, part, p.ldr, tid / 32,
                          tid % 32);
     __syncthreads();
-    const bool push = t + 1 < f.steps && !(p.ablate & 2);
+    const bool push = t + 1 < f.steps;
     // Cell i: z = P_t + the product, rounded to T and stored; c, h; h_t to every CTA.
     auto cell = [&](int i, const float (&pz)[3]) {
       const int b = i / cs, jj = i % cs, j = j0 + jj;
@@ -172,10 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (t + 1 < f.steps) prefetch(t + 1);
     // No barrier after the last step: no CTA touches another's memory after it.
-    if (t + 1 < f.steps && !(p.ablate & 4)) cluster_sync();
-    else if (p.ablate & 4) __syncthreads();
+    if (push) cluster_sync();
   }
-  if (p.ablate & 4) cluster_sync();
 #else
   __trap();
 #endif

@@ -1,9 +1,13 @@
 // LLTM over a whole sequence: the launchers of the persistent kernels
-// (lltm_sequence_persistent.cuh), and the choice of cluster size and batch rows per cluster.
+// (lltm_sequence_persistent.cuh: float32, and the half types below kMmaMinState;
+// lltm_sequence_persistent_mma.cuh: bfloat16 / float16 on tensor cores), and the choice of
+// kernel, cluster size and batch rows per cluster.
 //
-// Cluster size nc: 16 CTAs (non-portable: the H100 allows it) for S >= 128, where 8 CTAs
-// would leave each with 16 columns or more and the step's GEMM on few SMs; else min(8, S).
-// When the 16-CTA cluster cannot be placed (occupancy query 0) or does not fit, 8.
+// Cluster size nc (both kernel kinds): 16 CTAs (non-portable: the H100 allows it) for
+// S >= 128, where 8 CTAs would leave each with 16 columns or more and the step's GEMM on few
+// SMs; else min(8, S). When the 16-CTA cluster cannot be placed (occupancy query 0) or does
+// not fit, 8. (MMA kernels, fp16, H100, one build, GPU us/step fwd / bwd at B = 64: S = 256
+// nc 16 4.7 / 5.8, nc 8 4.8 / 5.7; S = 384 nc 16 6.5 / 7.6, nc 8 6.7 / 7.1: no clear gain.)
 // Batch rows per cluster bc: spread the batch over as many clusters as run at once
 // (cudaOccupancyMaxActiveClusters, at most SMs / nc: one CTA per SM), bc = ceil(B / clusters),
 // capped by the shared memory of a CTA (its W_h share plus per batch row the two A buffers,

@@ -5,8 +5,9 @@
 // Layout. One cluster of nc CTAs owns bc consecutive batch rows (the clusters split the batch
 // and never talk to each other); CTA r owns the state columns j0 = r*cs .. j0+cs-1 (cs =
 // ceil(S / nc); columns past S are masked, a CTA may own none). The CTAs keep their share of
-// W_h in shared memory, as float (also for the half types: the products then read it without
-// conversions), for the whole sequence:
+// W_h in shared memory, as float (also for the half types below S = 256: the products then
+// read it without conversions; from S = 256 on the half types run the tensor-core kernels of
+// lltm_sequence_persistent_mma.cuh, same layout and exchange), for the whole sequence:
 //   forward:  the 3 gate rows {j, S+j, 2S+j} of each own column, all S inputs each, stored as
 //             local row 3*jj + g (jj = j - j0, g = gate), so that one thread's 3 rows are the
 //             3 gates of one column;

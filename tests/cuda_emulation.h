@@ -56,6 +56,8 @@ struct EmuWarp {
   std::barrier<> barrier;
   float a[2][32][4], b[2][32][2];  // consecutive operations alternate between two slots
   float shfl[2][32];                // the same for __shfl_xor_sync
+  const unsigned char* rows[2][32];  // ldmatrix: each lane's row address
+  uint32_t ha[2][32][4], hb[2][32][2];  // mma m16n8k16 (half types): the packed fragments
 };
 inline thread_local EmuWarp* emu_warp;
 
@@ -199,6 +201,61 @@ inline void emu_mma_m16n8k8_tf32(float (&c)[4], const uint32_t (&a)[4], const ui
     for (int k = 0; k < 8; ++k) {
       const float av = wa[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
       const float bv = wb[col * 4 + k % 4][k >= 4];
+      sum += av * bv;
+    }
+    c[e] = sum;
+  }
+}
+
+// ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 (not transposed) for the calling warp (every
+// lane calls it): lane l gives the address of row l % 8 of matrix l / 8 (16 bytes); lane
+// (g = lane / 4, q = lane % 4) gets in r[i] the 4 bytes at offset 4q of row g of matrix i.
+inline void emu_ldmatrix(uint32_t* r, int count, const void* row) {
+  EmuWarp& w = *emu_warp;
+  thread_local int slot = 0;
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  const unsigned char* (&rows)[32] = w.rows[slot];
+  slot ^= 1;
+  rows[lane] = static_cast<const unsigned char*>(row);
+  w.barrier.arrive_and_wait();
+  for (int i = 0; i < count; ++i) std::memcpy(&r[i], rows[8 * i + g] + 4 * q, 4);
+}
+
+// The 16-bit element e (0: low half, 1: high) of a packed register, as float.
+template <typename T>
+float emu_half_of(uint32_t v, int e) {
+  const uint16_t bits = static_cast<uint16_t>(v >> (16 * e));
+  T x;
+  std::memcpy(&x, &bits, 2);
+  return static_cast<float>(x);
+}
+
+// mma.sync.m16n8k16.row.col.f32.{bf16,f16} for the calling warp (every lane calls it):
+// c += A * B with PTX's fragment layout (g = lane / 4, q = lane % 4; two elements per
+// register, the lower k in the low half): a = A[g][2q..], A[g+8][2q..], A[g][2q+8..],
+// A[g+8][2q+8..]; b = B[2q..][g], B[2q+8..][g]; c = C[g][2q], C[g][2q+1], C[g+8][2q],
+// C[g+8][2q+1]. Products of the half-type values are exact in float; the sum runs in k order
+// (the tensor cores' own order and rounding differ within float accuracy).
+template <typename T>
+void emu_mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  EmuWarp& w = *emu_warp;
+  thread_local int slot = 0;
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  uint32_t (&wa)[32][4] = w.ha[slot];
+  uint32_t (&wb)[32][2] = w.hb[slot];
+  slot ^= 1;
+  for (int e = 0; e < 4; ++e) wa[lane][e] = a[e];
+  for (int e = 0; e < 2; ++e) wb[lane][e] = b[e];
+  w.barrier.arrive_and_wait();
+  // A[row][k]: held by lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8),
+  // half k % 2; B[k][col]: lane col * 4 + (k % 8) / 2, register k >= 8, half k % 2.
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
+    float sum = c[e];
+    for (int k = 0; k < 16; ++k) {
+      const float av =
+          emu_half_of<T>(wa[(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+      const float bv = emu_half_of<T>(wb[col * 4 + (k % 8) / 2][k >= 8], k % 2);
       sum += av * bv;
     }
     c[e] = sum;

@@ -12,6 +12,7 @@ EMULATOR = r"""
 
 #include "cuda_emulation.h"
 #include "lltm/lltm_sequence_persistent.cuh"
+#include "lltm/lltm_sequence_persistent_mma.cuh"
 
 using namespace lltm;
 using namespace lltm::persistent;
@@ -49,7 +50,9 @@ double max_abs(const std::vector<double>& a, const std::vector<double>& b) {
   return m;
 }
 
-template <typename S>
+// MMA: the half-type tensor-core kernels (lltm_sequence_persistent_mma.cuh) instead of the
+// FMA kernels.
+template <typename S, bool MMA = false>
 void check(const char* name, int T, int B, int S_, int nc, int bc, int threads, double tol) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
   const double ws = 1.0 / std::sqrt(double(S_));
@@ -106,7 +109,6 @@ void check(const char* name, int T, int B, int S_, int nc, int bc, int threads, 
   }
   for (size_t i = 0; i < nb; ++i) want_dh0[i] = dh_rec[i] + as_double(grad_hs[i]);
 
-  const Plan fp = make_plan(S_, nc, bc, false, threads), bp = make_plan(S_, nc, bc, true, threads);
   const int clusters = (B + bc - 1) / bc;
   SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
   SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
@@ -114,22 +116,40 @@ void check(const char* name, int T, int B, int S_, int nc, int bc, int threads, 
   // Forward's z is checked after the backward overwrote it: keep a copy from between.
   std::vector<double> got_z;
   bool guards = true;
-  auto forward_then_copy = [&](auto rb) {
-    constexpr int RB = decltype(rb)::value;
-    launch_cluster(clusters * fp.nc, fp.nc, fp.threads, fp.total * 4,
-                   [&] { forward_kernel<S, RB>(fp, f); });
+  char layout[160];
+  if constexpr (MMA) {
+    const MmaPlan fp = make_mma_plan(S_, nc, bc, false, threads);
+    const MmaPlan bp = make_mma_plan(S_, nc, bc, true, threads);
+    launch_cluster(clusters * fp.nc, fp.nc, fp.threads, fp.total,
+                   [&] { forward_mma_kernel<S>(fp, f); });
     guards &= take(gates, n3, got_z);
-    launch_cluster(clusters * bp.nc, bp.nc, bp.threads, bp.total * 4,
-                   [&] { backward_kernel<S, RB>(bp, bw); });
-  };
-  if (fp.rb != bp.rb) {
-    std::printf("FAIL plans disagree on rb\n");
-    ++failures;
-    return;
+    launch_cluster(clusters * bp.nc, bp.nc, bp.threads, bp.total,
+                   [&] { backward_mma_kernel<S>(bp, bw); });
+    std::snprintf(layout, sizeof layout,
+                  "mma tiles m %d/%d n %d k %d/%d ksplit %d/%d ldk %d/%d", fp.split.mt,
+                  bp.split.mt, fp.split.nt, fp.split.ksteps, bp.split.ksteps, fp.split.ksplit,
+                  bp.split.ksplit, fp.ldk, bp.ldk);
+  } else {
+    const Plan fp = make_plan(S_, nc, bc, false, threads), bp = make_plan(S_, nc, bc, true, threads);
+    auto forward_then_copy = [&](auto rb) {
+      constexpr int RB = decltype(rb)::value;
+      launch_cluster(clusters * fp.nc, fp.nc, fp.threads, fp.total * 4,
+                     [&] { forward_kernel<S, RB>(fp, f); });
+      guards &= take(gates, n3, got_z);
+      launch_cluster(clusters * bp.nc, bp.nc, bp.threads, bp.total * 4,
+                     [&] { backward_kernel<S, RB>(bp, bw); });
+    };
+    if (fp.rb != bp.rb) {
+      std::printf("FAIL plans disagree on rb\n");
+      ++failures;
+      return;
+    }
+    if (fp.rb == 4) forward_then_copy(std::integral_constant<int, 4>{});
+    else if (fp.rb == 2) forward_then_copy(std::integral_constant<int, 2>{});
+    else forward_then_copy(std::integral_constant<int, 1>{});
+    std::snprintf(layout, sizeof layout, "rb=%d ks=%d/%d ldk=%d/%d", fp.rb, fp.ks, bp.ks,
+                  fp.ldk, bp.ldk);
   }
-  if (fp.rb == 4) forward_then_copy(std::integral_constant<int, 4>{});
-  else if (fp.rb == 2) forward_then_copy(std::integral_constant<int, 2>{});
-  else forward_then_copy(std::integral_constant<int, 1>{});
 
   std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
   guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&
@@ -143,11 +163,10 @@ void check(const char* name, int T, int B, int S_, int nc, int bc, int threads, 
   const bool ok = worst < tol && guards;
   failures += !ok;
   std::printf(
-      "%s %-8s T=%d B=%d S=%d nc=%d bc=%d clusters=%d threads=%d rb=%d ks=%d/%d ldk=%d/%d | rel "
+      "%s %-8s T=%d B=%d S=%d nc=%d bc=%d clusters=%d threads=%d %s | rel "
       "z %.1e h %.1e c %.1e dz %.1e dh0 %.1e dc0 %.1e | max abs z %.1e h %.1e c %.1e dz %.1e "
       "dh0 %.1e dc0 %.1e | guards %s\n",
-      ok ? "ok  " : "FAIL", name, T, B, S_, nc, bc, clusters, threads, fp.rb, fp.ks, bp.ks,
-      fp.ldk, bp.ldk, errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1],
+      ok ? "ok  " : "FAIL", name, T, B, S_, nc, bc, clusters, threads, layout, errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1],
       maxs[2], maxs[3], maxs[4], maxs[5], guards ? "intact" : "OVERWRITTEN");
 }
 
@@ -171,6 +190,19 @@ int main() {
   // Half types: the stored z, h, c, dz are rounded to the type, sums in float.
   check<c10::Half>("float16", 5, 3, 20, 4, 2, 64, 5e-3);
   check<c10::BFloat16>("bfloat16", 5, 3, 20, 4, 2, 64, 2e-2);
+  // The half types' tensor-core kernels: one tile (S = 1, 20), several M tiles and N tiles
+  // (bc = 9: two 8-row tiles, the second nearly empty), S not a multiple of the cluster, k
+  // slices from 1 to 8 warps, rounds of N tiles (bc = 40 at S = 64: 5 N tiles on 2 warps),
+  // and the launcher's 256 threads and 16-CTA clusters at S = 256.
+  check<c10::BFloat16, true>("bf16 mma", 5, 3, 20, 4, 2, 64, 2e-2);
+  check<c10::Half, true>("f16 mma", 5, 3, 20, 4, 2, 64, 5e-3);
+  check<c10::Half, true>("f16 mma", 3, 1, 1, 1, 1, 32, 5e-3);
+  check<c10::BFloat16, true>("bf16 mma", 4, 5, 33, 4, 3, 128, 2e-2);
+  check<c10::Half, true>("f16 mma", 3, 11, 129, 16, 9, 256, 5e-3);
+  check<c10::BFloat16, true>("bf16 mma", 2, 40, 64, 2, 40, 64, 2e-2);
+  check<c10::Half, true>("f16 mma", 2, 16, 256, 16, 8, 256, 5e-3);
+  // One warp with 6 M tiles x 2 N tiles: two rounds of M tiles.
+  check<c10::BFloat16, true>("bf16 mma", 2, 9, 64, 2, 9, 32, 2e-2);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

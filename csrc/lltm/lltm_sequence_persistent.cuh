@@ -5,8 +5,9 @@
 // Layout. One cluster of nc CTAs owns bc consecutive batch rows (the clusters split the batch
 // and never talk to each other); CTA r owns the state columns j0 = r*cs .. j0+cs-1 (cs =
 // ceil(S / nc); columns past S are masked, a CTA may own none). The CTAs keep their share of
-// W_h in shared memory, as float (also for the half types: the products then read it without
-// conversions), for the whole sequence:
+// W_h in shared memory, as float (also for the half types below S = 256: the products then
+// read it without conversions; from S = 256 on the half types run the tensor-core kernels of
+// lltm_sequence_persistent_mma.cuh, same layout and exchange), for the whole sequence:
 //   forward:  the 3 gate rows {j, S+j, 2S+j} of each own column, all S inputs each, stored as
 //             local row 3*jj + g (jj = j - j0, g = gate), so that one thread's 3 rows are the
 //             3 gates of one column;
@@ -117,14 +118,18 @@ LLTM_SEQ_FN Plan make_plan(int state, int nc, int bc, bool backward, int threads
 #if defined(FUSED_OPS_EMULATE)
 inline unsigned cluster_rank() { return emu_cluster_rank(); }
 inline void cluster_sync() { emu_cluster_sync(); }
-inline float* map_rank(float* p, unsigned rank) { return emu_map_shared_rank(p, rank); }
+template <typename P>
+inline P* map_rank(P* p, unsigned rank) {
+  return emu_map_shared_rank(p, rank);
+}
 inline float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 #else
 __device__ __forceinline__ unsigned cluster_rank() {
   return cooperative_groups::this_cluster().block_rank();
 }
 __device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
-__device__ __forceinline__ float* map_rank(float* p, unsigned rank) {
+template <typename P>
+__device__ __forceinline__ P* map_rank(P* p, unsigned rank) {
   return cooperative_groups::this_cluster().map_shared_rank(p, rank);
 }
 __device__ __forceinline__ float shfl_xor(float v, int m) {

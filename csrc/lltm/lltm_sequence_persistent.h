@@ -16,7 +16,7 @@ namespace lltm {
 // and state size on this CUDA device: sm_90 or newer with thread-block cluster launch, kernels
 // compiled for sm_90+, batch >= 1, state >= 1, and one cluster's share of W_h plus the buffers
 // of at least one batch row fitting a CTA's shared memory (float32: up to S = 512 with 16-CTA
-// clusters on an H100). Both directions must fit; a false answer means the per-step fallback.
+// clusters on an H100; bfloat16 / float16, W_h kept in the half type: up to about S = 700). Both directions must fit; a false answer means the per-step fallback.
 bool seq_persistent_supported(int device, torch::headeronly::ScalarType dtype, int64_t batch,
                               int64_t state);
 

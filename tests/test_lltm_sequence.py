@@ -172,9 +172,10 @@ def test_half_types(device, dtype, T, B, F, S):
 
 
 # The states where the half types' persistent kernels run the step on tensor cores (S = 256 ..
-# 512 on an H100) and past them (S = 1000: the per-step fallback), one to many batch rows.
+# 512 on an H100) and past them (S = 1000: the per-step fallback, which the op's own choice
+# reaches; forcing the persistent path there raises), one to many batch rows.
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("S", [256, 384, 512, 1000])
+@pytest.mark.parametrize("S", [256, 384, 512, pytest.param(1000, marks=auto_path_only)])
 @pytest.mark.parametrize("B", [1, 7, 64])
 def test_half_types_large_states(device, dtype, B, S):
     check_half(device, dtype, 12, B, 6, S)

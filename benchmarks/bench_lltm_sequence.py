@@ -36,9 +36,10 @@ only those variants: a short run against the peers (the half types' tolerance th
 to HALF_FLOOR, the eager loop's error being unmeasured).
 """
 
-import os
-
+import importlib
 import importlib.util
+import os
+import sys
 
 import torch
 
@@ -138,7 +139,10 @@ def _flashrnn_module():
     extension for supplied from torch; None where flashrnn is not importable."""
     if importlib.util.find_spec("flashrnn") is None:
         return None
-    import flashrnn.flashrnn.flashrnn as frnn
+    # The module itself from sys.modules: the package rebinds the name `flashrnn` to its
+    # function, so attribute access (and `import ... as`) would not reach the module.
+    frnn = sys.modules.get("flashrnn.flashrnn.flashrnn") or importlib.import_module(
+        "flashrnn.flashrnn.flashrnn")
 
     def gpu_info(device_id):
         p = torch.cuda.get_device_properties(device_id)

@@ -146,9 +146,12 @@ int direct_table_index(torch::headeronly::ScalarType t) {
   return t == ScalarType::Float ? 0 : t == ScalarType::Double ? 2 : 1;
 }
 
-// The fused on-chip FFT kernels where they apply, else the library FFT path.
+// The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
+// thread-block cluster per row up to 65536), else the library FFT path.
 fft::Kernel fastest_fft(const Tensor& k) {
-  return fft::fused_supported(k) ? fft::Kernel::kFftFused : fft::Kernel::kFftLibrary;
+  if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
+  if (k.size(2) > fft::kMaxM && fft::cluster_supported(k)) return fft::Kernel::kFftCluster;
+  return fft::Kernel::kFftLibrary;
 }
 
 fft::Kernel choose_cuda(const Tensor& k) {
@@ -156,6 +159,11 @@ fft::Kernel choose_cuda(const Tensor& k) {
     case fft::Algo::kDirect: return fft::Kernel::kDirect;
     case fft::Algo::kFftLibrary: return fft::Kernel::kFftLibrary;
     case fft::Algo::kFft: return fastest_fft(k);
+    // Forced fused kernels where they cannot run (length, dtype, device): the fastest FFT.
+    case fft::Algo::kFftFused:
+      return fft::fused_supported(k) ? fft::Kernel::kFftFused : fastest_fft(k);
+    case fft::Algo::kFftCluster:
+      return fft::cluster_supported(k) ? fft::Kernel::kFftCluster : fastest_fft(k);
     case fft::Algo::kAuto: break;
   }
   return k.size(2) > kDirectMaxT[direct_table_index(k.scalar_type())] ? fastest_fft(k)
@@ -188,6 +196,7 @@ Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   const Tensor kc = torch::stable::contiguous(k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (algo == fft::Kernel::kFftFused) return fft::fused_forward(wc, kc, eps, stream);
+  if (algo == fft::Kernel::kFftCluster) return fft::cluster_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its output last: lower peak memory
     Tensor out;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cuda_fft", [&] {
@@ -214,6 +223,7 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
   const Tensor kc = torch::stable::contiguous(k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (algo == fft::Kernel::kFftFused) return fft::fused_backward(gc, wc, kc, stream);
+  if (algo == fft::Kernel::kFftCluster) return fft::cluster_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its outputs last: lower peak memory
     std::tuple<Tensor, Tensor> grads;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda_fft", [&] {

@@ -27,4 +27,18 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(const fused_ops:
                                                                 const fused_ops::Tensor& k,
                                                                 cudaStream_t stream);
 
+// The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over 2
+// or 4 CTAs (M = max(32768, the power of two >= T)); float32 or a half type, sm_90 or newer
+// with this build's sm_90 code, B * C * P < 2^31. The op takes them past T = 16384 (below,
+// where forced: correct, at the cost of M = 32768).
+bool cluster_supported(const fused_ops::Tensor& k);
+
+fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
+                                  double eps, cudaStream_t stream);
+
+std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(const fused_ops::Tensor& g,
+                                                                  const fused_ops::Tensor& w,
+                                                                  const fused_ops::Tensor& k,
+                                                                  cudaStream_t stream);
+
 }  // namespace rwkv::fft

@@ -124,18 +124,33 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
 }
 
 // Clusters for the wgrad kernel: min(C, the clusters the device keeps resident at once), so
-// that the scratch (2M complex floats per cluster) stays small and in L2; at least 1.
+// that the scratch (2M complex floats per cluster) stays small and in L2; at least 1. The
+// occupancy query once per kernel and device (no call during a CUDA graph capture after the
+// first).
 template <typename scalar_t, class CS>
 int wgrad_clusters(int64_t C, cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
-  FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
-  cudaLaunchAttribute attr{};
-  const cudaLaunchConfig_t cfg =
-      config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    n = 1;
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> known;  // (device, resident clusters)
+  int device = 0;
+  FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
+  int n = -1;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = known.lower_bound({device, INT_MIN});
+    if (it != known.end() && it->first == device) n = it->second;
+  }
+  if (n < 0) {
+    FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t cfg =
+        config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 1;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    known.insert({device, n});
   }
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(C, std::max(n, 1))));
 }

@@ -109,7 +109,8 @@ struct ClusterLoad {
       const int n = n2 + n1 * CS::L;
       if (2 * n >= row.T) break;  // the rest of the row is zero padding
       const cf32 v = row(n);
-      acc = acc + (rank == 0 ? v : v * twb[(2 * rank * static_cast<unsigned>(n)) & (2 * CS::M - 1)]);
+      const unsigned m = (2 * rank * static_cast<unsigned>(n)) & (2 * CS::M - 1);
+      acc = acc + (rank == 0 ? v : v * twb[m]);
     }
     return acc;
   }

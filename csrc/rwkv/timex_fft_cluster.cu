@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -31,12 +33,23 @@ constexpr int kClusterL = kMaxM;  // values per CTA
 
 int cluster_length(int64_t T) { return std::max(fft_length(T), 2 * kClusterL); }
 
-// f(ClusterShape<...>{}) for the run-time M (32768 or 65536).
+// Values per CTA: kClusterL, or 8192 (P twice as large, CTAs of 512 threads and 68 KiB, two
+// resident per SM) where the environment variable RWKV_TIMEX_CLUSTER_L=8192 asks (read at
+// every call; for benchmarks/timex_speedups.py to compare the two).
+int cluster_cta_length() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_L");
+  return v != nullptr && std::strcmp(v, "8192") == 0 ? kClusterL / 2 : kClusterL;
+}
+
+// f(ClusterShape<...>{}) for the run-time M (32768 or 65536) and values per CTA L.
 template <typename F>
-void with_cluster_length(int M, const F& f) {
+void with_cluster_length(int M, int L, const F& f) {
   using Local = Shape<kClusterL, kThreads>;
-  if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
-  if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
+  using Half = Shape<kClusterL / 2, kThreads>;
+  if (L == kClusterL && M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
+  if (L == kClusterL && M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
+  if (L == kClusterL / 2 && M == 2 * kClusterL) f(ClusterShape<Half, 4>{});
+  if (L == kClusterL / 2 && M == 4 * kClusterL) f(ClusterShape<Half, 8>{});
 }
 
 // Once per kernel and device: the opt-in shared memory size.
@@ -205,7 +218,7 @@ bool kernels_have_clusters(int device) {
 bool cluster_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.scalar_type() == ScalarType::Double || T < 1 || T > kClusterMaxM) return false;
-  const int P = cluster_length(T) / kClusterL;
+  const int P = cluster_length(T) / (kClusterL / 2);  // the most CTAs per row of either L
   const cudaDeviceProp& prop = fused_ops::device_properties(k);
   return prop.major >= 9 && B * C <= INT_MAX / P &&
          static_cast<size_t>(smem_bytes(kClusterL)) <= prop.sharedMemPerBlockOptin &&
@@ -216,7 +229,7 @@ Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
+      with_cluster_length(cluster_length(k.size(2)), cluster_cta_length(), [&](auto cs) {
         out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream);
       });
     }
@@ -229,7 +242,7 @@ std::tuple<Tensor, Tensor> cluster_backward(const Tensor& g, const Tensor& w, co
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_backward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
+      with_cluster_length(cluster_length(k.size(2)), cluster_cta_length(), [&](auto cs) {
         grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream);
       });
     }

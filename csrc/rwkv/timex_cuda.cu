@@ -150,7 +150,7 @@ int direct_table_index(torch::headeronly::ScalarType t) {
 // thread-block cluster per row up to 65536), else the library FFT path.
 fft::Kernel fastest_fft(const Tensor& k) {
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
-  if (k.size(2) > fft::kMaxM && fft::cluster_supported(k)) return fft::Kernel::kFftCluster;
+  if (k.size(2) > fft::kFusedMaxT && fft::cluster_supported(k)) return fft::Kernel::kFftCluster;
   return fft::Kernel::kFftLibrary;
 }
 

@@ -30,6 +30,7 @@ using fused_ops::Tensor;
 using torch::headeronly::ScalarType;
 
 constexpr int kClusterL = kMaxM;  // values per CTA
+static_assert(kFusedMaxT == kMaxM, "timex_fft_fused.h");
 
 int cluster_length(int64_t T) { return std::max(fft_length(T), 2 * kClusterL); }
 

@@ -12,6 +12,10 @@
 
 namespace rwkv::fft {
 
+// The longest row of the one-CTA kernels (kMaxM of timex_fft_math.cuh); longer rows go to the
+// cluster kernels.
+constexpr int64_t kFusedMaxT = 16384;
+
 // Whether the fused kernels run k's shape, dtype and device: T <= 16384, float32 or a half
 // type (float64 takes the library FFT), B * C < 2^31, and the length's shared memory
 // (136 KiB at T = 16384) within the device's per-block limit.

@@ -69,9 +69,9 @@ def error(fn, w, k, g):
 
 def measure_shape(B, C, T, dtype, budget):
     variants = {"ours": forced(), "ours fft_library": forced(RWKV_TIMEX_ALGO="fft_library"),
-                "ours L=8192": forced(RWKV_TIMEX_CLUSTER_L="8192"), "FFT conv": fftconv_upcast}
+                "FFT conv": fftconv_upcast}
     if T <= 16384:
-        del variants["ours fft_library"], variants["ours L=8192"]
+        del variants["ours fft_library"]
 
     def make():
         w = (torch.randn(C, T, device="cuda") / T**0.5).to(dtype).requires_grad_()
@@ -119,8 +119,8 @@ def main(argv=None):
              "|want| over out, grad_w, grad_k vs float64 on the same rounded inputs", "",
              "| dtype | (B, C, T) | algorithm | ours fwd / fwd+bwd | fft_library fwd / fwd+bwd "
              "| FFT conv fwd / fwd+bwd | speedup fwd / fwd+bwd | (fft_library speedup) "
-             "| (cluster L=8192 speedup) | err ours / FFT conv |",
-             "|" + " --- |" * 10]
+             "| err ours / FFT conv |",
+             "|" + " --- |" * 9]
     for dtype in DTYPES:
         for B, C, T in shapes:
             algo, r = measure_shape(B, C, T, dtype, args.budget)
@@ -129,11 +129,9 @@ def main(argv=None):
             lib = r.get("ours fft_library")
             lib_txt = f"{lib[0]:.3f} / {lib[1]:.3f}" if lib else "-"
             lib_sp = f"{ff / lib[0]:.2f}x / {ft / lib[1]:.2f}x" if lib else "-"
-            half = r.get("ours L=8192")
-            half_sp = f"{ff / half[0]:.2f}x / {ft / half[1]:.2f}x" if half else "-"
             lines.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {algo} | {of:.3f} / {ot:.3f} | "
                          f"{lib_txt} | {ff:.3f} / {ft:.3f} | {ff / of:.2f}x / {ft / ot:.2f}x | "
-                         f"{lib_sp} | {half_sp} | {oe:.1e} / {fe:.1e} |")
+                         f"{lib_sp} | {oe:.1e} / {fe:.1e} |")
             print(lines[-1], flush=True)
             torch.cuda.empty_cache()
     text = "\n".join(lines) + "\n"

@@ -222,11 +222,16 @@ def test_eager_training_path_keeps_spectra(forced):
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
-    library = rwkv_ops.timex_algorithm(k) == "fft_library"
-    assert (kz.numel() > 0) == library and (wz.numel() > 0) == library
-    if library:
+    # The library FFT keeps the spectra of k and W; the cluster kernels W's alone.
+    algo = rwkv_ops.timex_algorithm(k)
+    assert (kz.numel() > 0) == (algo == "fft_library")
+    assert (wz.numel() > 0) == (algo in ("fft_library", "fft_cluster"))
+    if algo == "fft_library":
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
+    if algo == "fft_cluster":
+        with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
+            torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
 
 
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels, as "auto"
@@ -265,6 +270,11 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
         for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
             assert rel_err(a, b) < HALF_TOL[dtype], (name, rel_err(a, b))
     for a, b in zip(ours(w, k, g, 0.3), got):  # deterministic: the same bits
+        assert torch.equal(a, b)
+    # Eager autograd keeps W's spectra from the forward: the same bits as the ops.
+    wg, kg = (t.clone().requires_grad_() for t in (w, k))
+    out = rwkv_ops.timex(wg, kg, 0.3)
+    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
         assert torch.equal(a, b)
 
 

@@ -244,16 +244,23 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 }
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
-// timex_backward_kept (else two empty tensors).
+// timex_backward_kept; where the cluster kernels run, an empty kz and W's spectra (their
+// frequency order) as wz; else two empty tensors.
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
-  if (k.numel() == 0 || choose_cuda(k) != fft::Kernel::kFftLibrary) {
+  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  if (algo != fft::Kernel::kFftLibrary && algo != fft::Kernel::kFftCluster) {
     return {forward_cuda(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
   }
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+  if (algo == fft::Kernel::kFftCluster) {
+    Tensor wz;
+    Tensor out = fft::cluster_forward(wc, kc, eps, stream, &wz);
+    return {out, fft::no_spectra(k), wz};
+  }
   std::tuple<Tensor, Tensor> keep;
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_keep_cuda", [&] {
@@ -269,6 +276,21 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   const auto ctype = k.scalar_type() == torch::headeronly::ScalarType::Double
                          ? torch::headeronly::ScalarType::ComplexDouble
                          : torch::headeronly::ScalarType::ComplexFloat;
+  // The cluster kernels' kept W spectra (kz empty): used where the cluster kernels run now.
+  if (k.numel() != 0 && kz.numel() == 0 && wz.numel() != 0 &&
+      choose_cuda(k) == fft::Kernel::kFftCluster) {
+    FUSED_OPS_CHECK_VALUE(wz.dim() == 2 && wz.size(0) == k.size(1) &&
+                              wz.size(1) == fft::cluster_spectrum_length(k.size(2)) &&
+                              wz.scalar_type() == ctype && wz.is_contiguous(),
+                          "timex_backward_kept: wz must be the spectra that timex_forward_keep "
+                          "returned for these w and k, got shape ", fused_ops::shape_str(wz));
+    FUSED_OPS_CHECK(fused_ops::same_device(wz, k), "timex_backward_kept: wz must be on k's device");
+    fused_ops::check_kernel_image(k);
+    const fused_ops::DeviceGuard guard(k.get_device_index());
+    const cudaStream_t stream = fused_ops::current_stream(k);
+    return fft::cluster_backward(torch::stable::contiguous(grad_out), torch::stable::contiguous(w),
+                                 torch::stable::contiguous(k), stream, &wz);
+  }
   if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cuda(grad_out, w, k);
   FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),
                   "timex_backward_kept: kz and wz must be on k's device");

@@ -10,8 +10,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -34,23 +32,14 @@ static_assert(kFusedMaxT == kMaxM, "timex_fft_fused.h");
 
 int cluster_length(int64_t T) { return std::max(fft_length(T), 2 * kClusterL); }
 
-// Values per CTA: kClusterL, or 8192 (P twice as large, CTAs of 512 threads and 68 KiB, two
-// resident per SM) where the environment variable RWKV_TIMEX_CLUSTER_L=8192 asks (read at
-// every call; for benchmarks/timex_speedups.py to compare the two).
-int cluster_cta_length() {
-  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_L");
-  return v != nullptr && std::strcmp(v, "8192") == 0 ? kClusterL / 2 : kClusterL;
-}
-
-// f(ClusterShape<...>{}) for the run-time M (32768 or 65536) and values per CTA L.
+// f(ClusterShape<...>{}) for the run-time M (32768 or 65536). L = 16384 values per CTA: with
+// L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the forward took
+// 1.2-1.4x longer on the H100 (benchmarks/results/timex_tensor_cores_h100.md).
 template <typename F>
-void with_cluster_length(int M, int L, const F& f) {
+void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;
-  using Half = Shape<kClusterL / 2, kThreads>;
-  if (L == kClusterL && M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
-  if (L == kClusterL && M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
-  if (L == kClusterL / 2 && M == 2 * kClusterL) f(ClusterShape<Half, 4>{});
-  if (L == kClusterL / 2 && M == 4 * kClusterL) f(ClusterShape<Half, 8>{});
+  if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
+  if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
 
 // Once per kernel and device: the opt-in shared memory size.
@@ -117,7 +106,8 @@ std::pair<Tensor, Tensor> twiddles(const Tensor& like, int M, cudaStream_t strea
 template <typename scalar_t, class CS>
 Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = bytes(static_cast<int64_t>(sizeof(cf32)) * C * CS::M, w);
+  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                     w.device());
   launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
              static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.first),
              as<const cf32>(tws.second));
@@ -125,7 +115,8 @@ Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStre
 }
 
 template <typename scalar_t, class CS>
-Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto tws = twiddles(k, CS::M, stream);
   const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
@@ -134,60 +125,77 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
              k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
              static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
              as<const cf32>(tws.first), as<const cf32>(tws.second));
+  if (keep != nullptr) *keep = spec;
   return out;
 }
 
-// Clusters for the wgrad kernel: min(C, the clusters the device keeps resident at once), so
-// that the scratch (2M complex floats per cluster) stays small and in L2; at least 1. The
-// occupancy query once per kernel and device (no call during a CUDA graph capture after the
-// first).
+// The clusters of the wgrad (and one-pass backward) kernels the device keeps resident at
+// once: the occupancy query once per kernel and device (no call during a CUDA graph capture
+// after the first). Both kernels take the same shared memory and threads, and 64 registers.
 template <typename scalar_t, class CS>
-int wgrad_clusters(int64_t C, cudaStream_t stream) {
+int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
   static std::mutex mutex;
   static std::set<std::pair<int, int>> known;  // (device, resident clusters)
   int device = 0;
   FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
-  int n = -1;
   {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = known.lower_bound({device, INT_MIN});
-    if (it != known.end() && it->first == device) n = it->second;
+    if (it != known.end() && it->first == device) return it->second;
   }
-  if (n < 0) {
-    FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
-    cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t cfg =
-        config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = 1;
-    }
-    std::lock_guard<std::mutex> lock(mutex);
-    known.insert({device, n});
+  FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t cfg = config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 1;
   }
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(C, std::max(n, 1))));
+  n = std::max(n, 1);
+  std::lock_guard<std::mutex> lock(mutex);
+  known.insert({device, n});
+  return n;
 }
 
+// Clusters for the wgrad kernel: min(C, resident clusters), so that the scratch (2M complex
+// floats per cluster) stays small and in L2.
+template <typename scalar_t, class CS>
+int wgrad_clusters(int64_t C, cudaStream_t stream) {
+  return static_cast<int>(std::min<int64_t>(C, resident_clusters<scalar_t, CS>(stream)));
+}
+
+// Both gradients. The one-pass kernel (3 transforms per row instead of 4) where the channels
+// fill the resident clusters (it runs a channel's b in order in one cluster); else grad_k by
+// the conv kernel over all B * C rows and grad_w by the wgrad kernel.
 template <typename scalar_t, class CS>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, const Tensor* kept) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto tws = twiddles(k, CS::M, stream);
-  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
+  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
   Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
+  const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
+  const auto* twp = as<const cf32>(tws.first);
+  const auto* twbp = as<const cf32>(tws.second);
+  if (C >= resident_clusters<scalar_t, CS>(stream)) {
+    launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
+               g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+               grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
+               twp, twbp);
+    return {grad_w, grad_k};
+  }
   launch<CS>(cluster_conv_kernel<scalar_t, CS, true>, B * C, stream,
              g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), static_cast<int>(C), static_cast<int>(T), 0.f,
-             as<const cf32>(tws.first), as<const cf32>(tws.second));
-  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
-  if (B == 0) return {torch::stable::zero_(grad_w), grad_k};
-  const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
-  const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
+             twp, twbp);
   launch<CS>(cluster_wgrad_kernel<scalar_t, CS>, clusters, stream, g.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             as<const cf32>(tws.first), as<const cf32>(tws.second));
+             twp, twbp);
   return {grad_w, grad_k};
 }
 
@@ -219,19 +227,22 @@ bool kernels_have_clusters(int device) {
 bool cluster_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.scalar_type() == ScalarType::Double || T < 1 || T > kClusterMaxM) return false;
-  const int P = cluster_length(T) / (kClusterL / 2);  // the most CTAs per row of either L
+  const int P = cluster_length(T) / kClusterL;
   const cudaDeviceProp& prop = fused_ops::device_properties(k);
   return prop.major >= 9 && B * C <= INT_MAX / P &&
          static_cast<size_t>(smem_bytes(kClusterL)) <= prop.sharedMemPerBlockOptin &&
          kernels_have_clusters(k.get_device_index());
 }
 
-Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+int64_t cluster_spectrum_length(int64_t T) { return cluster_length(T); }
+
+Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                       Tensor* keep) {
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      with_cluster_length(cluster_length(k.size(2)), cluster_cta_length(), [&](auto cs) {
-        out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream);
+      with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
+        out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream, keep);
       });
     }
   });
@@ -239,12 +250,12 @@ Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_
 }
 
 std::tuple<Tensor, Tensor> cluster_backward(const Tensor& g, const Tensor& w, const Tensor& k,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream, const Tensor* kept) {
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_backward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      with_cluster_length(cluster_length(k.size(2)), cluster_cta_length(), [&](auto cs) {
-        grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream);
+      with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
+        grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream, kept);
       });
     }
   });

@@ -133,4 +133,78 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
   cluster_sync();
 }
 
+// Both gradients in one pass, for C channels over the clusters as in cluster_wgrad_kernel:
+// per b, G = DFT(g row) once serves grad_k[b, c] = IDFT(G conj(S[c])) (inverse and combine
+// right away) and the running sum of G conj(K) for grad_w; 3 transforms per (b, c) row
+// instead of the 4 of cluster_conv_kernel + cluster_wgrad_kernel. spec (C, M) from
+// cluster_spectrum_kernel; scratch as cluster_wgrad_kernel's.
+template <typename scalar_t, class CS>
+TIMEX_FFT_KERNEL(CS::THREADS)
+cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
+                        const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
+                        scalar_t* __restrict__ grad_w, int B, int C, int T,
+                        cf32* __restrict__ scratch, const cf32* __restrict__ tw,
+                        const cf32* __restrict__ twb) {
+  using Sh = typename CS::Local;
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const unsigned rank = cluster_rank();
+  const int cluster = static_cast<int>(blockIdx.x / CS::P);
+  const int clusters = static_cast<int>(gridDim.x / CS::P);
+  cf32* gs = scratch + int64_t{cluster} * 2 * CS::M;
+  cf32* acc = gs + CS::M;
+  for (int c = cluster; c < C; c += clusters) {
+    const cf32* s = spec + int64_t{c} * CS::M;
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t{b} * C + c;
+      const scalar_t* grow = g + r * T;
+      const scalar_t* krow = k + r * T;
+      cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+        gs[pk] = xk;
+        gs[pj] = xj;
+        cluster_merge<CS>(twb, f, product<true>(f, xk, s[pk]), product<true>(f, xj, s[pj]), sk,
+                          sj);
+      });
+      cluster_sync();
+      fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+      cluster_sync();
+      scalar_t* o = grad_k + r * T;
+      cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
+      cluster_sync();
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+        cf32 ak = product<true>(f, gs[pk], xk), aj = product<true>(f, gs[pj], xj);
+        if (b > 0) {
+          ak = acc[pk] + ak;
+          aj = acc[pj] + aj;
+        }
+        if (b + 1 < B) {
+          acc[pk] = ak;
+          acc[pj] = aj;
+        } else {
+          cluster_merge<CS>(twb, f, ak, aj, sk, sj);
+        }
+      });
+    }
+    cluster_sync();
+    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    cluster_sync();
+    scalar_t* o = grad_w + int64_t{c} * T;
+    cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+  }
+  cluster_sync();
+}
+
 }  // namespace rwkv::fft

@@ -37,12 +37,19 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(const fused_ops:
 // where forced: correct, at the cost of M = 32768).
 bool cluster_supported(const fused_ops::Tensor& k);
 
+// keep: where not null, receives W's spectra (C, M) complex float (the cluster kernels' own
+// frequency order), for cluster_backward's kept.
 fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
-                                  double eps, cudaStream_t stream);
+                                  double eps, cudaStream_t stream,
+                                  fused_ops::Tensor* keep = nullptr);
 
-std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(const fused_ops::Tensor& g,
-                                                                  const fused_ops::Tensor& w,
-                                                                  const fused_ops::Tensor& k,
-                                                                  cudaStream_t stream);
+// kept: W's spectra from cluster_forward's keep for these w and T (checked by the caller with
+// cluster_spectrum_length), or null to compute them.
+std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(
+    const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
+    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr);
+
+// M of the cluster kernels for rows of T: the length of the kept spectra's rows.
+int64_t cluster_spectrum_length(int64_t T);
 
 }  // namespace rwkv::fft

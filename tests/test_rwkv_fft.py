@@ -197,9 +197,14 @@ def test_forced_algorithm_is_reported(forced):
     else:
         assert got in ("fft_fused", "fft_library")
     if device == "cuda" and algo in ("fft", "fft_fused", "fft_cluster"):
-        long = torch.randn(1, 1, 16385, device=device)  # past one CTA: the cluster kernels
-        sm90 = torch.cuda.get_device_capability(long.device)[0] >= 9
-        assert rwkv_ops.timex_algorithm(long) == ("fft_cluster" if sm90 else "fft_library")
+        # Past one CTA: the cluster kernels where their M (a power of two >= 32768) is at most
+        # 5/4 of the library's (2^a 3^b 5^c 7^d), else the library; forced, any T <= 65536.
+        sm90 = torch.cuda.get_device_capability()[0] >= 9
+        for T, cluster in [(16385, False), (20000, False), (32768, True), (32769, False),
+                           (49152, False), (60000, True), (65536, True), (65537, False)]:
+            long = torch.empty(1, 1, T, device=device)
+            want = sm90 and (cluster or (algo == "fft_cluster" and T <= 65536))
+            assert rwkv_ops.timex_algorithm(long) == ("fft_cluster" if want else "fft_library"), T
 
 
 def test_bad_algorithm_value(device, monkeypatch):
@@ -234,8 +239,9 @@ def test_eager_training_path_keeps_spectra(forced):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
 
 
-# Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels, as "auto"
-# picks them, in every dtype they take, at odd, prime and power-of-two lengths.
+# Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
+# takes them where their M is at most 5/4 of the library FFT's, e.g. T = 32768, 60000, 65536),
+# in every dtype they take, at odd, prime and power-of-two lengths.
 LONG_LENGTHS = [16385, 20011, 32768, 32769, 49999, 65536]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
 
@@ -250,7 +256,7 @@ def errors(got, want):
 def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("thread-block clusters need sm_90")
-    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     w, k, g = make(2, 3, T, "cuda", dtype)
     assert rwkv_ops.timex_algorithm(k) == "fft_cluster"
     want = reference(w, k, g, 0.3)

@@ -234,7 +234,9 @@ bool cluster_supported(const Tensor& k) {
          kernels_have_clusters(k.get_device_index());
 }
 
-int64_t cluster_spectrum_length(int64_t T) { return cluster_length(T); }
+int64_t cluster_spectrum_length(int64_t T) {
+  return T >= 1 && T <= kClusterMaxM ? cluster_length(T) : 0;
+}
 
 Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
                        Tensor* keep) {

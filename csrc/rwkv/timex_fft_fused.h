@@ -49,7 +49,8 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(
     const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
     cudaStream_t stream, const fused_ops::Tensor* kept = nullptr);
 
-// M of the cluster kernels for rows of T: the length of the kept spectra's rows.
+// M of the cluster kernels for rows of T: the length of the kept spectra's rows (0 past
+// their longest row).
 int64_t cluster_spectrum_length(int64_t T);
 
 }  // namespace rwkv::fft

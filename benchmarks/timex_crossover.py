@@ -3,7 +3,7 @@ csrc/rwkv/timex.cpp kCpuDirectMaxT): forward + backward op time of each algorith
 with RWKV_TIMEX_ALGO, by length T, batch rows B*C and dtype. Prints a markdown table and,
 per (dtype, rows), the longest T at which the direct kernels are still the faster ones.
 
-    python -m benchmarks.timex_crossover [--device cuda|cpu] [--out FILE.md]
+    python -m benchmarks.timex_crossover [--device cuda|cpu] [--out FILE.md] [--long]
 """
 
 import argparse
@@ -20,6 +20,11 @@ ROWS = {"cuda": [(1, 256), (4, 1024), (32, 1024)], "cpu": [(1, 16), (4, 64)]}
 DTYPES = {"cuda": [torch.float32, torch.bfloat16, torch.float64],
           "cpu": [torch.float32, torch.float64]}
 ALGOS = {"cuda": ["direct", "fft", "fft_library"], "cpu": ["direct", "fft"]}
+# --long: the choice among the FFT kernels around one CTA's limit (T = 16384): the one-CTA
+# fused kernels, the thread-block-cluster kernels and the library FFT (CUDA).
+LONG = {"lengths": [12288, 16384, 16385, 24576, 32768, 49152, 65536], "rows": [(1, 256)],
+        "dtypes": [torch.float32, torch.bfloat16, torch.float16],
+        "algos": ["fft_fused", "fft_cluster", "fft_library"]}
 
 
 def time_algo(algo, w, k, g, device):
@@ -36,8 +41,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", help="also write the table to this markdown file")
+    parser.add_argument("--long", action="store_true",
+                        help="the FFT kernels around T = 16384 (LONG) instead of direct vs FFT")
     args = parser.parse_args(argv)
     device = args.device
+    if args.long:
+        LENGTHS[device], ROWS[device] = LONG["lengths"], LONG["rows"]
+        DTYPES[device], ALGOS[device] = LONG["dtypes"], LONG["algos"]
     lines = [f"TimeX forward + backward op time, ms (median), {device}"
              + (f" {torch.cuda.get_device_name()}" if device == "cuda" else "")
              + f", torch {torch.__version__}", "",
@@ -59,8 +69,9 @@ def main(argv=None):
                     lines.append(f"| {str(dtype)[6:]} | ({B}, {C}) | {T} | "
                                  + " | ".join(f"{times[a]:.3f}" for a in ALGOS[device])
                                  + f" | {best} |")
-                summary.append(f"{str(dtype)[6:]} (B, C) = ({B}, {C}): direct fastest up to "
-                               f"T = {last_direct}")
+                if not args.long:
+                    summary.append(f"{str(dtype)[6:]} (B, C) = ({B}, {C}): direct fastest up "
+                                   f"to T = {last_direct}")
     os.environ.pop("RWKV_TIMEX_ALGO", None)
     text = "\n".join(lines + [""] + [f"- {s}" for s in summary]) + "\n"
     print(text)

@@ -10,8 +10,11 @@ from rwkv_ops.reference import timex_conv1d, timex_fftconv
 
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
 
-# Forced algorithms per device: on the CPU "fft" and "fft_library" are the same path.
-ALGOS = {"cpu": ["direct", "fft"], "cuda": ["direct", "fft", "fft_library"]}
+# Forced algorithms per device: on the CPU "fft" and "fft_library" are the same path. On CUDA
+# "fft_fused" (one CTA per row, T <= 16384) and "fft_cluster" (a thread-block cluster per row,
+# T <= 65536, sm_90; below 16384 at the cost of M = 32768) run where they can, else "fft".
+ALGOS = {"cpu": ["direct", "fft"],
+         "cuda": ["direct", "fft", "fft_library", "fft_fused", "fft_cluster"]}
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
@@ -189,8 +192,19 @@ def test_forced_algorithm_is_reported(forced):
         assert got == "direct"
     elif device == "cpu" or algo == "fft_library":
         assert got == "fft_library"
+    elif algo == "fft_cluster" and torch.cuda.get_device_capability(k.device)[0] >= 9:
+        assert got == "fft_cluster"
     else:
         assert got in ("fft_fused", "fft_library")
+    if device == "cuda" and algo in ("fft", "fft_fused", "fft_cluster"):
+        # Past one CTA: the cluster kernels where their M (a power of two >= 32768) is at most
+        # 5/4 of the library's (2^a 3^b 5^c 7^d), else the library; forced, any T <= 65536.
+        sm90 = torch.cuda.get_device_capability()[0] >= 9
+        for T, cluster in [(16385, False), (20000, False), (32768, True), (32769, False),
+                           (49152, False), (60000, True), (65536, True), (65537, False)]:
+            long = torch.empty(1, 1, T, device=device)
+            want = sm90 and (cluster or (algo == "fft_cluster" and T <= 65536))
+            assert rwkv_ops.timex_algorithm(long) == ("fft_cluster" if want else "fft_library"), T
 
 
 def test_bad_algorithm_value(device, monkeypatch):
@@ -213,8 +227,89 @@ def test_eager_training_path_keeps_spectra(forced):
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
-    library = rwkv_ops.timex_algorithm(k) == "fft_library"
-    assert (kz.numel() > 0) == library and (wz.numel() > 0) == library
-    if library:
+    # The library FFT keeps the spectra of k and W; the cluster kernels W's alone.
+    algo = rwkv_ops.timex_algorithm(k)
+    assert (kz.numel() > 0) == (algo == "fft_library")
+    assert (wz.numel() > 0) == (algo in ("fft_library", "fft_cluster"))
+    if algo == "fft_library":
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
+    if algo == "fft_cluster":
+        with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
+            torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
+
+
+# Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
+# takes them where their M is at most 5/4 of the library FFT's, e.g. T = 32768, 60000, 65536),
+# in every dtype they take, at odd, prime and power-of-two lengths.
+LONG_LENGTHS = [16385, 20011, 32768, 32769, 49999, 65536]
+HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
+
+
+def errors(got, want):
+    return [max_rel(a, b) for a, b in zip(got, want)]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T", LONG_LENGTHS)
+def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
+    w, k, g = make(2, 3, T, "cuda", dtype)
+    assert rwkv_ops.timex_algorithm(k) == "fft_cluster"
+    want = reference(w, k, g, 0.3)
+    got = ours(w, k, g, 0.3)
+    for a in got:
+        assert a.dtype == dtype
+    if dtype == torch.float32:
+        # float32-accurate: at most 2x the error of PyTorch's float32 FFT convolution (cuFFT)
+        # on the same inputs, and within the one-CTA kernels' 2e-6.
+        w32, k32 = (t.detach().clone().requires_grad_() for t in (w, k))
+        out = timex_fftconv(w32, k32, 0.3)
+        peer = [out.detach(), *torch.autograd.grad(out, [w32, k32], g)]
+        mine, theirs = errors(got, want), errors(peer, want)
+        for name, e, p in zip(["out", "grad_w", "grad_k"], mine, theirs):
+            assert e <= 2 * p and e < 2e-6, (name, e, p)
+    else:
+        for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+            assert rel_err(a, b) < HALF_TOL[dtype], (name, rel_err(a, b))
+    for a, b in zip(ours(w, k, g, 0.3), got):  # deterministic: the same bits
+        assert torch.equal(a, b)
+    # Eager autograd keeps W's spectra from the forward: the same bits as the ops.
+    wg, kg = (t.clone().requires_grad_() for t in (w, k))
+    out = rwkv_ops.timex(wg, kg, 0.3)
+    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
+        assert torch.equal(a, b)
+
+
+@cuda_only
+def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
+    """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
+    cluster does several channels), misaligned (odd) T, and CUDA graph capture at T = 40001."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
+    for shape in [(1, 1, 40001), (2, 300, 17000)]:
+        w, k, g = make(*shape, "cuda", torch.float32)
+        for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1),
+                              reference(w, k, g, 0.1)):
+            assert max_rel(a, b) < 2e-6, (shape, name)
+    w, k, g = make(1, 2, 40001, "cuda", torch.float32)
+    ours(w, k, g, 0.1)
+    static = [t.clone() for t in (w, k, g)]
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ours(*static, 0.1)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        outs = ours(*static, 0.1)
+    for t in static:
+        t.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, ours(*static, 0.1)):
+        assert torch.equal(a, b)

@@ -146,9 +146,22 @@ int direct_table_index(torch::headeronly::ScalarType t) {
   return t == ScalarType::Float ? 0 : t == ScalarType::Double ? 2 : 1;
 }
 
-// The fused on-chip FFT kernels where they apply, else the library FFT path.
+// The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
+// thread-block cluster per row where its length is close to the library's), else the library
+// FFT path. The cluster kernels pad the row to a power of two M >= 32768; the library to the
+// next 2^a 3^b 5^c 7^d. Measured on the H100 (benchmarks/results/timex_tensor_cores_h100.md,
+// forward + backward through autograd): at equal lengths (T = 32768: 1.49 against 1.79 ms at
+// (1, 512); T = 65536: forward 6% faster, forward + backward 3% slower) the cluster kernels;
+// at T = 20000 (M 32768 against 20000) and 49152 (65536 against 49152) the library. So the
+// cluster kernels where their M is at most 5/4 of the library's.
 fft::Kernel fastest_fft(const Tensor& k) {
-  return fft::fused_supported(k) ? fft::Kernel::kFftFused : fft::Kernel::kFftLibrary;
+  if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
+  const int64_t T = k.size(2);
+  if (T > fft::kFusedMaxT && fft::cluster_supported(k) &&
+      4 * fft::cluster_spectrum_length(T) <= 5 * fft::fft_half_length(T)) {
+    return fft::Kernel::kFftCluster;
+  }
+  return fft::Kernel::kFftLibrary;
 }
 
 fft::Kernel choose_cuda(const Tensor& k) {
@@ -156,6 +169,11 @@ fft::Kernel choose_cuda(const Tensor& k) {
     case fft::Algo::kDirect: return fft::Kernel::kDirect;
     case fft::Algo::kFftLibrary: return fft::Kernel::kFftLibrary;
     case fft::Algo::kFft: return fastest_fft(k);
+    // Forced fused kernels where they cannot run (length, dtype, device): the fastest FFT.
+    case fft::Algo::kFftFused:
+      return fft::fused_supported(k) ? fft::Kernel::kFftFused : fastest_fft(k);
+    case fft::Algo::kFftCluster:
+      return fft::cluster_supported(k) ? fft::Kernel::kFftCluster : fastest_fft(k);
     case fft::Algo::kAuto: break;
   }
   return k.size(2) > kDirectMaxT[direct_table_index(k.scalar_type())] ? fastest_fft(k)
@@ -188,6 +206,7 @@ Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   const Tensor kc = torch::stable::contiguous(k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (algo == fft::Kernel::kFftFused) return fft::fused_forward(wc, kc, eps, stream);
+  if (algo == fft::Kernel::kFftCluster) return fft::cluster_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its output last: lower peak memory
     Tensor out;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cuda_fft", [&] {
@@ -214,6 +233,7 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
   const Tensor kc = torch::stable::contiguous(k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (algo == fft::Kernel::kFftFused) return fft::fused_backward(gc, wc, kc, stream);
+  if (algo == fft::Kernel::kFftCluster) return fft::cluster_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its outputs last: lower peak memory
     std::tuple<Tensor, Tensor> grads;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda_fft", [&] {
@@ -234,16 +254,23 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 }
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
-// timex_backward_kept (else two empty tensors).
+// timex_backward_kept; where the cluster kernels run, an empty kz and W's spectra (their
+// frequency order) as wz; else two empty tensors.
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
-  if (k.numel() == 0 || choose_cuda(k) != fft::Kernel::kFftLibrary) {
+  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  if (algo != fft::Kernel::kFftLibrary && algo != fft::Kernel::kFftCluster) {
     return {forward_cuda(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
   }
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+  if (algo == fft::Kernel::kFftCluster) {
+    Tensor wz;
+    Tensor out = fft::cluster_forward(wc, kc, eps, stream, &wz);
+    return {out, fft::no_spectra(k), wz};
+  }
   std::tuple<Tensor, Tensor> keep;
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_keep_cuda", [&] {
@@ -259,6 +286,21 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   const auto ctype = k.scalar_type() == torch::headeronly::ScalarType::Double
                          ? torch::headeronly::ScalarType::ComplexDouble
                          : torch::headeronly::ScalarType::ComplexFloat;
+  // The cluster kernels' kept W spectra (kz empty): used where the cluster kernels run now.
+  if (k.numel() != 0 && kz.numel() == 0 && wz.numel() != 0 &&
+      choose_cuda(k) == fft::Kernel::kFftCluster) {
+    FUSED_OPS_CHECK_VALUE(wz.dim() == 2 && wz.size(0) == k.size(1) &&
+                              wz.size(1) == fft::cluster_spectrum_length(k.size(2)) &&
+                              wz.scalar_type() == ctype && wz.is_contiguous(),
+                          "timex_backward_kept: wz must be the spectra that timex_forward_keep "
+                          "returned for these w and k, got shape ", fused_ops::shape_str(wz));
+    FUSED_OPS_CHECK(fused_ops::same_device(wz, k), "timex_backward_kept: wz must be on k's device");
+    fused_ops::check_kernel_image(k);
+    const fused_ops::DeviceGuard guard(k.get_device_index());
+    const cudaStream_t stream = fused_ops::current_stream(k);
+    return fft::cluster_backward(torch::stable::contiguous(grad_out), torch::stable::contiguous(w),
+                                 torch::stable::contiguous(k), stream, &wz);
+  }
   if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cuda(grad_out, w, k);
   FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),
                   "timex_backward_kept: kz and wz must be on k's device");

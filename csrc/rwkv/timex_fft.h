@@ -4,10 +4,13 @@
 // The direct kernels cost B*C*T^2 multiply-adds; an FFT convolution B*C*T*log T. Per call
 // the op takes the faster exact one for the shape, dtype and device: direct below the
 // crossover length, FFT above it (kDirectMaxT, measured by benchmarks/timex_crossover.py).
-// The environment variable RWKV_TIMEX_ALGO=direct|fft|fft_library|auto (read at every call)
-// forces one, for tests and benchmarks. "fft" is the fastest FFT kernel for the call (on
-// CUDA the fused on-chip one where it applies), "fft_library" the FFT through ATen's FFT
-// (cuFFT / pocketfft or MKL) with this package's fused pointwise passes around it.
+// The environment variable RWKV_TIMEX_ALGO=direct|fft|fft_library|fft_fused|fft_cluster|auto
+// (read at every call) forces one, for tests and benchmarks. "fft" is the fastest FFT kernel
+// for the call (on CUDA the fused on-chip one where it applies), "fft_library" the FFT through
+// ATen's FFT (cuFFT / pocketfft or MKL) with this package's fused pointwise passes around it,
+// "fft_fused" the one-CTA-per-row kernels (T <= 16384), "fft_cluster" the kernels of one
+// thread-block cluster per row (T <= 65536, sm_90); each of the last two falls back to "fft"
+// where it cannot run (on the CPU every FFT is the library one).
 //
 // The library FFT path, with M >= T a length the FFT libraries do fast (2^a 3^b 5^c 7^d)
 // and N = 2M >= 2T - 1 (so the circular convolution of the zero-padded rows is the linear
@@ -44,11 +47,11 @@ namespace rwkv::fft {
 using fused_ops::Tensor;
 using torch::headeronly::ScalarType;
 
-enum class Algo { kAuto, kDirect, kFft, kFftLibrary };
+enum class Algo { kAuto, kDirect, kFft, kFftLibrary, kFftFused, kFftCluster };
 
 // What a call runs: the codes that the op rwkv_ops::timex_algorithm returns (rwkv_ops/_ops.py
 // names them).
-enum class Kernel : int64_t { kDirect = 0, kFftLibrary = 1, kFftFused = 2 };
+enum class Kernel : int64_t { kDirect = 0, kFftLibrary = 1, kFftFused = 2, kFftCluster = 3 };
 
 // RWKV_TIMEX_ALGO, read at every call (a test sets it between calls; getenv costs far less
 // than a launch).
@@ -58,9 +61,11 @@ inline Algo algo_override() {
   if (std::strcmp(v, "direct") == 0) return Algo::kDirect;
   if (std::strcmp(v, "fft") == 0) return Algo::kFft;
   if (std::strcmp(v, "fft_library") == 0) return Algo::kFftLibrary;
+  if (std::strcmp(v, "fft_fused") == 0) return Algo::kFftFused;
+  if (std::strcmp(v, "fft_cluster") == 0) return Algo::kFftCluster;
   fused_ops::raise<std::invalid_argument>(
-      "environment variable RWKV_TIMEX_ALGO must be 'direct', 'fft', 'fft_library' or 'auto' "
-      "(or unset), got '", std::string(v), "'");
+      "environment variable RWKV_TIMEX_ALGO must be 'direct', 'fft', 'fft_library', "
+      "'fft_fused', 'fft_cluster' or 'auto' (or unset), got '", std::string(v), "'");
 }
 
 // Smallest M >= n of the form 2^a 3^b 5^c 7^d: lengths that cuFFT and pocketfft run with

@@ -12,6 +12,10 @@
 
 namespace rwkv::fft {
 
+// The longest row of the one-CTA kernels (kMaxM of timex_fft_math.cuh); longer rows go to the
+// cluster kernels.
+constexpr int64_t kFusedMaxT = 16384;
+
 // Whether the fused kernels run k's shape, dtype and device: T <= 16384, float32 or a half
 // type (float64 takes the library FFT), B * C < 2^31, and the length's shared memory
 // (136 KiB at T = 16384) within the device's per-block limit.
@@ -26,5 +30,27 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(const fused_ops:
                                                                 const fused_ops::Tensor& w,
                                                                 const fused_ops::Tensor& k,
                                                                 cudaStream_t stream);
+
+// The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over 2
+// or 4 CTAs (M = max(32768, the power of two >= T)); float32 or a half type, sm_90 or newer
+// with this build's sm_90 code, B * C * P < 2^31. The op takes them past T = 16384 (below,
+// where forced: correct, at the cost of M = 32768).
+bool cluster_supported(const fused_ops::Tensor& k);
+
+// keep: where not null, receives W's spectra (C, M) complex float (the cluster kernels' own
+// frequency order), for cluster_backward's kept.
+fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
+                                  double eps, cudaStream_t stream,
+                                  fused_ops::Tensor* keep = nullptr);
+
+// kept: W's spectra from cluster_forward's keep for these w and T (checked by the caller with
+// cluster_spectrum_length), or null to compute them.
+std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(
+    const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
+    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr);
+
+// M of the cluster kernels for rows of T: the length of the kept spectra's rows (0 past
+// their longest row).
+int64_t cluster_spectrum_length(int64_t T);
 
 }  // namespace rwkv::fft

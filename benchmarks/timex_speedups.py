@@ -1,0 +1,145 @@
+"""TimeX against the plain-PyTorch FFT convolution, per dtype, at long T (issue 29's shapes):
+forward and forward + backward (both gradients, through autograd) of timex as "auto" runs it,
+of timex forced to the library FFT path ("fft_library", the path past T = 16384 before the
+cluster kernels), and of rwkv_ops.reference.timex_fftconv (the FFT convolution users run;
+for bfloat16 and float16 on inputs cast to float32 and the output cast back, as cuFFT has no
+bfloat16 and half-precision cuFFT takes powers of two only). CUDA-event medians after
+warm-up, the variants of a shape timed in alternating rounds (benchmarks/timing.py); each
+variant's error against float64 on the same (rounded) inputs, on a few channels.
+
+    python -m benchmarks.timex_speedups [--out FILE.md] [--shapes "(1, 512, 32768)" ...]
+"""
+
+import argparse
+import os
+
+import torch
+
+import rwkv_ops
+from benchmarks.timing import environment, input_sets, medians_ms
+from rwkv_ops.reference import timex_fftconv
+
+SHAPES = [(4, 1024, 4096), (1, 1024, 16384), (1, 384, 20000), (1, 512, 32768),
+          (1, 128, 49152), (1, 256, 65536)]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+EPS = 0.01
+CHECK_CHANNELS = 4
+
+
+def fftconv_upcast(w, k, eps):
+    """The FFT convolution in float32 on upcast inputs, cast back to the inputs' dtype."""
+    if w.dtype == torch.float32:
+        return timex_fftconv(w, k, eps)
+    return timex_fftconv(w.float(), k.float(), eps).to(w.dtype)
+
+
+def forced(**env):
+    """timex with these environment variables set for the call (RWKV_TIMEX_ALGO=...)."""
+
+    def fn(w, k, eps):
+        old = {name: os.environ.pop(name, None) for name in env}
+        os.environ.update(env)
+        try:
+            return rwkv_ops.timex(w, k, eps)
+        finally:
+            for name, value in old.items():
+                os.environ.pop(name, None)
+                if value is not None:
+                    os.environ[name] = value
+
+    return fn
+
+
+def max_rel(got, want):
+    return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+
+def error(fn, w, k, g):
+    """Largest max-relative error of out, grad_w, grad_k on CHECK_CHANNELS channels against
+    the float64 FFT convolution of the same rounded inputs."""
+    c = slice(0, CHECK_CHANNELS)
+    w64, k64 = (t.detach()[..., c, :].double().requires_grad_() for t in (w, k))
+    out64 = timex_fftconv(w64, k64, EPS)
+    want = [out64.detach(), *torch.autograd.grad(out64, [w64, k64], g[:, c].double())]
+    wc, kc = (t.detach()[..., c, :].clone().requires_grad_() for t in (w, k))
+    out = fn(wc, kc, EPS)
+    got = [out.detach(), *torch.autograd.grad(out, [wc, kc], g[:, c])]
+    return max(max_rel(a, b) for a, b in zip(got, want))
+
+
+def measure_shape(B, C, T, dtype, budget):
+    variants = {"ours": forced(), "ours fft_library": forced(RWKV_TIMEX_ALGO="fft_library"),
+                "FFT conv": fftconv_upcast}
+    if T <= 16384:
+        del variants["ours fft_library"]
+
+    def make():
+        w = (torch.randn(C, T, device="cuda") / T**0.5).to(dtype).requires_grad_()
+        k = torch.randn(B, C, T, device="cuda").to(dtype).requires_grad_()
+        g = torch.randn(B, C, T, device="cuda").to(dtype)
+        return w, k, g
+
+    size = torch.finfo(dtype).bits // 8
+    sets = input_sets(make, size * (C * T + 2 * B * C * T), "cuda")
+    w, k, _ = sets[0]
+    algo = rwkv_ops.timex_algorithm(k.detach())
+    errs = {name: error(fn, *sets[0]) for name, fn in variants.items()}
+    fwd_fns, total_fns = [], []
+    for fn in variants.values():
+        def fwd(i, fn=fn):
+            s = sets[i % len(sets)]
+            return fn(s[0], s[1], EPS)
+
+        def total(i, fn=fn):
+            s = sets[i % len(sets)]
+            out = fn(s[0], s[1], EPS)
+            return torch.autograd.grad(out, [s[0], s[1]], s[2])
+
+        fwd_fns.append(fwd)
+        total_fns.append(total)
+    times = medians_ms(fwd_fns + total_fns, "cuda", warmup=3, reps=30, budget_s=budget, rounds=3)
+    n = len(variants)
+    return algo, {name: (times[i], times[n + i], errs[name]) for i, name in enumerate(variants)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the table to this markdown file")
+    parser.add_argument("--shapes", nargs="*", help='e.g. "(1, 512, 32768)" (default: SHAPES)')
+    parser.add_argument("--budget", type=float, default=0.25, help="seconds per measurement")
+    args = parser.parse_args(argv)
+    shapes = [tuple(int(x) for x in s.strip("() ").split(",")) for s in args.shapes] \
+        if args.shapes else SHAPES
+    env = environment()
+    commit = os.environ.get("FUSED_OPS_COMMIT") or env.get("commit")
+    lines = [f"TimeX vs the FFT convolution: {env.get('device')}, torch {env['torch']}, "
+             f"CUDA {env['cuda']}, driver {env.get('driver')}, commit {commit}", "",
+             "ms (CUDA-event medians, alternating rounds); fwd+bwd = forward and both gradients "
+             "through autograd; speedup = FFT conv time / ours; err = max |got - want| / max "
+             "|want| over out, grad_w, grad_k vs float64 on the same rounded inputs", "",
+             "| dtype | (B, C, T) | algorithm | ours fwd / fwd+bwd | fft_library fwd / fwd+bwd "
+             "| FFT conv fwd / fwd+bwd | speedup fwd / fwd+bwd | (fft_library speedup) "
+             "| err ours / FFT conv |",
+             "|" + " --- |" * 9]
+    for dtype in DTYPES:
+        for B, C, T in shapes:
+            algo, r = measure_shape(B, C, T, dtype, args.budget)
+            of, ot, oe = r["ours"]
+            ff, ft, fe = r["FFT conv"]
+            lib = r.get("ours fft_library")
+            lib_txt = f"{lib[0]:.3f} / {lib[1]:.3f}" if lib else "-"
+            lib_sp = f"{ff / lib[0]:.2f}x / {ft / lib[1]:.2f}x" if lib else "-"
+            lines.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {algo} | {of:.3f} / {ot:.3f} | "
+                         f"{lib_txt} | {ff:.3f} / {ft:.3f} | {ff / of:.2f}x / {ft / ot:.2f}x | "
+                         f"{lib_sp} | {oe:.1e} / {fe:.1e} |")
+            print(lines[-1], flush=True)
+            torch.cuda.empty_cache()
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

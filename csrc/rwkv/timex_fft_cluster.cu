@@ -1,0 +1,267 @@
+// RWKV TimeX: host side of the thread-block-cluster FFT convolution (timex_fft_fused.h,
+// kernels in timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory
+// holds. M = the power of two >= T, at least 2 kClusterL; P = M / kClusterL CTAs per row
+// (2 at M = 32768, 4 at M = 65536), each with the one-CTA kernels' largest shape (L = 16384:
+// 1024 threads, 136 KiB of shared memory, one CTA per SM). Per call, as the one-CTA path: the
+// twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
+// device-global state and capturable in a CUDA graph), the spectra of W = w reversed, then
+// one kernel per output.
+#include <torch/csrc/stable/ops.h>
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
+#include "rwkv/timex_fft_cluster_kernels.cuh"
+#include "rwkv/timex_fft_fused.h"
+
+namespace rwkv::fft {
+namespace {
+
+using fused_ops::Tensor;
+using torch::headeronly::ScalarType;
+
+constexpr int kClusterL = kMaxM;  // values per CTA
+static_assert(kFusedMaxT == kMaxM, "timex_fft_fused.h");
+
+int cluster_length(int64_t T) { return std::max(fft_length(T), 2 * kClusterL); }
+
+// f(ClusterShape<...>{}) for the run-time M (32768 or 65536). L = 16384 values per CTA: with
+// L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the forward took
+// 1.2-1.4x longer on the H100 (benchmarks/results/timex_tensor_cores_h100.md).
+template <typename F>
+void with_cluster_length(int M, const F& f) {
+  using Local = Shape<kClusterL, kThreads>;
+  if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
+  if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
+}
+
+// Once per kernel and device: the opt-in shared memory size.
+cudaError_t prepare(const void* kernel, int smem) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.count({kernel, device})) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) done.insert({kernel, device});
+  return e;
+}
+
+cudaLaunchConfig_t config(int grid, int P, int threads, int smem, cudaStream_t stream,
+                          cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(P);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Launches kernel as `clusters` clusters of CS::P CTAs.
+template <class CS, typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), int64_t clusters, cudaStream_t stream, Args... args) {
+  FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t cfg = config(static_cast<int>(clusters * CS::P), CS::P, CS::THREADS,
+                                        CS::Local::SMEM, stream, &attr);
+  FUSED_OPS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
+Tensor bytes(int64_t n, const Tensor& like) {
+  return torch::stable::empty({n}, ScalarType::Byte, std::nullopt, like.device());
+}
+
+template <typename T>
+T* as(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// The two twiddle tables: tw (the one-CTA stages', kTwiddles) and twb (2M entries).
+std::pair<Tensor, Tensor> twiddles(const Tensor& like, int M, cudaStream_t stream) {
+  Tensor tw = bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like);
+  Tensor twb = bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * M, like);
+  twiddle_kernel<><<<kTwiddles / 256, 256, 0, stream>>>(as<cf32>(tw));
+  FUSED_OPS_LAUNCH_CHECK();
+  cluster_twiddle_kernel<><<<2 * M / 256, 256, 0, stream>>>(as<cf32>(twb), 2 * M);
+  FUSED_OPS_LAUNCH_CHECK();
+  return {tw, twb};
+}
+
+// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
+template <typename scalar_t, class CS>
+Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStream_t stream) {
+  const int64_t C = w.size(0), T = w.size(1);
+  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                     w.device());
+  launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
+             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.first),
+             as<const cf32>(tws.second));
+  return spec;
+}
+
+template <typename scalar_t, class CS>
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const auto tws = twiddles(k, CS::M, stream);
+  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
+  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
+             k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+             static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
+             as<const cf32>(tws.first), as<const cf32>(tws.second));
+  if (keep != nullptr) *keep = spec;
+  return out;
+}
+
+// The clusters of the wgrad (and one-pass backward) kernels the device keeps resident at
+// once: the occupancy query once per kernel and device (no call during a CUDA graph capture
+// after the first). Both kernels take the same shared memory and threads, and 64 registers.
+template <typename scalar_t, class CS>
+int resident_clusters(cudaStream_t stream) {
+  const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> known;  // (device, resident clusters)
+  int device = 0;
+  FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = known.lower_bound({device, INT_MIN});
+    if (it != known.end() && it->first == device) return it->second;
+  }
+  FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t cfg = config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  n = std::max(n, 1);
+  std::lock_guard<std::mutex> lock(mutex);
+  known.insert({device, n});
+  return n;
+}
+
+// Clusters for the wgrad kernel: min(C, resident clusters), so that the scratch (2M complex
+// floats per cluster) stays small and in L2.
+template <typename scalar_t, class CS>
+int wgrad_clusters(int64_t C, cudaStream_t stream) {
+  return static_cast<int>(std::min<int64_t>(C, resident_clusters<scalar_t, CS>(stream)));
+}
+
+// Both gradients. The one-pass kernel (3 transforms per row instead of 4) where the channels
+// fill the resident clusters (it runs a channel's b in order in one cluster); else grad_k by
+// the conv kernel over all B * C rows and grad_w by the wgrad kernel.
+template <typename scalar_t, class CS>
+std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
+                                          cudaStream_t stream, const Tensor* kept) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const auto tws = twiddles(k, CS::M, stream);
+  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
+  Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
+  const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
+  const auto* twp = as<const cf32>(tws.first);
+  const auto* twbp = as<const cf32>(tws.second);
+  if (C >= resident_clusters<scalar_t, CS>(stream)) {
+    launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
+               g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+               grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
+               twp, twbp);
+    return {grad_w, grad_k};
+  }
+  launch<CS>(cluster_conv_kernel<scalar_t, CS, true>, B * C, stream,
+             g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+             grad_k.mutable_data_ptr<scalar_t>(), static_cast<int>(C), static_cast<int>(T), 0.f,
+             twp, twbp);
+  launch<CS>(cluster_wgrad_kernel<scalar_t, CS>, clusters, stream, g.const_data_ptr<scalar_t>(),
+             k.const_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
+             static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
+             twp, twbp);
+  return {grad_w, grad_k};
+}
+
+// Whether this build's cluster kernels hold sm_90 code (a build for older targets only,
+// JIT-compiled from their PTX, has kernels that trap), per device.
+bool kernels_have_clusters(int device) {
+  static std::mutex mutex;
+  static std::set<std::pair<int, bool>> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (bool v : {false, true}) {
+    if (known.count({device, v})) return v;
+  }
+  using CS = ClusterShape<Shape<kClusterL, kThreads>, 2>;
+  cudaFuncAttributes attrs{};
+  bool ok = cudaFuncGetAttributes(&attrs, cluster_conv_kernel<float, CS, false>) == cudaSuccess &&
+            attrs.ptxVersion >= 90;
+  (void)cudaGetLastError();
+  int cluster_launch = 0;
+  ok = ok && cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device) ==
+                 cudaSuccess &&
+       cluster_launch != 0;
+  (void)cudaGetLastError();
+  known.insert({device, ok});
+  return ok;
+}
+
+}  // namespace
+
+bool cluster_supported(const Tensor& k) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  if (k.scalar_type() == ScalarType::Double || T < 1 || T > kClusterMaxM) return false;
+  const int P = cluster_length(T) / kClusterL;
+  const cudaDeviceProp& prop = fused_ops::device_properties(k);
+  return prop.major >= 9 && B * C <= INT_MAX / P &&
+         static_cast<size_t>(smem_bytes(kClusterL)) <= prop.sharedMemPerBlockOptin &&
+         kernels_have_clusters(k.get_device_index());
+}
+
+int64_t cluster_spectrum_length(int64_t T) {
+  return T >= 1 && T <= kClusterMaxM ? cluster_length(T) : 0;
+}
+
+Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                       Tensor* keep) {
+  Tensor out;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_forward", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
+        out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream, keep);
+      });
+    }
+  });
+  return out;
+}
+
+std::tuple<Tensor, Tensor> cluster_backward(const Tensor& g, const Tensor& w, const Tensor& k,
+                                            cudaStream_t stream, const Tensor* kept) {
+  std::tuple<Tensor, Tensor> grads;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_backward", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
+        grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream, kept);
+      });
+    }
+  });
+  return grads;
+}
+
+}  // namespace rwkv::fft

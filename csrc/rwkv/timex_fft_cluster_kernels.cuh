@@ -1,0 +1,210 @@
+// RWKV TimeX past T = 16384: the fused FFT convolution kernels of one row per thread-block
+// cluster (timex_fft_cluster_math.cuh has the split of the transform over the cluster). The
+// same three kernels as the one-CTA path (timex_fft_kernels.cuh), the same formulas:
+//   spectrum  W^ of w's rows reversed (once per call)
+//   conv      out = eps + IDFT(K W^) (forward), grad_k = IDFT(G conj(W^)) (correlate)
+//   wgrad     grad_w[T-1-s] = IDFT(sum_b G_b conj(K_b))[s], b in order (deterministic)
+// Each takes smem_bytes(L) of dynamic shared memory per CTA (136 KiB at L = 16384) and runs
+// in clusters of P consecutive CTAs (cluster index blockIdx.x / P). Spectra and the wgrad
+// scratch are in the cluster layout (position r L + k2 holds frequency r + P k2).
+//
+// Barriers: every pass that reads another CTA's shared memory (the pair pass, the combine)
+// is fenced by cluster_sync before (the data is complete) and after (no CTA overwrites or
+// leaves its shared memory while a partner may still read it).
+#pragma once
+
+#include "rwkv/timex_fft_cluster_math.cuh"
+
+namespace rwkv::fft {
+
+// spec[row] = the packed half spectrum of x's row (read reversed where asked), in the
+// cluster layout: M complex values per row; P CTAs per row.
+template <typename scalar_t, class CS>
+TIMEX_FFT_KERNEL(CS::THREADS)
+cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
+                        cf32* __restrict__ spec, const cf32* __restrict__ tw,
+                        const cf32* __restrict__ twb) {
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const int64_t r = blockIdx.x / CS::P;
+  const scalar_t* row = x + r * T;
+  const ClusterLoad<scalar_t, CS> load{
+      RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)}, cluster_rank(), twb};
+  fft<typename CS::Local, false, false>(sm, tw, load, SmemStore{sm});
+  cluster_sync();
+  cf32* s = spec + r * CS::M;
+  cluster_pairs<CS>(sm, twb, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+    s[pk] = xk;
+    s[pj] = xj;
+  });
+  cluster_sync();
+}
+
+// out[b, c] = eps + IDFT(X^ S[c]) (CORRELATE: X^ conj(S[c])), the first T values, for the
+// rows x[b, c] of x (B, C, T); spec (C, M) from cluster_spectrum_kernel. P CTAs per row.
+template <typename scalar_t, class CS, bool CORRELATE>
+TIMEX_FFT_KERNEL(CS::THREADS)
+cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
+                    scalar_t* __restrict__ out, int C, int T, float eps,
+                    const cf32* __restrict__ tw, const cf32* __restrict__ twb) {
+  using Sh = typename CS::Local;
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const int64_t r = blockIdx.x / CS::P;
+  const scalar_t* row = x + r * T;
+  const ClusterLoad<scalar_t, CS> load{
+      RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, cluster_rank(), twb};
+  fft<Sh, false, false>(sm, tw, load, SmemStore{sm});
+  cluster_sync();
+  const cf32* s = spec + (r % C) * CS::M;
+  cluster_pairs<CS>(sm, twb, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+    cluster_merge<CS>(twb, k, product<CORRELATE>(k, xk, s[pk]), product<CORRELATE>(k, xj, s[pj]),
+                      sk, sj);
+  });
+  cluster_sync();
+  fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+  cluster_sync();
+  scalar_t* o = out + r * T;
+  cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+  cluster_sync();
+}
+
+// grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): cluster i (of gridDim.x
+// / P) does channels i, i + clusters, ..., each b in order, as wgrad_kernel does with one CTA.
+// scratch: 2M complex floats per cluster (G of the current b, then the running sum), each
+// entry written and read only by the thread that owns its frequency pair.
+template <typename scalar_t, class CS>
+TIMEX_FFT_KERNEL(CS::THREADS)
+cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
+                     scalar_t* __restrict__ grad_w, int B, int C, int T,
+                     cf32* __restrict__ scratch, const cf32* __restrict__ tw,
+                     const cf32* __restrict__ twb) {
+  using Sh = typename CS::Local;
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const unsigned rank = cluster_rank();
+  const int cluster = static_cast<int>(blockIdx.x / CS::P);
+  const int clusters = static_cast<int>(gridDim.x / CS::P);
+  cf32* gs = scratch + int64_t{cluster} * 2 * CS::M;
+  cf32* acc = gs + CS::M;
+  for (int c = cluster; c < C; c += clusters) {
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t{b} * C + c;
+      const scalar_t* grow = g + r * T;
+      const scalar_t* krow = k + r * T;
+      cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      cluster_pairs<CS>(sm, twb, [gs](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+        gs[pk] = xk;
+        gs[pj] = xj;
+      });
+      cluster_sync();
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+        cf32 ak = product<true>(f, gs[pk], xk), aj = product<true>(f, gs[pj], xj);
+        if (b > 0) {
+          ak = acc[pk] + ak;
+          aj = acc[pj] + aj;
+        }
+        if (b + 1 < B) {
+          acc[pk] = ak;
+          acc[pj] = aj;
+        } else {
+          cluster_merge<CS>(twb, f, ak, aj, sk, sj);
+        }
+      });
+    }
+    cluster_sync();
+    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    cluster_sync();
+    scalar_t* o = grad_w + int64_t{c} * T;
+    cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+  }
+  cluster_sync();
+}
+
+// Both gradients in one pass, for C channels over the clusters as in cluster_wgrad_kernel:
+// per b, G = DFT(g row) once serves grad_k[b, c] = IDFT(G conj(S[c])) (inverse and combine
+// right away) and the running sum of G conj(K) for grad_w; 3 transforms per (b, c) row
+// instead of the 4 of cluster_conv_kernel + cluster_wgrad_kernel. spec (C, M) from
+// cluster_spectrum_kernel; scratch as cluster_wgrad_kernel's.
+template <typename scalar_t, class CS>
+TIMEX_FFT_KERNEL(CS::THREADS)
+cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
+                        const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
+                        scalar_t* __restrict__ grad_w, int B, int C, int T,
+                        cf32* __restrict__ scratch, const cf32* __restrict__ tw,
+                        const cf32* __restrict__ twb) {
+  using Sh = typename CS::Local;
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const unsigned rank = cluster_rank();
+  const int cluster = static_cast<int>(blockIdx.x / CS::P);
+  const int clusters = static_cast<int>(gridDim.x / CS::P);
+  cf32* gs = scratch + int64_t{cluster} * 2 * CS::M;
+  cf32* acc = gs + CS::M;
+  for (int c = cluster; c < C; c += clusters) {
+    const cf32* s = spec + int64_t{c} * CS::M;
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t{b} * C + c;
+      const scalar_t* grow = g + r * T;
+      const scalar_t* krow = k + r * T;
+      cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+        gs[pk] = xk;
+        gs[pj] = xj;
+        cluster_merge<CS>(twb, f, product<true>(f, xk, s[pk]), product<true>(f, xj, s[pj]), sk,
+                          sj);
+      });
+      cluster_sync();
+      fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+      cluster_sync();
+      scalar_t* o = grad_k + r * T;
+      cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
+      cluster_sync();
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+        cf32 ak = product<true>(f, gs[pk], xk), aj = product<true>(f, gs[pj], xj);
+        if (b > 0) {
+          ak = acc[pk] + ak;
+          aj = acc[pj] + aj;
+        }
+        if (b + 1 < B) {
+          acc[pk] = ak;
+          acc[pj] = aj;
+        } else {
+          cluster_merge<CS>(twb, f, ak, aj, sk, sj);
+        }
+      });
+    }
+    cluster_sync();
+    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    cluster_sync();
+    scalar_t* o = grad_w + int64_t{c} * T;
+    cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+  }
+  cluster_sync();
+}
+
+}  // namespace rwkv::fft

@@ -1,0 +1,190 @@
+// RWKV TimeX past T = 16384: the building blocks of the fused FFT convolution whose row
+// transform is spread over a thread-block cluster of P CTAs (sm_90), each CTA holding
+// L = M / P complex values in its shared memory, the partners' values read and written
+// through distributed shared memory (DSMEM). timex_fft_cluster_kernels.cuh has the kernels.
+//
+// The four-step split of DFT_M, M = P L (k = k1 + P k2, n = n2 + L n1; k1, n1 < P; k2, n2 < L):
+//   Z[k1 + P k2] = sum_{n2} W_L^{n2 k2} [ sum_{n1} z[n2 + L n1] W_M^{k1 (n2 + L n1)} ]
+// CTA of cluster rank r = k1 first forms y_r[n2] = sum_{n1} z[n2 + L n1] W_M^{r (n2 + L n1)}
+// while loading the row from global memory (ClusterLoad: the row's z entries past T/2 are zero,
+// not read), then runs the one-CTA Stockham DFT_L (timex_fft_math.cuh) in its shared memory:
+// it holds the frequencies k = r (mod P), frequency k at local index k2 = k / P (the "cluster
+// layout"; global spectra and scratch use the same order, position r L + k2). The inverse is
+// the same split transposed: each CTA runs DFT_L over its own k2 (merge stored conj U, as in
+// the one-CTA kernels), and output n = n2 + L n1 = sum_r W_M^{r n} A_r[n2] reads the P CTAs'
+// shared memory (cluster_combine): no DFT across CTAs beyond these P-term sums.
+//
+// A real row's half spectrum pairs frequency k with M - k, which lives in CTA (P - r) % P.
+// cluster_pairs gives each pair one owner, the CTA holding k <= M/2: the owner reads both
+// entries (one of them remotely), computes both results and writes both (remotely again), so
+// no two threads touch one entry and a pass needs no barrier between its reads and writes.
+//
+// Twiddles: the one-CTA table tw (e^{-2 pi i m / 32768}) for the DFT_L stages, and twb[m] =
+// e^{-2 pi i m / (2M)} for m < 2M (cluster_twiddle_kernel, in double, rounded once) for the
+// split's W_{2M}^k and the four-step W_M^{r n} = twb[2 r n mod 2M].
+#pragma once
+
+#include "rwkv/timex_fft_kernels.cuh"
+
+#if !defined(TIMEX_EMULATE)
+#include <cooperative_groups.h>
+#endif
+
+namespace rwkv::fft {
+
+// The longest row of the cluster kernels: M <= kClusterMaxM, P = M / L <= 8.
+constexpr int kClusterMaxM = 65536;
+
+// The cluster primitives: rank in the cluster, the cluster-wide barrier (arrive.release +
+// wait.acquire: it also publishes shared, distributed shared and global memory writes to
+// the whole cluster) and a pointer to the same offset in another CTA's shared memory. The
+// kernels exist for sm_90 and newer; compiled for an older target they trap (the host never
+// launches them there: cluster_supported checks the device).
+#if defined(TIMEX_EMULATE)
+inline unsigned cluster_rank() { return emu_cluster_rank(); }
+inline void cluster_sync() { emu_cluster_sync(); }
+template <typename T>
+T* cluster_map(T* p, unsigned rank) {
+  return emu_map_shared_rank(p, rank);
+}
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+__device__ __forceinline__ unsigned cluster_rank() {
+  __trap();
+  return 0;
+}
+__device__ __forceinline__ void cluster_sync() { __trap(); }
+template <typename T>
+__device__ __forceinline__ T* cluster_map(T* p, unsigned) {
+  __trap();
+  return p;
+}
+#else
+__device__ __forceinline__ unsigned cluster_rank() {
+  return cooperative_groups::this_cluster().block_rank();
+}
+__device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+template <typename T>
+__device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
+  return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+}
+#endif
+
+// A row of M = P * Sh::M spread over P CTAs of Sh's shape.
+template <class Sh, int P_>
+struct ClusterShape {
+  static_assert(P_ >= 1 && P_ <= 8 && (P_ & (P_ - 1)) == 0 && Sh::M >= 2, "P: 1, 2, 4 or 8");
+  using Local = Sh;
+  static constexpr int P = P_, L = Sh::M, M = P_ * Sh::M, THREADS = Sh::THREADS;
+  static_assert(M <= kClusterMaxM, "M");
+};
+
+// twb[m] = e^{-2 pi i m / n2} for m < n2 = 2M: any grid, any block size. m / (n2 / 2) is
+// exact in double, so sincospi's argument is.
+template <int = 0>
+TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twb, int n2) {
+  for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < n2;
+       m += static_cast<int>(gridDim.x * blockDim.x)) {
+    const double x = static_cast<double>(m) / (n2 / 2);
+#ifdef TIMEX_EMULATE
+    const double s = std::sin(3.14159265358979323846 * x), c = std::cos(3.14159265358979323846 * x);
+#else
+    double s, c;
+    sincospi(x, &s, &c);
+#endif
+    twb[m] = {static_cast<float>(c), static_cast<float>(-s)};
+  }
+}
+
+// y_r[n2] = sum_{n1 < P} z[n2 + L n1] W_M^{r (n2 + L n1)}: the four-step's first step, as the
+// load of the local DFT_L's first stage (z entries at 2n >= T are zero and not read).
+template <typename S, class CS>
+struct ClusterLoad {
+  RowLoad<S> row;
+  unsigned rank;
+  const cf32* twb;
+  TIMEX_FFT_DEVICE cf32 operator()(int n2) const {
+    cf32 acc{0.f, 0.f};
+#pragma unroll
+    for (int n1 = 0; n1 < CS::P; ++n1) {
+      const int n = n2 + n1 * CS::L;
+      if (2 * n >= row.T) break;  // the rest of the row is zero padding
+      const cf32 v = row(n);
+      const unsigned m = (2 * rank * static_cast<unsigned>(n)) & (2 * CS::M - 1);
+      acc = acc + (rank == 0 ? v : v * twb[m]);
+    }
+    return acc;
+  }
+};
+
+// For every frequency pair (k, j = M - k) that this CTA owns (k = r + P k2 <= M/2; k = 0 pairs
+// with itself as P[0] = (X[0], X[M]), k = M/2 too), with the whole DFT_M in the cluster's
+// shared memory: visit(k, pk, pj, Xk, Xj, slot_k, slot_j), X the real row's spectrum at k and
+// j (packed at k = 0: Xk = Xj = P[0]), pk / pj the cluster-layout positions of k and j, and
+// slot_k / slot_j their shared-memory entries (slot_j perhaps in another CTA; the owner is the
+// only thread that touches both in this pass, so visit may write there: merge does).
+template <class CS, typename Visit>
+TIMEX_FFT_DEVICE void cluster_pairs(cf32* sm, const cf32* __restrict__ twb, const Visit& visit) {
+  constexpr int P = CS::P, L = CS::L;
+  const int r = static_cast<int>(cluster_rank()), rj = (P - r) % P;
+  cf32* smj = cluster_map(sm, static_cast<unsigned>(rj));
+  const int last = r == 0 ? L / 2 : L / 2 - 1;  // largest k2 with r + P k2 <= M/2
+  for (int k2 = static_cast<int>(threadIdx.x); k2 <= last; k2 += CS::THREADS) {
+    const int k = r + P * k2;
+    cf32* slot_k = sm + pad(k2);
+    if (k == 0) {
+      const cf32 z = *slot_k;
+      const cf32 p{z.x + z.y, z.x - z.y};
+      visit(0, 0, 0, p, p, slot_k, slot_k);
+      continue;
+    }
+    // j = M - k = rj + P k2j: k2j = L - k2 where r = 0, else L - 1 - k2.
+    const int k2j = r == 0 ? L - k2 : L - 1 - k2;
+    cf32* slot_j = smj + pad(k2j);
+    const cf32 zk = *slot_k, zj = *slot_j;
+    const cf32 sum = scale(zk + conj(zj), 0.5f), diff = zk - conj(zj);
+    const cf32 t = twb[k] * cf32{diff.y * 0.5f, -diff.x * 0.5f};
+    visit(k, r * L + k2, rj * L + k2j, sum + t, conj(sum - t), slot_k, slot_j);
+  }
+}
+
+// merge (timex_fft_math.cuh) for a pair of cluster_pairs, 1/(2M) folded in: conj(U[k]) to
+// slot_k, conj(U[j]) to slot_j (for k = 0, the one entry).
+template <class CS>
+TIMEX_FFT_DEVICE void cluster_merge(const cf32* __restrict__ twb, int k, cf32 yk, cf32 yj,
+                                    cf32* slot_k, cf32* slot_j) {
+  constexpr float h = 1.0f / (2.0f * CS::M);
+  if (k == 0) {  // yk = (Y[0], Y[M])
+    *slot_k = {(yk.x + yk.y) * h, -(yk.x - yk.y) * h};
+    return;
+  }
+  const cf32 e = scale(yk + conj(yj), h);
+  const cf32 o = scale(mul_conj(yk - conj(yj), twb[k]), h);
+  *slot_k = {e.x - o.y, -(e.y + o.x)};  // conj(e + i o)
+  *slot_j = {e.x + o.y, e.y - o.x};     // conj(conj(e) + i conj(o))
+}
+
+// The inverse's last step after every CTA's DFT_L of its conj(U) (A_r in shared memory):
+// store(n, sum_r W_M^{r n} A_r[n2]) for the outputs n = n2 + L n1 < M/2 (the real row's first
+// M >= T values; the store conjugates and drops 2n >= T), L/2 of them per CTA, consecutive
+// n across a warp (coalesced global stores, conflict-free remote reads).
+template <class CS, typename S>
+TIMEX_FFT_DEVICE void cluster_combine(cf32* sm, const cf32* __restrict__ twb,
+                                      const RowStore<S>& store) {
+  constexpr int P = CS::P, L = CS::L;
+  const unsigned r = cluster_rank();
+  const cf32* src[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) src[q] = cluster_map(sm, static_cast<unsigned>(q));
+  for (int i = static_cast<int>(threadIdx.x); i < L / 2; i += CS::THREADS) {
+    const int n = static_cast<int>(r) * (L / 2) + i, n2 = n & (L - 1);
+    if (2 * n >= store.T) break;  // n grows with i: the rest is past the row
+    cf32 acc = src[0][pad(n2)];
+#pragma unroll
+    for (int q = 1; q < P; ++q) {
+      acc = acc + src[q][pad(n2)] * twb[(2 * q * static_cast<unsigned>(n)) & (2 * CS::M - 1)];
+    }
+    store(n, acc);
+  }
+}
+
+}  // namespace rwkv::fft

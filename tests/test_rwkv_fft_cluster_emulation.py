@@ -1,0 +1,153 @@
+"""The thread-block-cluster FFT kernels of csrc/rwkv/timex_fft_cluster_kernels.cuh (T past
+16384 on the GPU), run on the CPU (tests/cuda_emulation.h: a thread per CUDA thread, the CTAs
+of a cluster at once, the cluster barrier and distributed shared memory emulated) against a
+float64 direct reference, so that the four-step split, the cross-CTA frequency pairs and the
+combine fail here, GPU or not."""
+
+from conftest import needs_gxx, run_emulator
+
+EMULATOR = r"""
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "timex_reference.h"
+
+#define TIMEX_EMULATE
+#define TIMEX_FFT_DEVICE inline
+#define TIMEX_FFT_KERNEL(threads) void
+#define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
+#define TIMEX_FFT_SYNC() emu_syncthreads()
+#include "rwkv/timex_fft_cluster_kernels.cuh"
+
+using namespace rwkv::fft;
+
+std::mt19937 rng(4321);
+int failures = 0;
+std::vector<cf32> tw(kTwiddles);
+
+double row_err(const std::vector<double>& got, const std::vector<double>& want, int n) {
+  double worst = 0;
+  for (size_t r = 0; r < got.size() / n; ++r) {
+    double e = 0, m = 0;
+    for (int i = 0; i < n; ++i) {
+      if (!std::isfinite(got[r * n + i])) return INFINITY;
+      e = std::max(e, std::abs(got[r * n + i] - want[r * n + i]));
+      m = std::max(m, std::abs(want[r * n + i]));
+    }
+    worst = std::max(worst, m > 0 ? e / m : e);
+  }
+  return worst;
+}
+
+// B, C, T with T <= M = P L; eps; offset: elements by which k, g, out and grad_k are shifted
+// (misaligned rows); MAXT: threads per CTA at most (fewer than the GPU's kThreads give each
+// thread more butterflies and pairs); clusters: wgrad's clusters (fewer than C: a cluster
+// does several channels).
+template <typename S, int L, int P, int MAXT>
+void check(int B, int C, int T, double eps, int offset, int clusters, double tol) {
+  using CS = ClusterShape<Shape<L, MAXT>, P>;
+  constexpr int M = CS::M;
+  if (T > M) {
+    std::printf("FAIL: T=%d > M=%d\n", T, M);
+    ++failures;
+    return;
+  }
+  std::normal_distribution<double> normal;
+  const size_t n = size_t(B) * C * T;
+  std::vector<S> w(size_t(C) * T), k(n + offset + 2), g(n + offset + 2);
+  for (auto& x : w) x = static_cast<S>(normal(rng) / std::sqrt(double(T)));
+  for (auto& x : k) x = static_cast<S>(normal(rng));
+  for (auto& x : g) x = static_cast<S>(normal(rng));
+  const S* kp = k.data() + offset;
+  const S* gp = g.data() + offset;
+  std::vector<double> out_ref, gk_ref, gw_ref;
+  timex_reference(w.data(), kp, gp, B, C, T, eps, out_ref, gk_ref, gw_ref);
+  const S guard = static_cast<S>(777.0);
+  std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
+      gw2(gw.size(), guard);
+  std::vector<cf32> spec(size_t(C) * M), scratch(size_t(clusters) * 2 * M), twb(2 * M);
+  const int threads = CS::THREADS, smem = CS::Local::SMEM;
+  launch(1, 8, 0, [&] { cluster_twiddle_kernel(twb.data(), 2 * M); });
+  launch_cluster(C * P, P, threads, smem, [&] {
+    cluster_spectrum_kernel<S, CS>(w.data(), T, true, spec.data(), tw.data(), twb.data());
+  });
+  launch_cluster(B * C * P, P, threads, smem, [&] {
+    cluster_conv_kernel<S, CS, false>(kp, spec.data(), out.data() + offset, C, T, float(eps),
+                                      tw.data(), twb.data());
+  });
+  launch_cluster(B * C * P, P, threads, smem, [&] {
+    cluster_conv_kernel<S, CS, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f, tw.data(),
+                                     twb.data());
+  });
+  for (auto* dst : {&gw, &gw2}) {
+    launch_cluster(clusters * P, P, threads, smem, [&] {
+      cluster_wgrad_kernel<S, CS>(gp, kp, dst->data(), B, C, T, scratch.data(), tw.data(),
+                                  twb.data());
+    });
+  }
+  // Both gradients in one kernel: the same arithmetic as conv (correlate) + wgrad, so the
+  // same bits.
+  std::vector<S> gk3(k.size(), guard), gw3(gw.size(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_backward_kernel<S, CS>(gp, kp, spec.data(), gk3.data() + offset, gw3.data(), B, C,
+                                   T, scratch.data(), tw.data(), twb.data());
+  });
+  const bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
+                          std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
+  bool guards = true;
+  std::vector<double> o(n), dk(n), dw(gw.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i >= size_t(offset) && i < offset + n) {
+      o[i - offset] = as_double(out[i]);
+      dk[i - offset] = as_double(gk[i]);
+    } else {
+      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
+                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
+    }
+  }
+  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
+  const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
+  const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
+               e3 = row_err(dw, gw_ref, T);
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && fused_same;
+  failures += !ok;
+  std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d M=%d threads=%d offset=%d clusters=%d: out "
+              "%.2e grad_k %.2e grad_w %.2e%s%s%s\n",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, M, threads, offset, clusters, e1,
+              e2, e3, guards ? "" : " (wrote outside the output)",
+              same ? "" : " (grad_w differs)",
+              fused_same ? "" : " (the one-pass backward differs)");
+  std::fflush(stdout);
+}
+
+int main() {
+  launch(1, 8, 0, [&] { twiddle_kernel(tw.data()); });
+  // P = 1, 2, 4, 8 with small L (every frequency pair case: k = 0, M/2, partners in the own
+  // CTA and in others), T = 1, odd, prime, T = M; the GPU's shapes (L = 16384 with P = 2 and
+  // 4, here with fewer threads); half types; eps != 0; misaligned rows; several channels per
+  // wgrad cluster.
+  check<float, 16, 1, kThreads>(2, 3, 13, 0.5, 0, 2, 1e-6);
+  check<float, 16, 2, kThreads>(1, 1, 1, 0.5, 0, 1, 1e-6);
+  check<float, 16, 2, kThreads>(3, 2, 32, 0.5, 1, 1, 1e-6);
+  check<float, 16, 2, 4>(2, 3, 23, -0.25, 0, 2, 1e-6);
+  check<float, 16, 4, kThreads>(3, 3, 61, 0.5, 1, 2, 1e-6);
+  check<float, 32, 4, 8>(1, 3, 128, 0.5, 0, 3, 1e-6);
+  check<float, 64, 8, kThreads>(2, 3, 509, 0.1, 1, 1, 1e-6);
+  check<float, 1024, 2, 64>(2, 3, 1999, 0.1, 0, 2, 1e-6);
+  check<float, 1024, 4, 64>(1, 2, 4096, 0.1, 1, 1, 1e-6);
+  check<float, 16384, 2, 64>(1, 1, 20011, 0.1, 1, 1, 1e-6);
+  check<float, 16384, 4, 64>(1, 1, 65536, 0.1, 0, 1, 1e-6);
+  check<c10::Half, 64, 4, kThreads>(3, 3, 200, 0.3, 1, 2, 1e-3);
+  check<c10::BFloat16, 256, 2, 16>(1, 3, 511, 0.3, 0, 2, 8e-3);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@needs_gxx
+def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
+    """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
+    (both directions) and wgrad for clusters of 1 to 8 CTAs, up to M = 65536, against float64
+    direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two."""
+    run_emulator(EMULATOR, tmp_path)

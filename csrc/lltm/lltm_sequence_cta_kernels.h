@@ -1,5 +1,6 @@
 // LLTM over a whole sequence, cta path: the kernel table shared by its launcher
-// (lltm_sequence_cta.cu) and the two files that instantiate the kernels, one per direction
+// (lltm_sequence_cta.cu) and the two files that instantiate the kernels (through
+// lltm_sequence_cta_table.cuh), one per direction
 // (lltm_sequence_cta_forward.cu, lltm_sequence_cta_backward.cu: separate compilations).
 #pragma once
 

@@ -13,42 +13,12 @@ EMULATOR = r"""
 #include "cuda_emulation.h"
 #include "lltm/lltm_sequence_persistent.cuh"
 #include "lltm/lltm_sequence_persistent_mma.cuh"
+#include "lltm_sequence_reference.h"
 
 using namespace lltm;
 using namespace lltm::persistent;
 
-std::mt19937 rng(1234);
 int failures = 0;
-
-template <typename S>
-std::vector<S> random_vector(size_t n, double scale, size_t guard = 0) {
-  std::normal_distribution<double> normal;
-  std::vector<S> v(n + guard);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<S>(normal(rng) * scale);
-  for (size_t i = n; i < n + guard; ++i) v[i] = static_cast<S>(777.0);
-  return v;
-}
-
-const size_t kGuard = 16;
-
-// The first n elements as double; false if an element after them lost its guard value.
-template <typename S>
-bool take(const std::vector<S>& v, size_t n, std::vector<double>& out) {
-  out.resize(n);
-  for (size_t i = 0; i < n; ++i) out[i] = as_double(v[i]);
-  for (size_t i = n; i < v.size(); ++i) {
-    if (as_double(v[i]) != as_double(static_cast<S>(777.0))) return false;
-  }
-  return true;
-}
-
-double max_abs(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::isfinite(a[i]) ? std::fabs(a[i] - b[i]) : INFINITY);
-  }
-  return m;
-}
 
 // MMA: the half-type tensor-core kernels (lltm_sequence_persistent_mma.cuh) instead of the
 // FMA kernels.
@@ -65,49 +35,10 @@ void check(const char* name, int T, int B, int S_, int nc, int bc, int threads, 
   auto d_h0 = random_vector<S>(0, 1.0, nb + kGuard), d_c0 = random_vector<S>(0, 1.0, nb + kGuard);
   for (size_t i = 0; i < nb; ++i) d_h0[i] = d_c0[i] = static_cast<S>(-1.0);
 
-  // float64 reference from the same (rounded) inputs.
-  std::vector<double> W(w.size()), z(n3), h(nh), c(nh);
-  for (size_t i = 0; i < w.size(); ++i) W[i] = as_double(w[i]);
-  for (size_t i = 0; i < nb; ++i) h[i] = as_double(hs[i]), c[i] = as_double(cells[i]);
-  for (int t = 0; t < T; ++t) {
-    for (int b = 0; b < B; ++b) {
-      for (int r = 0; r < 3 * S_; ++r) {
-        double sum = as_double(gates[(size_t(t) * B + b) * 3 * S_ + r]);
-        for (int k = 0; k < S_; ++k) sum += h[(size_t(t) * B + b) * S_ + k] * W[size_t(r) * S_ + k];
-        z[(size_t(t) * B + b) * 3 * S_ + r] = sum;
-      }
-      for (int j = 0; j < S_; ++j) {
-        const double* zr = &z[(size_t(t) * B + b) * 3 * S_];
-        const size_t o = (size_t(t) * B + b) * S_ + j, n = o + size_t(B) * S_;
-        cell_forward<double>(zr[j], zr[S_ + j], zr[2 * S_ + j], c[o], h[n], c[n]);
-      }
-    }
-  }
-  std::vector<double> dz(n3), dh_rec(nb, 0.0), dc(nb), want_dh0(nb);
-  for (size_t i = 0; i < nb; ++i) dc[i] = as_double(grad_c[i]);
-  for (int t = T - 1; t >= 0; --t) {
-    for (int b = 0; b < B; ++b) {
-      for (int j = 0; j < S_; ++j) {
-        const size_t o = ((size_t(t) + 1) * B + b) * S_ + j, zb = (size_t(t) * B + b) * 3 * S_;
-        const size_t q = size_t(b) * S_ + j;
-        double dco;
-        cell_backward<double>(as_double(grad_hs[o]) + dh_rec[q], dc[q], c[o], z[zb + j],
-                              z[zb + S_ + j], z[zb + 2 * S_ + j], dz[zb + j], dz[zb + S_ + j],
-                              dz[zb + 2 * S_ + j], dco);
-        dc[q] = dco;
-      }
-    }
-    for (int b = 0; b < B; ++b) {
-      for (int j = 0; j < S_; ++j) {
-        double sum = 0;
-        for (int r = 0; r < 3 * S_; ++r) {
-          sum += dz[(size_t(t) * B + b) * 3 * S_ + r] * W[size_t(r) * S_ + j];
-        }
-        dh_rec[size_t(b) * S_ + j] = sum;
-      }
-    }
-  }
-  for (size_t i = 0; i < nb; ++i) want_dh0[i] = dh_rec[i] + as_double(grad_hs[i]);
+  // float64 reference from the same (rounded) inputs (lltm_sequence_reference.h).
+  const SeqReference ref = sequence_reference(w, gates, hs, cells, grad_hs, grad_c, T, B, S_);
+  const std::vector<double>&z = ref.z, &h = ref.h, &c = ref.c, &dz = ref.dz;
+  const std::vector<double>&want_dh0 = ref.d_h0, &dc = ref.d_c0;
 
   const int clusters = (B + bc - 1) / bc;
   SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};

@@ -22,9 +22,9 @@ ARGS = ("input", "weights", "bias", "h0", "c0")
 
 # The CUDA paths each test runs on besides the op's own choice ("auto"), forced through
 # LLTM_SEQUENCE_PATH: the single-CTA kernels (S <= 128) and the cluster kernels. Neither runs
-# float64: tests of float64 problems, and tests that set the variable themselves, carry
-# auto_path_only; a test parametrised with S > 128 skips "cta" (it raises there, as
-# test_cuda_cta_forced_unsupported checks).
+# float64: tests of float64 problems, CPU-only tests and tests that set the variable themselves
+# carry auto_path_only; a test parametrised with S > 128 has no "cta" case (it raises there, as
+# test_cuda_cta_forced_unsupported checks). conftest.py leaves those combinations out.
 FORCED_PATHS = ["cta", "persistent"] if torch.cuda.is_available() else []
 CTA_MAX_STATE = 128
 auto_path_only = pytest.mark.auto_path_only
@@ -32,18 +32,13 @@ auto_path_only = pytest.mark.auto_path_only
 
 @pytest.fixture(autouse=True, params=["auto", *FORCED_PATHS])
 def seq_path(request, monkeypatch):
+    # The combinations a forced path does not have (CPU tensors, auto_path_only tests, cta past
+    # CTA_MAX_STATE) are left out at collection (conftest.py: not_a_path_case).
     path = request.param
     if path == "auto":
         monkeypatch.delenv("LLTM_SEQUENCE_PATH", raising=False)
-        return path
-    params = request.node.callspec.params
-    if params.get("device", "cuda") != "cuda":
-        pytest.skip("a forced CUDA path: CUDA only")
-    if request.node.get_closest_marker("auto_path_only"):
-        pytest.skip("float64 or the path variable set by the test: auto only")
-    if path == "cta" and params.get("S", 0) > CTA_MAX_STATE:
-        pytest.skip(f"cta runs state_size <= {CTA_MAX_STATE}")
-    monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
+    else:
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     return path
 
 

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "common/checks.h"
 #include "common/pack.h"
@@ -47,6 +49,54 @@ inline const cudaDeviceProp& device_properties(int device) {
 
 inline const cudaDeviceProp& device_properties(const Tensor& t) {
   return device_properties(t.get_device_index());
+}
+
+// The current CUDA device (the launchers' key for their per-device caches).
+inline int current_device() {
+  int device = 0;
+  FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// A thread-safe map from Key to what make() computed for it the first time: the launchers'
+// per-(device, size) plans and device queries, asked of the driver once rather than per call.
+// make() runs outside the lock (it may call into CUDA); two threads may both compute a missing
+// entry, and the first one stored wins.
+template <typename Key, typename Value>
+class Memo {
+ public:
+  template <typename Make>
+  Value get(const Key& key, const Make& make) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = map_.find(key);
+      if (it != map_.end()) return it->second;
+    }
+    Value value = make();
+    std::lock_guard<std::mutex> lock(mutex_);
+    return map_.emplace(key, value).first->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<Key, Value> map_;
+};
+
+// Once per kernel and device: the kernel's dynamic shared memory limit lifted to the device's
+// opt-in maximum (the 48 KiB default is below every persistent plan), and, with
+// non_portable_clusters, clusters of more than 8 CTAs allowed.
+inline void allow_large_launch(const void* kernel, int device, bool non_portable_clusters) {
+  static Memo<std::pair<const void*, int>, bool> done;
+  done.get({kernel, device}, [&] {
+    const int limit = static_cast<int>(device_properties(device).sharedMemPerBlockOptin);
+    FUSED_OPS_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    if (non_portable_clusters) {
+      FUSED_OPS_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    }
+    return true;
+  });
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

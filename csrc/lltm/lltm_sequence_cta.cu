@@ -7,9 +7,6 @@
 // and the CTAs run in waves.
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
-#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -38,18 +35,6 @@ const void* kernel_for(ScalarType dtype, int kc, int rb, bool backward) {
   return backward ? cta::backward_kernel_for(dtype, kc, rb) : cta::forward_kernel_for(dtype, kc, rb);
 }
 
-// Once per kernel and device: the dynamic shared memory limit (the plans need far less than
-// the opt-in maximum; the attribute only lifts the 48 KiB default).
-void prepare(const void* kernel, int device) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert({kernel, device}).second) return;
-  const int limit = static_cast<int>(fused_ops::device_properties(device).sharedMemPerBlockOptin);
-  FUSED_OPS_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
-}
-
 Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, bool backward) {
   const int kc = cta::choose_kc(state);
   if (kc == 0) return Config{};
@@ -66,7 +51,7 @@ Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, b
       (void)cudaGetLastError();  // no image for this device: not supported
       return Config{};
     }
-    prepare(kernel, device);
+    fused_ops::allow_large_launch(kernel, device, /*non_portable_clusters=*/false);
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads, smem) !=
         cudaSuccess) {
@@ -87,24 +72,10 @@ Config choose(int device, ScalarType dtype, int64_t batch, int64_t state, bool b
   if (batch < 1 || state < 1 || state > cta::kMaxThreads || batch > (int64_t(1) << 33)) {
     return Config{};
   }
-  static std::mutex mutex;
-  static std::map<std::tuple<int, ScalarType, bool, int64_t, int64_t>, Config> cache;
-  const auto key = std::make_tuple(device, dtype, backward, batch, state);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  const Config cfg = choose_uncached(device, dtype, batch, static_cast<int>(state), backward);
-  std::lock_guard<std::mutex> lock(mutex);
-  cache[key] = cfg;
-  return cfg;
-}
-
-int current_device() {
-  int device = 0;
-  FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
+  static fused_ops::Memo<std::tuple<int, ScalarType, bool, int64_t, int64_t>, Config> memo;
+  return memo.get(std::make_tuple(device, dtype, backward, batch, state), [&] {
+    return choose_uncached(device, dtype, batch, static_cast<int>(state), backward);
+  });
 }
 
 template <typename T>
@@ -121,7 +92,7 @@ constexpr ScalarType dtype_of() {
 template <typename T, typename Args>
 void launch(const Args& args, bool backward, cudaStream_t stream) {
   if (args.batch < 1 || args.state < 1 || args.steps < 1) return;
-  const int device = current_device();
+  const int device = fused_ops::current_device();
   const Config c = choose(device, dtype_of<T>(), args.batch, args.state, backward);
   FUSED_OPS_CHECK(c.kernel != nullptr, "lltm_sequence: the cta kernels do not support batch ",
                   fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),

@@ -261,58 +261,57 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz) {
   return supported ? SeqPath::kPersistent : SeqPath::kFallback;
 }
 
+// The kernels' argument blocks (lltm_sequence.h) of one forward / backward recurrence.
+template <typename scalar_t>
+SeqForward<scalar_t> forward_args(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
+                                  const SeqSizes& sz) {
+  return {w_h.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
+          hs.mutable_data_ptr<scalar_t>(), cells.mutable_data_ptr<scalar_t>(), sz.steps, sz.batch,
+          sz.state};
+}
+
+template <typename scalar_t>
+SeqBackward<scalar_t> backward_args(const Tensor& w_h, Tensor& dz, const Tensor& cells,
+                                    const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
+                                    Tensor& d_c0, const SeqSizes& sz) {
+  return {w_h.const_data_ptr<scalar_t>(),      dz.mutable_data_ptr<scalar_t>(),
+          cells.const_data_ptr<scalar_t>(),    grad_hs.const_data_ptr<scalar_t>(),
+          grad_c_n.const_data_ptr<scalar_t>(), d_h0.mutable_data_ptr<scalar_t>(),
+          d_c0.mutable_data_ptr<scalar_t>(),   sz.steps,
+          sz.batch,                            sz.state};
+}
+
 template <typename scalar_t>
 void cta_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                  const SeqSizes& sz) {
-  const SeqForward<scalar_t> p{w_h.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
-                               hs.mutable_data_ptr<scalar_t>(),
-                               cells.mutable_data_ptr<scalar_t>(), sz.steps, sz.batch, sz.state};
-  seq_cta_forward<scalar_t>(p, fused_ops::current_stream(gates));
+  seq_cta_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
+                            fused_ops::current_stream(gates));
 }
 
 template <typename scalar_t>
 void cta_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
                   const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
-  const SeqBackward<scalar_t> p{w_h.const_data_ptr<scalar_t>(),
-                                dz.mutable_data_ptr<scalar_t>(),
-                                cells.const_data_ptr<scalar_t>(),
-                                grad_hs.const_data_ptr<scalar_t>(),
-                                grad_c_n.const_data_ptr<scalar_t>(),
-                                d_h0.mutable_data_ptr<scalar_t>(),
-                                d_c0.mutable_data_ptr<scalar_t>(),
-                                sz.steps,
-                                sz.batch,
-                                sz.state};
-  seq_cta_backward<scalar_t>(p, fused_ops::current_stream(dz));
+  seq_cta_backward<scalar_t>(
+      backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
+      fused_ops::current_stream(dz));
 }
 
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
 template <typename scalar_t>
 void persistent_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                         const SeqSizes& sz) {
-  const SeqForward<scalar_t> p{w_h.const_data_ptr<scalar_t>(), gates.mutable_data_ptr<scalar_t>(),
-                               hs.mutable_data_ptr<scalar_t>(),
-                               cells.mutable_data_ptr<scalar_t>(), sz.steps, sz.batch, sz.state};
-  seq_persistent_forward<scalar_t>(p, fused_ops::current_stream(gates));
+  seq_persistent_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
+                                   fused_ops::current_stream(gates));
 }
 
 template <typename scalar_t>
 void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
                          const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
                          Tensor& d_c0, const SeqSizes& sz) {
-  const SeqBackward<scalar_t> p{w_h.const_data_ptr<scalar_t>(),
-                                dz.mutable_data_ptr<scalar_t>(),
-                                cells.const_data_ptr<scalar_t>(),
-                                grad_hs.const_data_ptr<scalar_t>(),
-                                grad_c_n.const_data_ptr<scalar_t>(),
-                                d_h0.mutable_data_ptr<scalar_t>(),
-                                d_c0.mutable_data_ptr<scalar_t>(),
-                                sz.steps,
-                                sz.batch,
-                                sz.state};
-  seq_persistent_backward<scalar_t>(p, fused_ops::current_stream(dz));
+  seq_persistent_backward<scalar_t>(
+      backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
+      fused_ops::current_stream(dz));
 }
-
 #endif
 
 // FN<scalar_t>(args...) for the dtypes the cta and persistent kernels are instantiated for

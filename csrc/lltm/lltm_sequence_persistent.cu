@@ -15,9 +15,6 @@
 // are independent). Neither direction is supported when one batch row does not fit.
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
-#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -90,19 +87,6 @@ void* kernel_for(const Config& c, bool backward) {
                         : c.plan.rb == 2 ? kernel_ptr<T, 2>(backward) : kernel_ptr<T, 1>(backward);
 }
 
-// Once per kernel and device: the opt-in shared memory limit and 16-CTA clusters.
-void prepare(const void* kernel, int device) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert({kernel, device}).second) return;
-  const int limit = static_cast<int>(fused_ops::device_properties(device).sharedMemPerBlockOptin);
-  FUSED_OPS_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
-  FUSED_OPS_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-}
-
 cudaLaunchConfig_t launch_config(const Config& c, int clusters, cudaStream_t stream,
                                  cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
@@ -136,7 +120,7 @@ Config choose_uncached(int device, int64_t batch, int state, bool backward) {
     if (bc_max == 0) continue;
     const Config probe = plan_for(mma, state, nc, bc_max, backward);
     void* kernel = kernel_for<T>(probe, backward);
-    prepare(kernel, device);
+    fused_ops::allow_large_launch(kernel, device, /*non_portable_clusters=*/true);
     cudaLaunchAttribute attr;
     cudaLaunchConfig_t cfg = launch_config(probe, 1, nullptr, &attr);
     int fit = 0;
@@ -166,41 +150,36 @@ Config choose(int device, int64_t batch, int64_t state, bool backward) {
   if (batch < 1 || state < 1 || state > (1 << 20) || batch > (int64_t(1) << 31) / 2) {
     return Config{};
   }
-  static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int64_t, int64_t>, Config> cache;
-  const auto key = std::make_tuple(device, backward, batch, state);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  const Config cfg = choose_uncached<T>(device, batch, static_cast<int>(state), backward);
-  std::lock_guard<std::mutex> lock(mutex);
-  cache[key] = cfg;
-  return cfg;
+  static fused_ops::Memo<std::tuple<int, bool, int64_t, int64_t>, Config> memo;
+  return memo.get(std::make_tuple(device, backward, batch, state), [&] {
+    return choose_uncached<T>(device, batch, static_cast<int>(state), backward);
+  });
 }
 
-int current_device() {
-  int device = 0;
-  FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
+// Whether this device launches clusters and this build's kernels hold sm_90 code for it (a
+// build without it, e.g. compute_80 PTX JIT-compiled for this device, has kernels that trap),
+// asked once per device.
+template <typename T>
+bool device_runs_kernels(int device) {
+  static fused_ops::Memo<int, bool> memo;
+  return memo.get(device, [&] {
+    if (fused_ops::device_properties(device).major < 9) return false;
+    int cluster_launch = 0;
+    FUSED_OPS_CUDA_CHECK(
+        cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+    if (!cluster_launch) return false;
+    cudaFuncAttributes attrs{};
+    if (cudaFuncGetAttributes(&attrs, kernel_ptr<T, 1>(false)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attrs.ptxVersion >= 90;
+  });
 }
 
 template <typename T>
 bool supported_as(int device, int64_t batch, int64_t state) {
-  const cudaDeviceProp& prop = fused_ops::device_properties(device);
-  if (prop.major < 9) return false;
-  int cluster_launch = 0;
-  FUSED_OPS_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
-  if (!cluster_launch) return false;
-  // A build without sm_90 code (e.g. compute_80 PTX JIT-compiled for this device) has kernels
-  // that trap: refuse.
-  cudaFuncAttributes attrs{};
-  if (cudaFuncGetAttributes(&attrs, kernel_ptr<T, 1>(false)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (attrs.ptxVersion < 90) return false;
+  if (!device_runs_kernels<T>(device)) return false;
   return choose<T>(device, batch, state, false).clusters > 0 &&
          choose<T>(device, batch, state, true).clusters > 0;
 }
@@ -209,13 +188,13 @@ template <typename T, typename Args>
 void launch(const Args& args, bool backward, cudaStream_t stream) {
   if (args.batch < 1 || args.state < 1) return;
   if (!backward && args.steps < 1) return;
-  const int device = current_device();
+  const int device = fused_ops::current_device();
   const Config c = choose<T>(device, args.batch, args.state, backward);
   FUSED_OPS_CHECK(c.clusters > 0, "lltm_sequence: the persistent kernels do not support batch ",
                   fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),
                   " on this device (seq_persistent_supported is false)");
   void* kernel = kernel_for<T>(c, backward);
-  prepare(kernel, device);
+  fused_ops::allow_large_launch(kernel, device, /*non_portable_clusters=*/true);
   cudaLaunchAttribute attr;
   cudaLaunchConfig_t cfg = launch_config(c, c.clusters, stream, &attr);
   void* plan = c.mma ? const_cast<void*>(static_cast<const void*>(&c.mplan))

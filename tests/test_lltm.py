@@ -105,11 +105,13 @@ def test_empty_batch(device):
     assert grads[1].shape == (9, 7) and grads[1].abs().sum() == 0
 
 
-def check_half_type_against_float64(device, dtype):
+def check_half_type_against_float64(device, dtype, shape=(32, 24, 40)):
     # Tolerance rule: the kernel's error against a float64 reference is at most 2x the
-    # error of the tutorial's plain-PyTorch LLTM run at the same precision (plus 1e-3 of
-    # slack for outputs whose own rounding dominates at these sizes).
-    inputs = make_inputs(32, 24, 40, device)
+    # error of the tutorial's plain-PyTorch LLTM run at the same precision, plus slack for
+    # outputs whose own rounding dominates: 1e-3, or half a unit in the last place of the dtype
+    # where that is larger (bfloat16: 3.9e-3; at B = F = S = 1 each result is one rounding).
+    slack = max(1e-3, torch.finfo(dtype).eps / 2)
+    inputs = make_inputs(*shape, device)
     grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
     exact = outputs_and_grads(lltm_cell_reference, inputs, grad_h, grad_cell)
     low = [t.detach().to(dtype).requires_grad_() for t in inputs]
@@ -118,12 +120,38 @@ def check_half_type_against_float64(device, dtype):
     eager = outputs_and_grads(lltm_cell_reference, low, gh, gc)
     for g, e, x in zip(got, eager, exact):
         assert g.dtype == dtype
-        assert rel_err(g, x) <= 2 * rel_err(e, x) + 1e-3
+        assert rel_err(g, x) <= 2 * rel_err(e, x) + slack
+
+
+# (B, F, S) with a tail of every kind for the CPU's half-type GEMMs (lltm_cpu_gemm_avx2.cpp:
+# blocks of 4 weight rows and 2 batch rows, 16-column tiles of d_X, 8-lane vectors): B odd and
+# 1, K = S + F not a multiple of 8, F = 0, S = 1, S + F past one tile.
+HALF_SHAPES = [(32, 24, 40), (1, 1, 1), (7, 5, 33), (3, 0, 17), (5, 19, 9), (2, 3, 130)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_types_against_float64(device, dtype):
-    check_half_type_against_float64(device, dtype)
+@pytest.mark.parametrize("shape", HALF_SHAPES)
+def test_half_types_against_float64(device, dtype, shape):
+    check_half_type_against_float64(device, dtype, shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_type_backward_masks(device, dtype):
+    # Each gradient of lltm_backward in a half type is the same under every output mask (the
+    # masks only skip work): bitwise equal to the all-gradients call's.
+    inputs = [t.detach().to(dtype) for t in make_inputs(7, 5, 33, device)]
+    grad_h, grad_cell = torch.randn_like(inputs[3]), torch.randn_like(inputs[4])
+    new_h, new_cell, X, gates = torch.ops.lltm.lltm_forward(*inputs)
+    full = torch.ops.lltm.lltm_backward(grad_h, grad_cell, new_cell, gates, X, inputs[1], [True] * 4)
+    for bits in range(16):
+        mask = [bool(bits & (1 << i)) for i in range(4)]
+        got = torch.ops.lltm.lltm_backward(grad_h, grad_cell, new_cell, gates, X, inputs[1], mask)
+        assert torch.equal(got[4], full[4]), f"d_old_cell, mask {mask}"
+        for i, need in enumerate(mask):
+            if need:
+                assert got[i].is_contiguous() and torch.equal(got[i], full[i]), f"{i}, mask {mask}"
+            else:
+                assert got[i].shape == (0,), f"{i}, mask {mask}"
 
 
 def test_parameter_gradients_only(device):

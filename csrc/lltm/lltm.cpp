@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "common/cpu_features.h"
 #include "common/dispatch.h"
@@ -223,6 +224,100 @@ Tensor rounded(const Tensor& t, ScalarType type) {
   return out;
 }
 
+// ---- The GEMMs in float, W read in the half type (AVX2 CPUs; lltm_cpu_gemm_avx2.cpp) ----
+
+// Rows [r0, r1) of the contiguous (rows, K) half-type src as float rows of pitch
+// half_gemm_pitch(K), zero-padded; the rows before r0 are left as they are.
+template <typename scalar_t>
+void to_padded_floats(const scalar_t* src, int64_t K, int64_t r0, int64_t r1, float* dst) {
+  const int64_t pitch = half_gemm_pitch(K);
+  for (int64_t r = r0; r < r1; ++r) {
+    to_float_avx2(storage_of<scalar_t>(), src + r * K, dst + r * pitch, K);
+    std::fill(dst + r * pitch + K, dst + (r + 1) * pitch, 0.f);
+  }
+}
+
+// X (B, K) in the half type as float rows for the GEMMs, converted on torch's threads.
+template <typename scalar_t>
+std::vector<float> padded_floats(const Tensor& X) {
+  const int64_t B = X.size(0), K = X.size(1);
+  std::vector<float> out(static_cast<size_t>(B * half_gemm_pitch(K)));
+  const scalar_t* src = X.const_data_ptr<scalar_t>();
+  torch::stable::parallel_for(0, B, std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(1, K)),
+                              [&](int64_t r0, int64_t r1) {
+                                to_padded_floats(src, K, r0, r1, out.data());
+                              });
+  return out;
+}
+
+// Tasks of at least ~64K multiply-adds: blocks of `per_block` each.
+int64_t grain_blocks(int64_t per_block) {
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_block));
+}
+
+// The forward's gates (B, 3S) in float = X W^T + bias; X, weights, bias contiguous, B > 0.
+Tensor gates_half(const Tensor& X, const Tensor& weights, const Tensor& bias,
+                  const CellSizes& sizes) {
+  const int64_t B = sizes.batch, S = sizes.state, K = sizes.state + sizes.features, N = 3 * S;
+  Tensor gates = empty_of(X, ScalarType::Float, B, N);
+  FUSED_OPS_DISPATCH_HALF(X.scalar_type(), "lltm_forward_cpu", [&] {
+    const std::vector<float> x = padded_floats<scalar_t>(X);
+    std::vector<float> b(static_cast<size_t>(N));
+    const scalar_t* bias_src = bias.const_data_ptr<scalar_t>();
+    for (int64_t n = 0; n < N; ++n) b[n] = static_cast<float>(bias_src[n]);
+    const void* w = weights.const_data_ptr();
+    float* out = gates.mutable_data_ptr<float>();
+    const int64_t blocks = (N + kHalfGemmRows - 1) / kHalfGemmRows;
+    torch::stable::parallel_for(
+        0, blocks, grain_blocks(kHalfGemmRows * B * K), [&](int64_t i0, int64_t i1) {
+          std::vector<float> scratch(static_cast<size_t>(kHalfGemmRows * half_gemm_pitch(K)));
+          gates_half_avx2(storage_of<scalar_t>(), w, x.data(), b.data(), out, B, K, N,
+                          i0 * kHalfGemmRows, std::min(N, i1 * kHalfGemmRows), scratch.data());
+        });
+  });
+  return gates;
+}
+
+// The backward's GEMMs from d_gates (B, 3S, float): d_input, d_weights, d_bias, d_old_h (as
+// the mask asks; the others stay as given) in the half type. X, weights contiguous; B, S > 0.
+void backward_gemms_half(const Tensor& d_gates, const Tensor& X, const Tensor& weights,
+                         const GradMask& mask, const CellSizes& sizes, Tensor& d_input,
+                         Tensor& d_weights, Tensor& d_bias, Tensor& d_old_h) {
+  const int64_t B = sizes.batch, F = sizes.features, S = sizes.state, K = S + F, N = 3 * S;
+  const float* dg = d_gates.const_data_ptr<float>();
+  FUSED_OPS_DISPATCH_HALF(X.scalar_type(), "lltm_backward_cpu", [&] {
+    constexpr Storage st = storage_of<scalar_t>();
+    const void* w = weights.const_data_ptr();
+    // [d_old_h | d_input] = d_gates W, by column tiles of W: those of d_old_h, then d_input's.
+    auto tiles = [](int64_t width) { return (width + kHalfGemmTileCols - 1) / kHalfGemmTileCols; };
+    const int64_t t_h = mask[3] ? tiles(S) : 0, t_in = mask[0] ? tiles(F) : 0;
+    if (mask[3]) d_old_h = new_empty({B, S}, X);
+    if (mask[0]) d_input = new_empty({B, F}, X);
+    void* out_h = mask[3] ? d_old_h.mutable_data_ptr() : nullptr;
+    void* out_in = mask[0] ? d_input.mutable_data_ptr() : nullptr;
+    torch::stable::parallel_for(
+        0, t_h + t_in, grain_blocks(kHalfGemmTileCols * B * N), [&](int64_t t0, int64_t t1) {
+          if (t0 < t_h) d_x_half_avx2(st, w, K, 0, S, dg, B, N, out_h, t0, std::min(t1, t_h));
+          if (t1 > t_h) {
+            d_x_half_avx2(st, w, K, S, F, dg, B, N, out_in, std::max<int64_t>(t0 - t_h, 0),
+                          t1 - t_h);
+          }
+        });
+    if (!mask[1] && !mask[2]) return;
+    const std::vector<float> x = mask[1] ? padded_floats<scalar_t>(X) : std::vector<float>();
+    if (mask[1]) d_weights = new_empty({N, K}, X);
+    if (mask[2]) d_bias = new_empty({N}, X);
+    void* out_w = mask[1] ? d_weights.mutable_data_ptr() : nullptr;
+    void* out_b = mask[2] ? d_bias.mutable_data_ptr() : nullptr;
+    const int64_t blocks = (N + kHalfGemmRows - 1) / kHalfGemmRows;
+    torch::stable::parallel_for(
+        0, blocks, grain_blocks(kHalfGemmRows * B * K), [&](int64_t i0, int64_t i1) {
+          d_w_half_avx2(st, x.data(), dg, B, K, N, i0 * kHalfGemmRows,
+                        std::min(N, i1 * kHalfGemmRows), out_w, out_b);
+        });
+  });
+}
+
 template <typename scalar_t>
 void forward_half_pointwise(const Tensor& gates32, Tensor& gate_weights, const Tensor& old_cell,
                             Tensor& new_h, Tensor& new_cell, GateActivations* acts) {
@@ -241,7 +336,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, con
   Tensor X = new_empty({B, S + F}, input);  // [old_h, input] in the op's dtype (saved)
   copy_into_columns(X, 0, old_h);
   copy_into_columns(X, S, input);
-  const Tensor gates32 = fused_ops::aten::linear(as_float(X), as_float(weights), as_float(bias));
+  const Tensor gates32 = fused_ops::cpu_has_avx2() && B > 0
+                             ? gates_half(X, as_contiguous(weights), as_contiguous(bias), sizes)
+                             : fused_ops::aten::linear(as_float(X), as_float(weights),
+                                                       as_float(bias));
   Tensor gate_weights = new_empty({B, 3 * S}, input);
   Tensor new_h = new_empty({B, S}, input);
   Tensor new_cell = new_empty({B, S}, input);
@@ -282,6 +380,13 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
     });
   }
   auto skipped = [&] { return new_empty({0}, new_cell); };
+  if (fused_ops::cpu_has_avx2() && B > 0 && S > 0) {
+    Tensor d_input = skipped(), d_weights = skipped(), d_bias = skipped(), d_old_h = skipped();
+    backward_gemms_half(d_gates, as_contiguous(X), as_contiguous(weights), mask, sizes, d_input,
+                        d_weights, d_bias, d_old_h);
+    if (d_gates_out != nullptr) *d_gates_out = rounded(d_gates, dtype);
+    return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
+  }
   Tensor w32 = mask[0] || mask[3] ? as_float(weights) : Tensor();
   Tensor d_input =
       mask[0] ? rounded(fused_ops::aten::mm(d_gates, torch::stable::narrow(w32, 1, S, F)), dtype)

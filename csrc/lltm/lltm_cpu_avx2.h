@@ -1,5 +1,6 @@
-// The LLTM cell's pointwise CPU kernels vectorised for AVX2 + FMA + F16C: float32, float16 and
-// bfloat16 in lltm_cpu_avx2.cpp, float64 in lltm_cpu_avx2_f64.cpp. Call them only when
+// The LLTM cell's CPU kernels vectorised for AVX2 + FMA + F16C: the pointwise passes for
+// float32, float16 and bfloat16 in lltm_cpu_avx2.cpp, float64 in lltm_cpu_avx2_f64.cpp; the
+// half types' GEMMs in lltm_cpu_gemm_avx2.cpp. Call them only when
 // fused_ops::cpu_has_avx2(); rows [b0, b1) of contiguous (B, 3S) gates and (B, S) tensors.
 // The float kernels compute in float; the tensors other than the float gate buffers are stored
 // as `Storage` says (float16 and bfloat16 converted on load, rounded on store).
@@ -40,5 +41,34 @@ void backward_rows_avx2(const double* grad_h, const double* grad_cell, const dou
 // call each.
 void to_float_avx2(Storage storage, const void* src, float* dst, int64_t n);
 void from_float_avx2(Storage storage, const float* src, void* dst, int64_t n);
+
+// ---- The GEMMs of a float16 / bfloat16 cell (storage Half or BFloat16), accumulated in float,
+// reading the weights w (3S x K, K = S + F, contiguous) in their half type. N = 3S.
+
+// The pitch of the float copies of x that the GEMMs read: K rounded up to 8 lanes, the padding
+// zero, so that every row reads as whole vectors.
+constexpr int64_t half_gemm_pitch(int64_t K) { return (K + 7) / 8 * 8; }
+// Rows of w that gates_half_avx2 converts and uses as one block: split [0, N) among threads
+// at multiples of it.
+constexpr int64_t kHalfGemmRows = 4;
+
+// gates[b, n] = bias[n] + sum_k x[b, k] w[n, k] for rows n in [n0, n1), every b < B: x float
+// (B rows, pitch half_gemm_pitch(K)), bias float (N), gates float (B, N). scratch:
+// kHalfGemmRows * half_gemm_pitch(K) floats of the caller's, one per thread.
+void gates_half_avx2(Storage storage, const void* w, const float* x, const float* bias,
+                     float* gates, int64_t B, int64_t K, int64_t N, int64_t n0, int64_t n1,
+                     float* scratch);
+
+// out (B, width) = d_gates (B, N, float) @ w[:, col0 : col0 + width], rounded to `storage`,
+// for the column tiles [t0, t1) of kHalfGemmTileCols columns each (the last one partial).
+constexpr int64_t kHalfGemmTileCols = 16;
+void d_x_half_avx2(Storage storage, const void* w, int64_t K, int64_t col0, int64_t width,
+                   const float* d_gates, int64_t B, int64_t N, void* out, int64_t t0, int64_t t1);
+
+// Rows [n0, n1) of d_w (N, K) = d_gates^T @ x and of d_bias (N) = the column sums of d_gates,
+// rounded to `storage`; x as for gates_half_avx2. d_w or d_bias null: not computed. Split
+// [0, N) among threads at multiples of kHalfGemmRows.
+void d_w_half_avx2(Storage storage, const float* x, const float* d_gates, int64_t B, int64_t K,
+                   int64_t N, int64_t n0, int64_t n1, void* d_w, void* d_bias);
 
 }  // namespace lltm

@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -161,6 +165,32 @@ void backward_pointwise_cpu(const Tensor& grad_h, const Tensor& grad_cell, const
 
 bool is_half(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
 
+// Which GEMMs a float16 / bfloat16 cell runs: kFused, lltm_cpu_gemm_avx2.cpp's (W read in its
+// half type; AVX2 CPUs), or kLibrary, W and X converted to float tensors and ATen's float GEMMs
+// (CPUs without AVX2). LLTM_CPU_PATH=fused|library|auto forces one (read at every call: tests
+// and benchmarks set it between calls). On the 2-core AMD EPYC the fused kernels beat the
+// library's at every size measured, (16, 32, 128) to (256, 256, 1024)
+// (benchmarks/results/lltm_cpu_half.md).
+enum class HalfGemms { kFused, kLibrary };
+
+HalfGemms half_gemms() {
+  const char* v = std::getenv("LLTM_CPU_PATH");
+  HalfGemms choice = HalfGemms::kFused;
+  if (v != nullptr && *v != '\0' && std::strcmp(v, "auto") != 0) {
+    if (std::strcmp(v, "fused") == 0) {
+      choice = HalfGemms::kFused;
+    } else if (std::strcmp(v, "library") == 0) {
+      choice = HalfGemms::kLibrary;
+    } else {
+      fused_ops::raise<std::invalid_argument>(
+          "environment variable LLTM_CPU_PATH must be 'fused', 'library' or 'auto' (or unset), "
+          "got '", std::string(v), "'");
+    }
+  }
+  // Without AVX2 the fused kernels do not exist: the library's GEMMs.
+  return fused_ops::cpu_has_avx2() ? choice : HalfGemms::kLibrary;
+}
+
 // An uninitialised contiguous 1-D or 2-D tensor of dtype `type` on like's device, straight
 // from the allocator (lltm_driver.h's new_empty, with a dtype of its own).
 Tensor empty_of(const Tensor& like, ScalarType type, int64_t rows, int64_t cols = -1) {
@@ -297,10 +327,14 @@ void backward_gemms_half(const Tensor& d_gates, const Tensor& X, const Tensor& w
     void* out_in = mask[0] ? d_input.mutable_data_ptr() : nullptr;
     torch::stable::parallel_for(
         0, t_h + t_in, grain_blocks(kHalfGemmTileCols * B * N), [&](int64_t t0, int64_t t1) {
-          if (t0 < t_h) d_x_half_avx2(st, w, K, 0, S, dg, B, N, out_h, t0, std::min(t1, t_h));
+          std::vector<float> scratch(static_cast<size_t>(d_x_half_scratch(B)));
+          if (t0 < t_h) {
+            d_x_half_avx2(st, w, K, 0, S, dg, B, N, out_h, t0, std::min(t1, t_h),
+                          scratch.data());
+          }
           if (t1 > t_h) {
             d_x_half_avx2(st, w, K, S, F, dg, B, N, out_in, std::max<int64_t>(t0 - t_h, 0),
-                          t1 - t_h);
+                          t1 - t_h, scratch.data());
           }
         });
     if (!mask[1] && !mask[2]) return;
@@ -312,8 +346,9 @@ void backward_gemms_half(const Tensor& d_gates, const Tensor& X, const Tensor& w
     const int64_t blocks = (N + kHalfGemmRows - 1) / kHalfGemmRows;
     torch::stable::parallel_for(
         0, blocks, grain_blocks(kHalfGemmRows * B * K), [&](int64_t i0, int64_t i1) {
-          d_w_half_avx2(st, x.data(), dg, B, K, N, i0 * kHalfGemmRows,
-                        std::min(N, i1 * kHalfGemmRows), out_w, out_b);
+          const int64_t n0 = i0 * kHalfGemmRows, n1 = std::min(N, i1 * kHalfGemmRows);
+          std::vector<float> scratch(static_cast<size_t>(d_w_half_scratch(B, n1 - n0)));
+          d_w_half_avx2(st, x.data(), dg, B, K, N, n0, n1, out_w, out_b, scratch.data());
         });
   });
 }
@@ -336,7 +371,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, con
   Tensor X = new_empty({B, S + F}, input);  // [old_h, input] in the op's dtype (saved)
   copy_into_columns(X, 0, old_h);
   copy_into_columns(X, S, input);
-  const Tensor gates32 = fused_ops::cpu_has_avx2() && B > 0
+  const Tensor gates32 = half_gemms() == HalfGemms::kFused && B > 0
                              ? gates_half(X, as_contiguous(weights), as_contiguous(bias), sizes)
                              : fused_ops::aten::linear(as_float(X), as_float(weights),
                                                        as_float(bias));
@@ -380,7 +415,7 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
     });
   }
   auto skipped = [&] { return new_empty({0}, new_cell); };
-  if (fused_ops::cpu_has_avx2() && B > 0 && S > 0) {
+  if (half_gemms() == HalfGemms::kFused && B > 0 && S > 0) {
     Tensor d_input = skipped(), d_weights = skipped(), d_bias = skipped(), d_old_h = skipped();
     backward_gemms_half(d_gates, as_contiguous(X), as_contiguous(weights), mask, sizes, d_input,
                         d_weights, d_bias, d_old_h);

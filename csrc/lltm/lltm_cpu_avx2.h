@@ -61,14 +61,21 @@ void gates_half_avx2(Storage storage, const void* w, const float* x, const float
 
 // out (B, width) = d_gates (B, N, float) @ w[:, col0 : col0 + width], rounded to `storage`,
 // for the column tiles [t0, t1) of kHalfGemmTileCols columns each (the last one partial).
+// scratch: d_x_half_scratch(B) floats of the caller's, one per thread.
 constexpr int64_t kHalfGemmTileCols = 16;
+constexpr int64_t d_x_half_scratch(int64_t B) { return (B + 64) * kHalfGemmTileCols; }
 void d_x_half_avx2(Storage storage, const void* w, int64_t K, int64_t col0, int64_t width,
-                   const float* d_gates, int64_t B, int64_t N, void* out, int64_t t0, int64_t t1);
+                   const float* d_gates, int64_t B, int64_t N, void* out, int64_t t0, int64_t t1,
+                   float* scratch);
 
 // Rows [n0, n1) of d_w (N, K) = d_gates^T @ x and of d_bias (N) = the column sums of d_gates,
 // rounded to `storage`; x as for gates_half_avx2. d_w or d_bias null: not computed. Split
-// [0, N) among threads at multiples of kHalfGemmRows.
+// [0, N) among threads at multiples of kHalfGemmRows. scratch: d_w_half_scratch(B, n1 - n0)
+// floats of the caller's.
+constexpr int64_t d_w_half_scratch(int64_t B, int64_t rows) {
+  return (rows + kHalfGemmTileCols) * B;
+}
 void d_w_half_avx2(Storage storage, const float* x, const float* d_gates, int64_t B, int64_t K,
-                   int64_t N, int64_t n0, int64_t n1, void* d_w, void* d_bias);
+                   int64_t N, int64_t n0, int64_t n1, void* d_w, void* d_bias, float* scratch);
 
 }  // namespace lltm

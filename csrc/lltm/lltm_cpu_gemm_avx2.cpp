@@ -32,22 +32,42 @@ inline float hsum(V v) {
   return _mm_cvtss_f32(s);
 }
 
+// The first min(left, 8) lanes of v at dst (none if left <= 0), rounded to the half type.
+// Every loop over accumulators below is unrolled (pragma; constant trip counts, guards inside)
+// so that each index is a compile-time constant: one the compiler cannot resolve keeps the
+// whole accumulator array on the stack, stored at every step of the inner loop (seen in d_W:
+// 2x slower).
+template <typename E>
+inline void store_first(typename E::T* dst, V v, int64_t left, E e) {
+  if (left >= kLanes) {
+    AllLanes().store(dst, v, e);
+  } else if (left > 0) {
+    Lanes(left).store(dst, v, e);
+  }
+}
+
 // ---- forward: gates[b, n] = bias[n] + sum_k x[b, k] w[n, k] ----
 // Dot products along k, the layout both operands have in memory. Per block of kGateRows rows of
 // W: the rows converted to float into `scratch` (kGateRows x K8, zero-padded; 5 KiB at K = 160:
 // it stays in L1 while every batch row passes over it), then kBatchRows x kGateRows vector
 // accumulators per pair of batch rows (8 + 4 weight vectors + 1 of x: 13 of 16 registers), each
-// reduced across its lanes once at the end.
+// reduced across its lanes once at the end. The batch rows go in chunks whose part of x (at most
+// kChunkFloats: 256 KiB) stays in L2 while every block of W passes over it; each chunk converts
+// W's blocks again (one conversion per element of W per chunk, against `chunk` multiply-adds).
+// Without chunks x was streamed from L3 once per block: (256, 256, 1024) 1.05x float32's time.
 constexpr int kGateRows = 4;
-constexpr int kBatchRows = 2;
+constexpr int kBatchRows = 3;
+constexpr int64_t kChunkFloats = 65536;
 
+// Batch rows [b0, b1) of gates_rows.
 template <typename E>
-void gates_rows(const typename E::T* w, const float* x, const float* bias, float* gates,
-                int64_t B, int64_t K, int64_t K8, int64_t N, int64_t n0, int64_t n1,
-                float* scratch) {
+void gates_rows_chunk(const typename E::T* w, const float* x, const float* bias, float* gates,
+                      int64_t b0, int64_t b1, int64_t K, int64_t K8, int64_t N, int64_t n0,
+                      int64_t n1, float* scratch) {
   const E e;
   for (int64_t n = n0; n < n1; n += kGateRows) {
     const int64_t rows = std::min<int64_t>(kGateRows, n1 - n);
+    #pragma GCC unroll 8
     for (int64_t r = 0; r < kGateRows; ++r) {
       float* dst = scratch + r * K8;
       if (r >= rows) {
@@ -59,61 +79,112 @@ void gates_rows(const typename E::T* w, const float* x, const float* bias, float
         _mm256_storeu_ps(dst + k, io.load(w + (n + r) * K + k, e));
       });
     }
-    for (int64_t b = 0; b < B; b += kBatchRows) {
-      // A last odd row reads row b twice; the copy's sums are not stored.
-      const float* x0 = x + b * K8;
-      const float* x1 = b + 1 < B ? x0 + K8 : x0;
+    for (int64_t b = b0; b < b1; b += kBatchRows) {
+      // Rows past b1 read row b1 - 1 again; the copies' sums are not stored.
+      const float* xs[kBatchRows];
+      #pragma GCC unroll 8
+      for (int i = 0; i < kBatchRows; ++i) xs[i] = x + std::min(b + i, b1 - 1) * K8;
       V acc[kBatchRows][kGateRows];
+      #pragma GCC unroll 8
       for (auto& row : acc) {
+        #pragma GCC unroll 8
         for (V& a : row) a = _mm256_setzero_ps();
       }
       for (int64_t k = 0; k < K8; k += kLanes) {
-        const V xv0 = _mm256_loadu_ps(x0 + k), xv1 = _mm256_loadu_ps(x1 + k);
+        V xv[kBatchRows];
+        #pragma GCC unroll 8
+        for (int i = 0; i < kBatchRows; ++i) xv[i] = _mm256_loadu_ps(xs[i] + k);
+        #pragma GCC unroll 8
         for (int r = 0; r < kGateRows; ++r) {
           const V wv = _mm256_loadu_ps(scratch + r * K8 + k);
-          acc[0][r] = fma(xv0, wv, acc[0][r]);
-          acc[1][r] = fma(xv1, wv, acc[1][r]);
+          #pragma GCC unroll 8
+          for (int i = 0; i < kBatchRows; ++i) acc[i][r] = fma(xv[i], wv, acc[i][r]);
         }
       }
-      for (int i = 0; i < kBatchRows && b + i < B; ++i) {
-        for (int64_t r = 0; r < rows; ++r) {
-          gates[(b + i) * N + n + r] = hsum(acc[i][r]) + bias[n + r];
+      #pragma GCC unroll 8
+      for (int i = 0; i < kBatchRows; ++i) {
+        #pragma GCC unroll 8
+        for (int r = 0; r < kGateRows; ++r) {
+          if (b + i < b1 && r < rows) gates[(b + i) * N + n + r] = hsum(acc[i][r]) + bias[n + r];
         }
       }
     }
   }
 }
 
+template <typename E>
+void gates_rows(const typename E::T* w, const float* x, const float* bias, float* gates,
+                int64_t B, int64_t K, int64_t K8, int64_t N, int64_t n0, int64_t n1,
+                float* scratch) {
+  const int64_t chunk = std::max<int64_t>(kBatchRows, kChunkFloats / K8 / kBatchRows * kBatchRows);
+  for (int64_t c0 = 0; c0 < B; c0 += chunk) {
+    gates_rows_chunk<E>(w, x, bias, gates, c0, std::min(B, c0 + chunk), K, K8, N, n0, n1,
+                        scratch);
+  }
+}
+
 // ---- backward ----
-// d_X[b, c] = sum_n d_gates[b, n] w[n, col0 + c] for c in one tile of kTileCols columns: for
-// every n, the tile's two weight vectors (converted as loaded) times d_gates[b, n] broadcast,
-// into kTileRows x 2 accumulators (8 registers). The batch blocks run inside the tile so that
-// the tile's column of W (N x 16 values) is read from L1 after its first pass.
+// d_X[b, c] = sum_n d_gates[b, n] w[n, col0 + c] for the kTileCols columns c of one tile, in
+// chunks of kChunkRows rows n: the chunk's piece of W (kChunkRows x 16) converted to float into
+// `chunk` (4 KiB, L1), then for each block of kTileRows batch rows the partial sums of earlier
+// chunks loaded from `sums` (B x 16 floats, the caller's), per n the chunk's two weight vectors
+// times d_gates[b, n] broadcast (kTileRows x 2 accumulators, 8 registers), and stored back; the
+// last chunk rounds them into out. Each element of W is converted once.
 constexpr int kTileRows = 4;
 constexpr int64_t kTileCols = 2 * kLanes;
+constexpr int64_t kChunkRows = 64;
 static_assert(kTileCols == kHalfGemmTileCols && kGateRows == kHalfGemmRows);
+static_assert(d_x_half_scratch(0) == kChunkRows * kTileCols);
 
 template <typename E, typename IO0, typename IO1>
 void d_x_tile(const typename E::T* w, int64_t K, const float* d_gates, int64_t B, int64_t N,
-              typename E::T* out, int64_t ld_out, const IO0& io0, const IO1& io1) {
+              typename E::T* out, int64_t ld_out, const IO0& io0, const IO1& io1, float* sums,
+              float* chunk) {
   const E e;
-  for (int64_t b = 0; b < B; b += kTileRows) {
-    const int64_t rows = std::min<int64_t>(kTileRows, B - b);
-    const float* g[kTileRows];
-    for (int i = 0; i < kTileRows; ++i) g[i] = d_gates + (b + std::min<int64_t>(i, rows - 1)) * N;
-    V acc[kTileRows][2];
-    for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
-    for (int64_t n = 0; n < N; ++n) {
-      const V w0 = io0.load(w + n * K, e), w1 = io1.load(w + n * K + kLanes, e);
-      for (int i = 0; i < kTileRows; ++i) {
-        const V gv = _mm256_broadcast_ss(g[i] + n);
-        acc[i][0] = fma(gv, w0, acc[i][0]);
-        acc[i][1] = fma(gv, w1, acc[i][1]);
-      }
+  for (int64_t n0 = 0; n0 < N; n0 += kChunkRows) {
+    const int64_t rows_n = std::min<int64_t>(kChunkRows, N - n0);
+    for (int64_t n = 0; n < rows_n; ++n) {
+      const typename E::T* src = w + (n0 + n) * K;
+      _mm256_storeu_ps(chunk + n * kTileCols, io0.load(src, e));
+      _mm256_storeu_ps(chunk + n * kTileCols + kLanes, io1.load(src + kLanes, e));
     }
-    for (int64_t i = 0; i < rows; ++i) {
-      io0.store(out + (b + i) * ld_out, acc[i][0], e);
-      io1.store(out + (b + i) * ld_out + kLanes, acc[i][1], e);
+    const bool first = n0 == 0, last = n0 + rows_n == N;
+    for (int64_t b = 0; b < B; b += kTileRows) {
+      const int64_t rows = std::min<int64_t>(kTileRows, B - b);
+      // A last partial block reads its last row again; the copies are not stored.
+      const float* g[kTileRows];
+      #pragma GCC unroll 8
+      for (int i = 0; i < kTileRows; ++i) {
+        g[i] = d_gates + (b + std::min<int64_t>(i, rows - 1)) * N + n0;
+      }
+      V acc[kTileRows][2];
+      #pragma GCC unroll 8
+      for (int i = 0; i < kTileRows; ++i) {
+        const float* s = sums + (b + std::min<int64_t>(i, rows - 1)) * kTileCols;
+        acc[i][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(s);
+        acc[i][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(s + kLanes);
+      }
+      for (int64_t n = 0; n < rows_n; ++n) {
+        const V w0 = _mm256_loadu_ps(chunk + n * kTileCols);
+        const V w1 = _mm256_loadu_ps(chunk + n * kTileCols + kLanes);
+        #pragma GCC unroll 8
+        for (int i = 0; i < kTileRows; ++i) {
+          const V gv = _mm256_broadcast_ss(g[i] + n);
+          acc[i][0] = fma(gv, w0, acc[i][0]);
+          acc[i][1] = fma(gv, w1, acc[i][1]);
+        }
+      }
+      #pragma GCC unroll 8
+      for (int i = 0; i < kTileRows; ++i) {
+        if (i >= rows) continue;
+        if (last) {
+          io0.store(out + (b + i) * ld_out, acc[i][0], e);
+          io1.store(out + (b + i) * ld_out + kLanes, acc[i][1], e);
+        } else {
+          _mm256_storeu_ps(sums + (b + i) * kTileCols, acc[i][0]);
+          _mm256_storeu_ps(sums + (b + i) * kTileCols + kLanes, acc[i][1]);
+        }
+      }
     }
   }
 }
@@ -122,58 +193,89 @@ void d_x_tile(const typename E::T* w, int64_t K, const float* d_gates, int64_t B
 // (a second vector with no lanes is neither read nor written: Lanes(0)).
 template <typename E>
 void d_x_columns(const typename E::T* w, int64_t K, int64_t col0, int64_t width,
-                 const float* d_gates, int64_t B, int64_t N, typename E::T* out, int64_t t) {
+                 const float* d_gates, int64_t B, int64_t N, typename E::T* out, int64_t t,
+                 float* sums, float* chunk) {
   const int64_t c = t * kTileCols;
   const typename E::T* wt = w + col0 + c;
   if (c + kTileCols <= width) {
-    return d_x_tile<E>(wt, K, d_gates, B, N, out + c, width, AllLanes(), AllLanes());
+    return d_x_tile<E>(wt, K, d_gates, B, N, out + c, width, AllLanes(), AllLanes(), sums,
+                       chunk);
   }
   const int64_t left = width - c;
   d_x_tile<E>(wt, K, d_gates, B, N, out + c, width, Lanes(std::min<int64_t>(left, kLanes)),
-              Lanes(std::max<int64_t>(left - kLanes, 0)));
+              Lanes(std::max<int64_t>(left - kLanes, 0)), sums, chunk);
 }
 
-// d_W[n, k] = sum_b d_gates[b, n] x[b, k] for kTileRows rows n and 16 columns k a tile (x in
-// float, pitch K8, zero-padded: full vectors always readable), stored rounded to the half type;
-// d_bias[n] = sum_b d_gates[b, n] over the same rows, 8 at a time.
+// d_W[n, k] = sum_b d_gates[b, n] x[b, k] for rows n in [n0, n1): d_gates' columns n0..n1
+// first transposed into g_t ((n1 - n0) x B), so that a block of kTileRows rows reads
+// kTileRows contiguous streams; the column tiles of x (pitch K8, zero-padded) run outermost,
+// each copied into x_t (B x 16 floats, contiguous) so that it stays in L1 while every row
+// block passes over it (read in place, x's rows K8 floats apart fall into a few cache sets when
+// K8 is a multiple of a large power of two: 1280 floats at (256, 256, 1024), 2.2x slower).
+// Stored rounded to the half type. d_bias[n] = sum_b d_gates[b, n]. scratch: g_t, then x_t.
 template <typename E>
 void d_w_rows(const float* x, const float* d_gates, int64_t B, int64_t K, int64_t K8, int64_t N,
-              int64_t n0, int64_t n1, typename E::T* d_w, typename E::T* d_bias) {
+              int64_t n0, int64_t n1, typename E::T* d_w, typename E::T* d_bias,
+              float* scratch) {
   const E e;
-  for (int64_t n = n0; d_w != nullptr && n < n1; n += kTileRows) {
-    const int64_t rows = std::min<int64_t>(kTileRows, n1 - n);
-    for (int64_t k = 0; k < K; k += kTileCols) {
+  const int64_t rows_n = n1 - n0;
+  float* const g_t = scratch;
+  float* const x_t = scratch + rows_n * B;
+  // In 16 x 16 blocks: row by row, either side's stride (N or B floats, often a multiple of
+  // 1024 bytes) would map every access of a pass to the same few cache sets.
+  constexpr int64_t kBlock = 16;
+  for (int64_t b1 = 0; b1 < B; b1 += kBlock) {
+    for (int64_t m1 = 0; m1 < rows_n; m1 += kBlock) {
+      for (int64_t b = b1; b < std::min(B, b1 + kBlock); ++b) {
+        for (int64_t n = m1; n < std::min(rows_n, m1 + kBlock); ++n) {
+          g_t[n * B + b] = d_gates[b * N + n0 + n];
+        }
+      }
+    }
+  }
+  for (int64_t k = 0; d_w != nullptr && k < K; k += kTileCols) {
+    const bool two = k + kLanes < K8;  // else the tile's second vector is past K8: zeros
+    for (int64_t b = 0; b < B; ++b) {
+      _mm256_storeu_ps(x_t + b * kTileCols, _mm256_loadu_ps(x + b * K8 + k));
+      _mm256_storeu_ps(x_t + b * kTileCols + kLanes,
+                       two ? _mm256_loadu_ps(x + b * K8 + k + kLanes) : _mm256_setzero_ps());
+    }
+    for (int64_t n = 0; n < rows_n; n += kTileRows) {
+      const int64_t rows = std::min<int64_t>(kTileRows, rows_n - n);
+      const float* g[kTileRows];
+      #pragma GCC unroll 8
+      for (int r = 0; r < kTileRows; ++r) g[r] = g_t + (n + std::min<int64_t>(r, rows - 1)) * B;
       V acc[kTileRows][2];
+      #pragma GCC unroll 8
       for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
       for (int64_t b = 0; b < B; ++b) {
-        const V x0 = _mm256_loadu_ps(x + b * K8 + k);
-        const V x1 = k + kLanes < K8 ? _mm256_loadu_ps(x + b * K8 + k + kLanes) : x0;
-        const float* g = d_gates + b * N + n;
-        for (int64_t r = 0; r < kTileRows; ++r) {
-          const V gv = _mm256_broadcast_ss(g + std::min<int64_t>(r, rows - 1));
+        const V x0 = _mm256_loadu_ps(x_t + b * kTileCols);
+        const V x1 = _mm256_loadu_ps(x_t + b * kTileCols + kLanes);
+        #pragma GCC unroll 8
+        for (int r = 0; r < kTileRows; ++r) {
+          const V gv = _mm256_broadcast_ss(g[r] + b);
           acc[r][0] = fma(gv, x0, acc[r][0]);
           acc[r][1] = fma(gv, x1, acc[r][1]);
         }
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        typename E::T* dst = d_w + (n + r) * K + k;
-        for (int v = 0; v < 2; ++v) {
-          const int64_t left = K - k - v * kLanes;
-          if (left >= kLanes) {
-            AllLanes().store(dst + v * kLanes, acc[r][v], e);
-          } else if (left > 0) {
-            Lanes(left).store(dst + v * kLanes, acc[r][v], e);
-          }
+      #pragma GCC unroll 8
+      for (int r = 0; r < kTileRows; ++r) {
+        if (r < rows) {
+          typename E::T* dst = d_w + (n0 + n + r) * K + k;
+          store_first(dst, acc[r][0], K - k, e);
+          store_first(dst + kLanes, acc[r][1], K - k - kLanes, e);
         }
       }
     }
   }
   if (d_bias == nullptr) return;
-  for_each_vector(n1 - n0, [&](int64_t j, const auto& io) {
+  for (int64_t n = 0; n < rows_n; ++n) {
     V sum = _mm256_setzero_ps();
-    for (int64_t b = 0; b < B; ++b) sum = add(sum, io.load(d_gates + b * N + n0 + j));
-    io.store(d_bias + n0 + j, sum, e);
-  });
+    const float* row = g_t + n * B;
+    for_each_vector(B, [&](int64_t b, const auto& io) { sum = add(sum, io.load(row + b)); });
+    const float total = hsum(sum);
+    Lanes(1).store(d_bias + n0 + n, splat(total), e);
+  }
 }
 
 template <typename E>
@@ -204,23 +306,24 @@ void gates_half_avx2(Storage storage, const void* w, const float* x, const float
 }
 
 void d_x_half_avx2(Storage storage, const void* w, int64_t K, int64_t col0, int64_t width,
-                   const float* d_gates, int64_t B, int64_t N, void* out, int64_t t0,
-                   int64_t t1) {
+                   const float* d_gates, int64_t B, int64_t N, void* out, int64_t t0, int64_t t1,
+                   float* scratch) {
   by_storage(storage, [&](auto e) {
     using E = decltype(e);
+    float* chunk = scratch + B * kTileCols;
     for (int64_t t = t0; t < t1; ++t) {
       d_x_columns<E>(static_cast<CP<E>>(w), K, col0, width, d_gates, B, N, static_cast<P<E>>(out),
-                     t);
+                     t, scratch, chunk);
     }
   });
 }
 
 void d_w_half_avx2(Storage storage, const float* x, const float* d_gates, int64_t B, int64_t K,
-                   int64_t N, int64_t n0, int64_t n1, void* d_w, void* d_bias) {
+                   int64_t N, int64_t n0, int64_t n1, void* d_w, void* d_bias, float* scratch) {
   by_storage(storage, [&](auto e) {
     using E = decltype(e);
     d_w_rows<E>(x, d_gates, B, K, half_gemm_pitch(K), N, n0, n1, static_cast<P<E>>(d_w),
-                static_cast<P<E>>(d_bias));
+                static_cast<P<E>>(d_bias), scratch);
   });
 }
 
@@ -234,11 +337,11 @@ void gates_half_avx2(Storage, const void*, const float*, const float*, float*, i
   throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
 }
 void d_x_half_avx2(Storage, const void*, int64_t, int64_t, int64_t, const float*, int64_t,
-                   int64_t, void*, int64_t, int64_t) {
+                   int64_t, void*, int64_t, int64_t, float*) {
   throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
 }
 void d_w_half_avx2(Storage, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                   int64_t, void*, void*) {
+                   int64_t, void*, void*, float*) {
   throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
 }
 }  // namespace lltm

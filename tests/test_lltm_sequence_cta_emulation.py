@@ -14,6 +14,7 @@ EMULATOR = r"""
 #include "cuda_emulation.h"
 #include "lltm/lltm_sequence_cta_backward.cuh"
 #include "lltm/lltm_sequence_cta_forward.cuh"
+#include "lltm/lltm_sequence_cta_backward_lanes.cuh"
 #include "lltm/lltm_sequence_cta_forward_lanes.cuh"
 #include "lltm_sequence_reference.h"
 
@@ -22,8 +23,8 @@ using namespace lltm::cta;
 
 int failures = 0;
 
-// lanes: the forward is the one-barrier kernel (lltm_sequence_cta_forward_lanes.cuh), else the
-// two-barrier chunks kernel; the backward is the same either way.
+// lanes: both directions run the one-barrier kernels (lltm_sequence_cta_*_lanes.cuh), else the
+// two-barrier chunks kernels.
 template <typename S>
 void check(const char* name, int T, int B, int S_, int rb, double tol, bool lanes) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
@@ -45,7 +46,7 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, bool lane
 
   const int kc = choose_kc(S_), lkc = lanes_kc(S_);
   const Plan fp = lanes ? make_lanes_plan(S_, lkc, rb) : make_plan(S_, kc, rb, false);
-  const Plan bp = make_plan(S_, kc, rb, true);
+  const Plan bp = lanes ? make_lanes_backward_plan(S_, lkc, rb) : make_plan(S_, kc, rb, true);
   const int ctas = (B + rb - 1) / rb;
   SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
   SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
@@ -84,10 +85,15 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, bool lane
       default: with_rb(std::integral_constant<int, 64>{}); break;
     }
   };
+  auto backward_lanes = [&](auto kcc, auto rbc) {
+    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
+    launch(ctas, bp.threads, bp.total * 4, [&] { backward_lanes_kernel<S, KC, RB>(bp, bw); });
+  };
   if (lanes) run(lkc, forward_lanes);
   else run(kc, forward);
   guards &= take(gates, n3, got_z);
-  run(kc, backward);
+  if (lanes) run(lkc, backward_lanes);
+  else run(kc, backward);
 
   std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
   guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&

@@ -1,9 +1,10 @@
 // LLTM over a whole sequence, cta path: the launcher and the choice of batch rows per CTA.
 //
-// Two forward kernels: "lanes" (lltm_sequence_cta_forward_lanes.cuh: one barrier per step, the
-// default) and "chunks" (lltm_sequence_cta_forward.cuh: the two-barrier layout the backward also
-// uses); LLTM_SEQUENCE_CTA_FORWARD=lanes|chunks forces one (tests, benchmarks), read at every
-// call as LLTM_SEQUENCE_PATH is.
+// Two kernels per direction: "lanes" (lltm_sequence_cta_{forward,backward}_lanes.cuh: one
+// barrier per step) and "chunks" (lltm_sequence_cta_{forward,backward}.cuh: two barriers);
+// LLTM_SEQUENCE_CTA_FORWARD / LLTM_SEQUENCE_CTA_BACKWARD = lanes|chunks force one (tests,
+// benchmarks), read at every call as LLTM_SEQUENCE_PATH is. Unset: lanes forward, chunks
+// backward.
 // KC (and with it the chunks per column and the threads) follows from S alone (choose_kc,
 // lanes_kc).
 // Rows per CTA RB in {1, 2, 4}: the CTAs are independent, so the fewest rows per CTA that let
@@ -23,7 +24,7 @@
 #include "common/cuda_utils.cuh"
 #include "lltm/lltm_sequence_cta.cuh"
 #include "lltm/lltm_sequence_cta.h"
-#include "lltm/lltm_sequence_cta_forward_lanes.cuh"
+#include "lltm/lltm_sequence_cta_backward_lanes.cuh"
 #include "lltm/lltm_sequence_cta_kernels.h"
 
 namespace lltm {
@@ -39,35 +40,51 @@ struct Config {
   int64_t ctas = 0;
 };
 
-// Which kernel runs a direction: the backward, or one of the two forwards.
-enum class Kind { kBackward, kForwardChunks, kForwardLanes };
+// Which kernel runs a direction.
+enum class Kind { kForwardChunks, kForwardLanes, kBackwardChunks, kBackwardLanes };
 
-// The forward kernel LLTM_SEQUENCE_CTA_FORWARD asks for: unset or "lanes" the one-barrier kernel,
-// "chunks" the two-barrier one.
-Kind forward_kind() {
-  const char* value = std::getenv("LLTM_SEQUENCE_CTA_FORWARD");
-  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "lanes") == 0) {
-    return Kind::kForwardLanes;
-  }
-  FUSED_OPS_CHECK_VALUE(std::strcmp(value, "chunks") == 0,
-                  "LLTM_SEQUENCE_CTA_FORWARD must be 'lanes' or 'chunks' (or unset), got '", value,
-                  "'");
-  return Kind::kForwardChunks;
+// The kernel of a direction that its variable (LLTM_SEQUENCE_CTA_FORWARD or _BACKWARD) asks for:
+// lanes or chunks, `fallback` when unset.
+Kind kind_of(bool backward) {
+  const char* name = backward ? "LLTM_SEQUENCE_CTA_BACKWARD" : "LLTM_SEQUENCE_CTA_FORWARD";
+  const Kind lanes = backward ? Kind::kBackwardLanes : Kind::kForwardLanes;
+  const Kind chunks = backward ? Kind::kBackwardChunks : Kind::kForwardChunks;
+  const char* value = std::getenv(name);
+  if (value == nullptr || value[0] == '\0') return backward ? chunks : lanes;
+  if (std::strcmp(value, "lanes") == 0) return lanes;
+  FUSED_OPS_CHECK_VALUE(std::strcmp(value, "chunks") == 0, name,
+                        " must be 'lanes' or 'chunks' (or unset), got '", value, "'");
+  return chunks;
 }
 
 const void* kernel_for(ScalarType dtype, int kc, int rb, Kind kind) {
   switch (kind) {
-    case Kind::kBackward:
-      return cta::backward_kernel_for(dtype, kc, rb);
     case Kind::kForwardChunks:
       return cta::forward_kernel_for(dtype, kc, rb);
-    default:
+    case Kind::kForwardLanes:
       return cta::forward_lanes_kernel_for(dtype, kc, rb);
+    case Kind::kBackwardChunks:
+      return cta::backward_kernel_for(dtype, kc, rb);
+    default:
+      return cta::backward_lanes_kernel_for(dtype, kc, rb);
+  }
+}
+
+Plan plan_for(int state, int kc, int rb, Kind kind) {
+  switch (kind) {
+    case Kind::kForwardChunks:
+      return make_plan(state, kc, rb, false);
+    case Kind::kForwardLanes:
+      return cta::make_lanes_plan(state, kc, rb);
+    case Kind::kBackwardChunks:
+      return make_plan(state, kc, rb, true);
+    default:
+      return cta::make_lanes_backward_plan(state, kc, rb);
   }
 }
 
 Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, Kind kind) {
-  const bool lanes = kind == Kind::kForwardLanes;
+  const bool lanes = kind == Kind::kForwardLanes || kind == Kind::kBackwardLanes;
   const int kc = lanes ? cta::lanes_kc(state) : cta::choose_kc(state);
   if (kc == 0) return Config{};
   const cudaDeviceProp& prop = fused_ops::device_properties(device);
@@ -75,8 +92,7 @@ Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, K
   for (int rb = 1; rb <= 4; rb *= 2) {
     const void* kernel = kernel_for(dtype, kc, rb, kind);
     if (kernel == nullptr) continue;
-    const Plan p = lanes ? cta::make_lanes_plan(state, kc, rb)
-                         : make_plan(state, kc, rb, kind == Kind::kBackward);
+    const Plan p = plan_for(state, kc, rb, kind);
     const size_t smem = static_cast<size_t>(p.total) * 4;
     if (smem > prop.sharedMemPerBlockOptin) continue;
     cudaFuncAttributes attrs{};
@@ -126,8 +142,7 @@ template <typename T, typename Args>
 void launch(const Args& args, bool backward, cudaStream_t stream) {
   if (args.batch < 1 || args.state < 1 || args.steps < 1) return;
   const int device = fused_ops::current_device();
-  const Config c = choose(device, dtype_of<T>(), args.batch, args.state,
-                          backward ? Kind::kBackward : forward_kind());
+  const Config c = choose(device, dtype_of<T>(), args.batch, args.state, kind_of(backward));
   FUSED_OPS_CHECK(c.kernel != nullptr, "lltm_sequence: the cta kernels do not support batch ",
                   fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),
                   " on this device (seq_cta_supported is false)");
@@ -145,8 +160,8 @@ bool seq_cta_supported(int device, ScalarType dtype, int64_t batch, int64_t stat
   if (dtype != ScalarType::Float && dtype != ScalarType::Half && dtype != ScalarType::BFloat16) {
     return false;
   }
-  return choose(device, dtype, batch, state, forward_kind()).kernel != nullptr &&
-         choose(device, dtype, batch, state, Kind::kBackward).kernel != nullptr;
+  return choose(device, dtype, batch, state, kind_of(false)).kernel != nullptr &&
+         choose(device, dtype, batch, state, kind_of(true)).kernel != nullptr;
 }
 
 template <typename T>

@@ -26,17 +26,23 @@ from lltm.reference import lltm_cell_reference
 SIZES = [(64, 16, 32, 128), (256, 16, 32, 128), (1024, 16, 32, 128), (2048, 16, 32, 128),
          (256, 1, 32, 128), (256, 64, 32, 128), (256, 256, 32, 128), (256, 8, 32, 64),
          (256, 8, 32, 96), (256, 32, 32, 32), (512, 7, 16, 33), (64, 128, 64, 128)]
-# name -> (LLTM_SEQUENCE_PATH, LLTM_SEQUENCE_CTA_FORWARD): "cta" the op's cta path as shipped
-# (the one-barrier "lanes" forward), "cta-chunks" the same with the two-barrier forward,
-# "persistent" the cluster kernels.
-VARIANTS = {"cta": ("cta", "lanes"), "cta-chunks": ("cta", "chunks"),
-            "persistent": ("persistent", "lanes")}
+# name -> (LLTM_SEQUENCE_PATH, LLTM_SEQUENCE_CTA_FORWARD, LLTM_SEQUENCE_CTA_BACKWARD): "cta" the
+# op's cta path as shipped (its default kernels), "cta-lanes" / "cta-chunks" both directions on
+# the one-barrier / two-barrier kernels, "persistent" the cluster kernels.
+VARIANTS = {"cta": ("cta", None, None), "cta-lanes": ("cta", "lanes", "lanes"),
+            "cta-chunks": ("cta", "chunks", "chunks"), "persistent": ("persistent", None, None)}
 PATHS = ("cta", "persistent")
 ROUNDS = 5
+KERNEL_VARIABLES = ("LLTM_SEQUENCE_CTA_FORWARD", "LLTM_SEQUENCE_CTA_BACKWARD")
 
 
 def set_path(path):
-    os.environ["LLTM_SEQUENCE_PATH"], os.environ["LLTM_SEQUENCE_CTA_FORWARD"] = VARIANTS[path]
+    os.environ["LLTM_SEQUENCE_PATH"] = VARIANTS[path][0]
+    for name, value in zip(KERNEL_VARIABLES, VARIANTS[path][1:]):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def with_path(path, fn):
@@ -100,7 +106,8 @@ def measure(T, B, F, S, paths=PATHS):
             row[f"{path} fwd rec us/step"] = per_step_us(fwds[path], T, [kind])
     row["cudnn fwd us/step"] = per_step_us(fwds["cudnn"], T)
     os.environ.pop("LLTM_SEQUENCE_PATH", None)
-    os.environ.pop("LLTM_SEQUENCE_CTA_FORWARD", None)
+    for name in KERNEL_VARIABLES:
+        os.environ.pop(name, None)
     return row
 
 

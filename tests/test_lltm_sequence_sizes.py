@@ -139,19 +139,21 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @auto_path_only
 @cuda_only
-@pytest.mark.parametrize("fwd", ["lanes", "chunks"])
-def test_cuda_cta_forward_kernels(monkeypatch, fwd):
-    # Both forward kernels of the cta path (LLTM_SEQUENCE_CTA_FORWARD; unset: lanes): every KC
-    # of each (lanes 16, 32, 48, 64; chunks 8, 32), one, two and four rows per CTA (B = 300:
-    # 75 CTAs of 4) with partial last CTAs, float32 and float16 (the 2x rule).
+@pytest.mark.parametrize("fwd,bwd", [("lanes", "chunks"), ("lanes", "lanes"),
+                                     ("chunks", "chunks")])
+def test_cuda_cta_kernels(monkeypatch, fwd, bwd):
+    # Both kernels of each direction of the cta path (LLTM_SEQUENCE_CTA_FORWARD / _BACKWARD):
+    # every KC of each (lanes 16, 32, 48, 64; chunks 8, 32), one, two and four rows per CTA
+    # (B = 300: 75 CTAs of 4) with partial last CTAs, float32 and float16 (the 2x rule).
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
     monkeypatch.setenv("LLTM_SEQUENCE_CTA_FORWARD", fwd)
+    monkeypatch.setenv("LLTM_SEQUENCE_CTA_BACKWARD", bwd)
     for T, B, S in [(40, 3, 7), (30, 7, 33), (40, 2, 64), (64, 5, 96), (40, 9, 128),
                     (20, 300, 100)]:
         want, inputs = reference_results(T, B, 5, S)
         got = run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs],
                   cotangents(T, B, S))
-        assert_close_to(got, want, F32_TOL, f"{fwd} T={T} B={B} S={S}")
+        assert_close_to(got, want, F32_TOL, f"{fwd}/{bwd} T={T} B={B} S={S}")
     T, B, F, S = 64, 4, 32, 96
     want, inputs = reference_results(T, B, F, S)
     half = [t.to("cuda", torch.float16) for t in inputs]
@@ -160,13 +162,14 @@ def test_cuda_cta_forward_kernels(monkeypatch, fwd):
     for name, g, p, w in zip(NAMES, got, plain, want):
         ours, theirs = rel_err(g, w), rel_err(p, w)
         assert ours <= max(2 * theirs, HALF_FLOOR[torch.float16]), (
-            f"{fwd} float16 {name}: ours {ours:.2e}, plain PyTorch {theirs:.2e}")
+            f"{fwd}/{bwd} float16 {name}: ours {ours:.2e}, plain PyTorch {theirs:.2e}")
 
 
 @auto_path_only
 @cuda_only
-def test_cuda_cta_forward_variable(monkeypatch):
+@pytest.mark.parametrize("direction", ["FORWARD", "BACKWARD"])
+def test_cuda_cta_kernel_variables(monkeypatch, direction):
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
-    monkeypatch.setenv("LLTM_SEQUENCE_CTA_FORWARD", "sideways")
-    with pytest.raises(ValueError, match="LLTM_SEQUENCE_CTA_FORWARD must be"):
+    monkeypatch.setenv(f"LLTM_SEQUENCE_CTA_{direction}", "sideways")
+    with pytest.raises(ValueError, match=f"LLTM_SEQUENCE_CTA_{direction} must be"):
         lltm.lltm_sequence(*make_inputs(3, 2, 3, 4, "cuda"))

@@ -4,7 +4,8 @@
 # (default 256 8 32 96, float32). Each runs a few times unprofiled, then once between
 # cudaProfilerStart/Stop, which is all that ncu profiles. Prints the details page (duration,
 # issue activity, warp stall reasons) of each and writes the reports to $OUT_DIR (default
-# build/ncu). Clock control off, as the lent machines require.
+# build/ncu). NCU_FORWARDS="lanes" profiles one of them. Clock control off, as the lent
+# machines require.
 #   benchmarks/ncu_lltm_sequence_cta.sh [T B F S [dtype]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ mkdir -p "$OUT_DIR"
 PY="${PY:-python3}"
 SIZE=("${1:-256}" "${2:-8}" "${3:-32}" "${4:-96}")
 DTYPE="${5:-float32}"
-for fwd in lanes chunks; do
+for fwd in ${NCU_FORWARDS:-lanes chunks}; do
   LLTM_SEQUENCE_PATH=cta LLTM_SEQUENCE_CTA_FORWARD=$fwd \
   ncu --clock-control none --profile-from-start off --kernel-name regex:forward \
     --section SpeedOfLight --section LaunchStats --section SchedulerStats \

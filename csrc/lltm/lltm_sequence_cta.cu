@@ -3,8 +3,8 @@
 // Two kernels per direction: "lanes" (lltm_sequence_cta_{forward,backward}_lanes.cuh: one
 // barrier per step) and "chunks" (lltm_sequence_cta_{forward,backward}.cuh: two barriers);
 // LLTM_SEQUENCE_CTA_FORWARD / LLTM_SEQUENCE_CTA_BACKWARD = lanes|chunks force one (tests,
-// benchmarks), read at every call as LLTM_SEQUENCE_PATH is. Unset: lanes forward, chunks
-// backward.
+// benchmarks), read at every call as LLTM_SEQUENCE_PATH is. Unset: lanes, both directions
+// (faster at every size measured, benchmarks/results/lltm_sequence_cta_lanes_h100.md).
 // KC (and with it the chunks per column and the threads) follows from S alone (choose_kc,
 // lanes_kc).
 // Rows per CTA RB in {1, 2, 4}: the CTAs are independent, so the fewest rows per CTA that let
@@ -44,14 +44,13 @@ struct Config {
 enum class Kind { kForwardChunks, kForwardLanes, kBackwardChunks, kBackwardLanes };
 
 // The kernel of a direction that its variable (LLTM_SEQUENCE_CTA_FORWARD or _BACKWARD) asks for:
-// lanes or chunks, `fallback` when unset.
+// lanes (also when unset) or chunks.
 Kind kind_of(bool backward) {
   const char* name = backward ? "LLTM_SEQUENCE_CTA_BACKWARD" : "LLTM_SEQUENCE_CTA_FORWARD";
   const Kind lanes = backward ? Kind::kBackwardLanes : Kind::kForwardLanes;
   const Kind chunks = backward ? Kind::kBackwardChunks : Kind::kForwardChunks;
   const char* value = std::getenv(name);
-  if (value == nullptr || value[0] == '\0') return backward ? chunks : lanes;
-  if (std::strcmp(value, "lanes") == 0) return lanes;
+  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "lanes") == 0) return lanes;
   FUSED_OPS_CHECK_VALUE(std::strcmp(value, "chunks") == 0, name,
                         " must be 'lanes' or 'chunks' (or unset), got '", value, "'");
   return chunks;

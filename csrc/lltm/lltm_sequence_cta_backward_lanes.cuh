@@ -8,7 +8,8 @@
 // and the dz buffer holds, per parity, row r and gate g, dz_t[g S + k] at ((r 3 + g) ald + k).
 // A step s (t = T-1-s):
 //   1. cell of the lane's rows with dh_rec (in registers, from the step before; 0 at s = 0):
-//      dz_t, written to global memory and to dz buffer s & 1; the dc carry in registers;
+//      dz_t (lanes_cell_backward: lltm.h's cell_backward with branch-free math), written to
+//      global memory and to dz buffer s & 1; the dc carry in registers;
 //   2. __syncthreads: dz_t complete;
 //   3. product: dh_rec = dz_t W_h, each lane its half of the 3S rows (per gate in i order, the
 //      three gates added (g0 + g1) + g2), the halves combined by the pair exchange of the
@@ -31,6 +32,23 @@ LLTM_CTA_FN Plan make_lanes_backward_plan(int state, int kc, int rb) {
   p.stage_off = p.part_off;
   p.total = p.stage_off + kStages * rb * p.nv * state;
   return p;
+}
+
+// lltm.h's cell_backward<float> with the forward's branch-free sigmoid and elu
+// (lltm_sequence_cta_forward_lanes.cuh) and d_elu = exp(z_c) below 0, computed for every z_c
+// and selected; the same expressions otherwise.
+LLTM_CTA_DEV void lanes_cell_backward(float grad_h, float grad_cell, float new_cell, float z_i,
+                                      float z_o, float z_c, float& d_z_i, float& d_z_o,
+                                      float& d_z_c, float& d_old_cell) {
+  const float input_gate = sigmoid_nb(z_i), output_gate = sigmoid_nb(z_o);
+  const float tanh_cell = tanhf(new_cell);
+  const float ex = expf(z_c);
+  const float elu = elu_nb(z_c), d_elu = z_c > 0.f ? 1.f : ex;
+  const float d_new_cell = grad_h * output_gate * (1.f - tanh_cell * tanh_cell) + grad_cell;
+  d_old_cell = d_new_cell;
+  d_z_i = elu * d_new_cell * input_gate * (1.f - input_gate);
+  d_z_o = tanh_cell * grad_h * output_gate * (1.f - output_gate);
+  d_z_c = input_gate * d_new_cell * d_elu;
 }
 
 template <typename T, int KC, int RB>
@@ -67,30 +85,40 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
     dc[kq] = own(kq) ? static_cast<float>(f.grad_c_n[(b0 + row_of(kq)) * S + col]) : 0.f;
     dh[kq] = 0.f;  // dh_rec of step T-1: dh_T = 0
   }
-  auto stage_step = [&](int64_t s) {
+  // Global offsets of row kq = 0 of this lane for step s (t = T-1-s), moved back one step per
+  // iteration (row kq adds kq kLanes rows): zo the gates (z_t in, dz_t out), co cells[t+1] and
+  // grad_hs[t+1], so and sco the same for the step staged next.
+  const int64_t zstep = B * 3 * S, hstep = B * S;
+  const int zrow = kLanes * 3 * S, hrow_stride = kLanes * S;
+  int64_t zo = ((T_ - 1) * B + b0 + j) * 3 * S + col, co = (T_ * B + b0 + j) * S + col;
+  int64_t so = zo, sco = co;
+  auto stage_at = [&](int slot, int kq) {
+    return stage + stage_pos(p, slot, row_of(kq), 0, col);
+  };
+  auto stage_next = [&](int64_t s) {  // the inputs of step s, at offsets so, sco
     if (s < T_) {
-      const int64_t t = T_ - 1 - s;
       const int slot = static_cast<int>(s % kStages);
 #pragma unroll
       for (int kq = 0; kq < NR; ++kq) {
         if (!own(kq)) continue;
-        const int r = row_of(kq);
-        const T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
-        const int64_t o = ((t + 1) * B + b0 + r) * S + col;
+        const T* gz = f.gates + so + kq * zrow;
+        const int64_t o = sco + kq * hrow_stride;
+        uint32_t* st = stage_at(slot, kq);
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(stage + stage_pos(p, slot, r, g, col), gz + g * S);
-        stage_copy(stage + stage_pos(p, slot, r, 3, col), f.cells + o);
-        stage_copy(stage + stage_pos(p, slot, r, 4, col), f.grad_hs + o);
+        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S);
+        stage_copy(st + 3 * S, f.cells + o);
+        stage_copy(st + 4 * S, f.grad_hs + o);
       }
     }
     stage_commit();
+    so -= zstep;
+    sco -= hstep;
   };
-  for (int s = 0; s < kAhead; ++s) stage_step(s);
+  for (int s = 0; s < kAhead; ++s) stage_next(s);
   __syncthreads();
 
   for (int64_t s = 0; s < T_; ++s) {
-    const int64_t t = T_ - 1 - s;
-    stage_step(s + kAhead);
+    stage_next(s + kAhead);
     stage_wait();
     const int par = static_cast<int>(s & 1), slot = static_cast<int>(s % kStages);
     float* a = dbuf + par * RB * 3 * HS;
@@ -98,14 +126,14 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
     for (int kq = 0; kq < NR; ++kq) {
       if (!own(kq)) continue;
       const int r = row_of(kq);
-      T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
-      const int64_t o = ((t + 1) * B + b0 + r) * S + col;
-      const uint32_t* sl = stage + stage_pos(p, slot, r, 0, col);
+      T* gz = f.gates + zo + kq * zrow;
+      const int64_t o = co + kq * hrow_stride;
+      const uint32_t* sl = stage_at(slot, kq);
       const float grad_h = staged(sl + 4 * S, f.grad_hs + o) + dh[kq];
       float dz[3], dco;
-      cell_backward<float>(grad_h, dc[kq], staged(sl + 3 * S, f.cells + o), staged(sl, gz),
-                           staged(sl + S, gz + S), staged(sl + 2 * S, gz + 2 * S), dz[0],
-                           dz[1], dz[2], dco);
+      lanes_cell_backward(grad_h, dc[kq], staged(sl + 3 * S, f.cells + o), staged(sl, gz),
+                          staged(sl + S, gz + S), staged(sl + 2 * S, gz + 2 * S), dz[0], dz[1],
+                          dz[2], dco);
       dc[kq] = dco;
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
@@ -114,6 +142,8 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
         a[(r * 3 + g) * HS + col] = static_cast<float>(d);
       }
     }
+    zo -= zstep;
+    co -= hstep;
     __syncthreads();  // dz_t of every column in buffer par
     float acc[RB][3];
 #pragma unroll

@@ -26,7 +26,8 @@
 // Staged inputs P_t as the chunks kernel (each lane stages its own rows kAhead steps ahead),
 // read from the ring before the product.
 // Same precision as the chunks kernel: sums and cell in float, z_t, h_t, c_t rounded to T where
-// stored, the recurrence continuing from the rounded h and c.
+// stored, the recurrence continuing from the rounded h and c; the cell's math is branch-free
+// (lanes_cell below), within a few float ulps of lltm.h's.
 #pragma once
 
 #include "lltm/lltm_sequence_cta.cuh"
@@ -66,18 +67,38 @@ LLTM_CTA_FN Plan make_lanes_plan(int state, int kc, int rb) {
   return p;
 }
 
-// The cell of lltm.h's cell_forward<float>, bit for bit (1 / x rounded to nearest is
-// __frcp_rn(x); the compiler need not build a general division for it).
-LLTM_CTA_DEV void lanes_cell(float z_i, float z_o, float z_c, float c, float& h, float& cn) {
+// The cell's math without branches (the accurate library division and the elu's conditional
+// expm1f compile to branches and a called slow path, which cost the step's critical path
+// branch-resolution stalls). sigmoid(z) from e = exp(-|z|) in (0, 1]: 1 / (1 + e) for z >= 0,
+// e / (1 + e) below, the reciprocal of a number in [1, 2] by the approximate reciprocal and one
+// Newton step (within an ulp; no overflow, no special cases). Against lltm.h's cell_forward:
+// within a few ulps of float (expf's 2 ulps dominate), the same formulas otherwise.
+LLTM_CTA_DEV float rcp_1_2(float d) {
 #if defined(FUSED_OPS_EMULATE)
-  cell_forward<float>(z_i, z_o, z_c, c, h, cn);
+  return 1.f / d;
 #else
-  const float sig_i = __frcp_rn(1.f + expf(-z_i));
-  const float sig_o = __frcp_rn(1.f + expf(-z_o));
-  const float cand = z_c > 0.f ? z_c : expm1f(z_c);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fmaf(r, fmaf(-d, r, 1.f), r);
+#endif
+}
+
+LLTM_CTA_DEV float sigmoid_nb(float z) {
+  const float e = expf(-fabsf(z));
+  const float r = rcp_1_2(1.f + e);
+  return z >= 0.f ? r : e * r;
+}
+
+// elu(z): expm1f computed for every z (not in a branch) and selected.
+LLTM_CTA_DEV float elu_nb(float z) {
+  const float em = expm1f(z);
+  return z > 0.f ? z : em;
+}
+
+LLTM_CTA_DEV void lanes_cell(float z_i, float z_o, float z_c, float c, float& h, float& cn) {
+  const float sig_i = sigmoid_nb(z_i), sig_o = sigmoid_nb(z_o), cand = elu_nb(z_c);
   cn = c + cand * sig_i;
   h = tanhf(cn) * sig_o;
-#endif
 }
 
 template <typename T, int KC, int RB>
@@ -120,25 +141,37 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
   for (int kq = 0; kq < NR; ++kq) {
     c[kq] = own(kq) ? static_cast<float>(f.cells[(b0 + row_of(kq)) * S + col]) : 0.f;
   }
-  auto stage_step = [&](int64_t t) {
+  // Global offsets of row kq = 0 of this lane, advanced by one step per iteration (row kq adds
+  // kq kLanes rows): zo the gates (P_t in, z_t out) of step t, ho hs and cells of step t + 1,
+  // so of the step staged next. Offsets rather than products of t keep the per-step address
+  // arithmetic to a few adds.
+  const int64_t zstep = B * 3 * S, hstep = B * S;
+  const int zrow = kLanes * 3 * S, hrow_stride = kLanes * S;
+  int64_t zo = (b0 + j) * 3 * S + col, ho = (B + b0 + j) * S + col, so = zo;
+  // Row kq's staged values of ring slot `slot`: 3 words, S apart.
+  auto stage_at = [&](int slot, int kq) {
+    return stage + stage_pos(p, slot, row_of(kq), 0, col);
+  };
+  auto stage_next = [&](int64_t t) {  // the inputs of step t, at offset so
     if (t < T_) {
       const int slot = static_cast<int>(t % kStages);
 #pragma unroll
       for (int kq = 0; kq < NR; ++kq) {
         if (!own(kq)) continue;
-        const int r = row_of(kq);
-        const T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
+        const T* gz = f.gates + so + kq * zrow;
+        uint32_t* st = stage_at(slot, kq);
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(stage + stage_pos(p, slot, r, g, col), gz + g * S);
+        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S);
       }
     }
     stage_commit();  // every step commits a group, empty or not: stage_wait counts them
+    so += zstep;
   };
-  for (int t = 0; t < kAhead; ++t) stage_step(t);
+  for (int t = 0; t < kAhead; ++t) stage_next(t);
   __syncthreads();
 
   for (int64_t t = 0; t < T_; ++t) {
-    stage_step(t + kAhead);
+    stage_next(t + kAhead);
     // The step's inputs P_t (staged kAhead steps ago: the wait does not block), read before
     // the product so that their shared-memory latency hides under it.
     stage_wait();
@@ -146,12 +179,10 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
     float pin[NR][3];
 #pragma unroll
     for (int kq = 0; kq < NR; ++kq) {
-      const int r = row_of(kq);
-      const T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
+      const T* gz = f.gates + zo + kq * zrow;
+      const uint32_t* st = stage_at(slot, kq);
 #pragma unroll
-      for (int g = 0; g < 3; ++g) {
-        pin[kq][g] = own(kq) ? staged(stage + stage_pos(p, slot, r, g, col), gz + g * S) : 0.f;
-      }
+      for (int g = 0; g < 3; ++g) pin[kq][g] = own(kq) ? staged(st + g * S, gz + g * S) : 0.f;
     }
     const int par = static_cast<int>(t & 1);
     const float* hrow = hbuf + par * RB * HS + j * 4;
@@ -188,8 +219,7 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
 #pragma unroll
     for (int kq = 0; kq < NR; ++kq) {
       if (!own(kq)) continue;
-      const int r = row_of(kq);
-      T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
+      T* gz = f.gates + zo + kq * zrow;
       T z[3];
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
@@ -201,11 +231,12 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
                  c[kq], h, cn);
       const T hT = static_cast<T>(h), cT = static_cast<T>(cn);
       c[kq] = static_cast<float>(cT);
-      const int64_t out = ((t + 1) * B + b0 + r) * S + col;
-      f.hs[out] = hT;
-      f.cells[out] = cT;
-      next[r * HS + col] = static_cast<float>(hT);
+      next[row_of(kq) * HS + col] = static_cast<float>(hT);
+      f.hs[ho + kq * hrow_stride] = hT;
+      f.cells[ho + kq * hrow_stride] = cT;
     }
+    zo += zstep;
+    ho += hstep;
     // h_t complete in the other buffer.
     __syncthreads();
   }

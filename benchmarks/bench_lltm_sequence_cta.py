@@ -26,13 +26,28 @@ from lltm.reference import lltm_cell_reference
 SIZES = [(64, 16, 32, 128), (256, 16, 32, 128), (1024, 16, 32, 128), (2048, 16, 32, 128),
          (256, 1, 32, 128), (256, 64, 32, 128), (256, 256, 32, 128), (256, 8, 32, 64),
          (256, 8, 32, 96), (256, 32, 32, 32), (512, 7, 16, 33), (64, 128, 64, 128)]
+# name -> (LLTM_SEQUENCE_PATH, LLTM_SEQUENCE_CTA_FORWARD, LLTM_SEQUENCE_CTA_BACKWARD): "cta" the
+# op's cta path as shipped (its default kernels), "cta-lanes" / "cta-chunks" both directions on
+# the one-barrier / two-barrier kernels, "persistent" the cluster kernels.
+VARIANTS = {"cta": ("cta", None, None), "cta-lanes": ("cta", "lanes", "lanes"),
+            "cta-chunks": ("cta", "chunks", "chunks"), "persistent": ("persistent", None, None)}
 PATHS = ("cta", "persistent")
 ROUNDS = 5
+KERNEL_VARIABLES = ("LLTM_SEQUENCE_CTA_FORWARD", "LLTM_SEQUENCE_CTA_BACKWARD")
+
+
+def set_path(path):
+    os.environ["LLTM_SEQUENCE_PATH"] = VARIANTS[path][0]
+    for name, value in zip(KERNEL_VARIABLES, VARIANTS[path][1:]):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def with_path(path, fn):
     def run(i):
-        os.environ["LLTM_SEQUENCE_PATH"] = path
+        set_path(path)
         return fn(i)
     return run
 
@@ -51,15 +66,15 @@ def per_step_us(fn, T, names=None):
     return total * 1e3 / T
 
 
-def measure(T, B, F, S):
+def measure(T, B, F, S, paths=PATHS):
     sets = input_sets(lambda: make_set(T, B, F, S, "cuda"),
                       4 * (T * B * F + 3 * S * (S + F) + T * B * S + 4 * B * S), "cuda")
     leaves64 = [t.detach().double().requires_grad_() for t in sets[0][0]]
     want = results_of(cell_loop(lltm_cell_reference), leaves64, [g.double() for g in sets[0][1]])
     row = {"size": (T, B, F, S)}
     fwds, steps = {}, {}
-    for path in PATHS:
-        os.environ["LLTM_SEQUENCE_PATH"] = path
+    for path in paths:
+        set_path(path)
         try:
             row[f"{path} err"] = max_rel_err(results_of(fused, *sets[0]), want)
         except ValueError as exc:  # the path does not run this size
@@ -82,11 +97,17 @@ def measure(T, B, F, S):
         row[f"{name} step"] = ms
     for name in names:
         row[f"{name} us/step"] = per_step_us(steps[name], T)
-    for path in PATHS:
+    for path in paths:
         if path in steps:
-            kind = "lltm::cta::" if path == "cta" else "lltm::persistent::"
+            kind = "lltm::cta::" if path.startswith("cta") else "lltm::persistent::"
             row[f"{path} rec us/step"] = per_step_us(steps[path], T, [kind])
+            # the forward alone: GPU us per step of all kernels / of the recurrence kernel
+            row[f"{path} fwd us/step"] = per_step_us(fwds[path], T)
+            row[f"{path} fwd rec us/step"] = per_step_us(fwds[path], T, [kind])
+    row["cudnn fwd us/step"] = per_step_us(fwds["cudnn"], T)
     os.environ.pop("LLTM_SEQUENCE_PATH", None)
+    for name in KERNEL_VARIABLES:
+        os.environ.pop(name, None)
     return row
 
 
@@ -97,36 +118,53 @@ def fmt(v, spec=".3f"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None)
+    parser.add_argument("--paths", nargs="*", default=list(PATHS), choices=list(VARIANTS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     sizes = [ast.literal_eval(s) for s in args.sizes] if args.sizes else SIZES
+    paths = args.paths
     env = environment()
+    names = " / ".join(paths)
     lines = [f"device {env.get('device')}, torch {env['torch']}, CUDA {env['cuda']}, "
              f"commit {os.environ.get('FUSED_OPS_COMMIT') or env['commit']}", "",
-             "| (T, B, F, S) | cta fwd / fwd+bwd ms | cluster fwd / fwd+bwd ms | cuDNN fwd / "
-             "fwd+bwd ms | cta vs cuDNN fwd / fwd+bwd | GPU us/step fwd+bwd: cta (its "
-             "recurrence kernels) / cluster / cuDNN | max rel err cta / cluster / plain fp32 "
-             "loop / cuDNN |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| (T, B, F, S) | " + " | ".join(f"{p} fwd / fwd+bwd ms" for p in paths) +
+             " | cuDNN fwd / fwd+bwd ms | " + " | ".join(f"{p} vs cuDNN fwd / fwd+bwd"
+                                                       for p in paths if p.startswith("cta")) +
+             f" | GPU us/step fwd: {names} (their recurrence kernels) / cuDNN"
+             f" | GPU us/step fwd+bwd: {names} (their recurrence kernels) / cuDNN"
+             f" | max rel err {names} / plain fp32 loop / cuDNN |",
+             "| --- |" + " ---: |" * (2 * len(paths) + 3 +
+                                      sum(p.startswith("cta") for p in paths))]
     print("\n".join(lines), flush=True)
     for size in sizes:
-        r = measure(*size)
+        r = measure(*size, paths=paths)
         get = r.get
 
         def pair(name):
             f, s = get(f"{name} fwd"), get(f"{name} step")
             return f"{fmt(f)} / {fmt(s)}" if f is not None else "n/a"
 
-        ratio = (f"{get('cudnn fwd') / get('cta fwd'):.2f}x / "
-                 f"{get('cudnn step') / get('cta step'):.2f}x") if get("cta fwd") else "n/a"
-        us = (f"{fmt(get('cta us/step'), '.2f')} ({fmt(get('cta rec us/step'), '.2f')}) / "
-              f"{fmt(get('persistent us/step'), '.2f')} / {fmt(get('cudnn us/step'), '.2f')}")
-        errs = " / ".join(fmt(get(k), ".1e") for k in ("cta err", "persistent err", "plain err",
-                                                       "cudnn err"))
-        line = (f"| {size} | {pair('cta')} | {pair('persistent')} | {pair('cudnn')} | {ratio} | "
-                f"{us} | {errs} |")
+        def ratio(name):
+            if not get(f"{name} fwd"):
+                return "n/a"
+            return (f"{get('cudnn fwd') / get(f'{name} fwd'):.2f}x / "
+                    f"{get('cudnn step') / get(f'{name} step'):.2f}x")
+
+        def us(key, rec):
+            parts = [f"{fmt(get(f'{p} {key}'), '.2f')} ({fmt(get(f'{p} {rec}'), '.2f')})"
+                     for p in paths]
+            return " / ".join(parts)
+
+        errs = " / ".join(fmt(get(k), ".1e") for k in
+                          [f"{p} err" for p in paths] + ["plain err", "cudnn err"])
+        line = (f"| {size} | " + " | ".join(pair(p) for p in paths) + f" | {pair('cudnn')} | " +
+                " | ".join(ratio(p) for p in paths if p.startswith("cta")) +
+                f" | {us('fwd us/step', 'fwd rec us/step')} / "
+                f"{fmt(get('cudnn fwd us/step'), '.2f')}"
+                f" | {us('us/step', 'rec us/step')} / {fmt(get('cudnn us/step'), '.2f')}"
+                f" | {errs} |")
         lines.append(line)
         print(line, flush=True)
     if args.out:

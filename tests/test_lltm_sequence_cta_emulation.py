@@ -14,6 +14,8 @@ EMULATOR = r"""
 #include "cuda_emulation.h"
 #include "lltm/lltm_sequence_cta_backward.cuh"
 #include "lltm/lltm_sequence_cta_forward.cuh"
+#include "lltm/lltm_sequence_cta_backward_lanes.cuh"
+#include "lltm/lltm_sequence_cta_forward_lanes.cuh"
 #include "lltm_sequence_reference.h"
 
 using namespace lltm;
@@ -21,8 +23,10 @@ using namespace lltm::cta;
 
 int failures = 0;
 
+// lanes: both directions run the one-barrier kernels (lltm_sequence_cta_*_lanes.cuh), else the
+// two-barrier chunks kernels.
 template <typename S>
-void check(const char* name, int T, int B, int S_, int rb, double tol) {
+void check(const char* name, int T, int B, int S_, int rb, double tol, bool lanes) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
   const double ws = 1.0 / std::sqrt(double(S_));
   auto w = random_vector<S>(3 * size_t(S_) * S_, ws);
@@ -40,8 +44,9 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
   const std::vector<double>&z = ref.z, &h = ref.h, &c = ref.c, &dz = ref.dz;
   const std::vector<double>&want_dh0 = ref.d_h0, &dc = ref.d_c0;
 
-  const int kc = choose_kc(S_);
-  const Plan fp = make_plan(S_, kc, rb, false), bp = make_plan(S_, kc, rb, true);
+  const int kc = choose_kc(S_), lkc = lanes_kc(S_);
+  const Plan fp = lanes ? make_lanes_plan(S_, lkc, rb) : make_plan(S_, kc, rb, false);
+  const Plan bp = lanes ? make_lanes_backward_plan(S_, lkc, rb) : make_plan(S_, kc, rb, true);
   const int ctas = (B + rb - 1) / rb;
   SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
   SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
@@ -49,20 +54,46 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
   // Forward's z is checked after the backward overwrote it: keep a copy from between.
   std::vector<double> got_z;
   bool guards = true;
-  auto run_kc_rb = [&](auto kcc, auto rbc) {
+  auto forward = [&](auto kcc, auto rbc) {
     constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
-    launch(ctas, fp.threads, fp.total * 4, [&] { forward_kernel<S, KC, RB>(fp, f); });
-    guards &= take(gates, n3, got_z);
-    launch(ctas, bp.threads, bp.total * 4, [&] { backward_kernel<S, KC, RB>(bp, bw); });
+    launch(ctas, fp.threads, fp.total * 4, [&] {
+      if constexpr (KC <= 32) forward_kernel<S, KC, RB>(fp, f);
+    });
   };
-  auto run_rb = [&](auto kcc) {
-    if (rb == 4) run_kc_rb(kcc, std::integral_constant<int, 4>{});
-    else if (rb == 2) run_kc_rb(kcc, std::integral_constant<int, 2>{});
-    else run_kc_rb(kcc, std::integral_constant<int, 1>{});
+  auto forward_lanes = [&](auto kcc, auto rbc) {
+    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
+    launch(ctas, fp.threads, fp.total * 4, [&] { forward_lanes_kernel<S, KC, RB>(fp, f); });
   };
-  if (kc == 32) run_rb(std::integral_constant<int, 32>{});
-  else if (kc == 16) run_rb(std::integral_constant<int, 16>{});
-  else run_rb(std::integral_constant<int, 8>{});
+  auto backward = [&](auto kcc, auto rbc) {
+    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
+    launch(ctas, bp.threads, bp.total * 4, [&] {
+      if constexpr (KC <= 32) backward_kernel<S, KC, RB>(bp, bw);
+    });
+  };
+  // run(k, fn): fn(KC, RB) with the kernel's compile-time KC = k and RB = rb.
+  auto run = [&](int k, auto fn) {
+    auto with_rb = [&](auto kcc) {
+      if (rb == 4) fn(kcc, std::integral_constant<int, 4>{});
+      else if (rb == 2) fn(kcc, std::integral_constant<int, 2>{});
+      else fn(kcc, std::integral_constant<int, 1>{});
+    };
+    switch (k) {
+      case 8: with_rb(std::integral_constant<int, 8>{}); break;
+      case 16: with_rb(std::integral_constant<int, 16>{}); break;
+      case 32: with_rb(std::integral_constant<int, 32>{}); break;
+      case 48: with_rb(std::integral_constant<int, 48>{}); break;
+      default: with_rb(std::integral_constant<int, 64>{}); break;
+    }
+  };
+  auto backward_lanes = [&](auto kcc, auto rbc) {
+    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
+    launch(ctas, bp.threads, bp.total * 4, [&] { backward_lanes_kernel<S, KC, RB>(bp, bw); });
+  };
+  if (lanes) run(lkc, forward_lanes);
+  else run(kc, forward);
+  guards &= take(gates, n3, got_z);
+  if (lanes) run(lkc, backward_lanes);
+  else run(kc, backward);
 
   std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
   guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&
@@ -76,10 +107,11 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
   const bool ok = worst < tol && guards;
   failures += !ok;
   std::printf(
-      "%s %-8s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d q=%d | rel "
+      "%s %-8s %-6s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d q=%d | rel "
       "z %.1e h %.1e c %.1e dz %.1e dh0 %.1e dc0 %.1e | max abs z %.1e h %.1e c %.1e dz %.1e "
       "dh0 %.1e dc0 %.1e | guards %s\n",
-      ok ? "ok  " : "FAIL", name, T, B, S_, rb, ctas, fp.threads, kc, fp.q, errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1],
+      ok ? "ok  " : "FAIL", name, lanes ? "lanes" : "chunks", T, B, S_, rb, ctas, fp.threads,
+      fp.kc, fp.q, errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1],
       maxs[2], maxs[3], maxs[4], maxs[5], guards ? "intact" : "OVERWRITTEN");
 }
 
@@ -87,25 +119,29 @@ int main() {
   // (T, B, S, rows per CTA): S = 1 (one column, 31 idle), 7, 33 (5 chunks padded to 8, columns
   // padded to 64), 64, 96 (KC = 32, 3 chunks padded to 4), 100, 128 (512 threads, KC = 32, 4
   // chunks), every KC (8, 16, 32) and rows per CTA (1, 2, 4) with partial last CTAs (B = 3, 5,
-  // 7), rows per thread above 1 (Q < RB), T = 1 and T past the staged ring (kStages).
+  // 7), rows per thread above 1 (Q < RB), T = 1 and T past the staged ring (kStages); the
+  // same for the lanes forward: KC 16 (S <= 32), 32 (33, 64), 48 (96), 64 (100, 128), lane 1 of
+  // a pair idle (RB = 1) or running a row of its own (RB = 2, 4).
   const double f32 = 2e-6;  // measured errors are about 1e-7
-  check<float>("float32", 1, 1, 1, 1, f32);
-  check<float>("float32", 6, 3, 1, 4, f32);
-  check<float>("float32", 5, 3, 7, 2, f32);
-  check<float>("float32", 7, 7, 7, 4, f32);
-  check<float>("float32", 5, 3, 33, 2, f32);
-  check<float>("float32", 6, 2, 20, 1, f32);
-  check<float>("float32", 3, 3, 64, 4, f32);
-  check<float>("float32", 4, 2, 96, 1, f32);
-  check<float>("float32", 3, 3, 128, 2, f32);
-  check<float>("float32", 2, 1, 128, 1, f32);
-  check<float>("float32", 2, 5, 128, 4, f32);
-  check<float>("float32", 5, 3, 100, 4, f32);
-  // Half types: the stored z, h, c, dz are rounded to the type, sums in float; odd S puts
-  // elements in both halves of their staged words.
-  check<c10::Half>("float16", 5, 3, 21, 2, 5e-3);
-  check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2);
-  check<c10::Half>("float16", 3, 2, 128, 1, 5e-3);
+  for (bool lanes : {false, true}) {
+    check<float>("float32", 1, 1, 1, 1, f32, lanes);
+    check<float>("float32", 6, 3, 1, 4, f32, lanes);
+    check<float>("float32", 5, 3, 7, 2, f32, lanes);
+    check<float>("float32", 7, 7, 7, 4, f32, lanes);
+    check<float>("float32", 5, 3, 33, 2, f32, lanes);
+    check<float>("float32", 6, 2, 20, 1, f32, lanes);
+    check<float>("float32", 3, 3, 64, 4, f32, lanes);
+    check<float>("float32", 4, 2, 96, 1, f32, lanes);
+    check<float>("float32", 3, 3, 128, 2, f32, lanes);
+    check<float>("float32", 2, 1, 128, 1, f32, lanes);
+    check<float>("float32", 2, 5, 128, 4, f32, lanes);
+    check<float>("float32", 5, 3, 100, 4, f32, lanes);
+    // Half types: the stored z, h, c, dz are rounded to the type, sums in float; odd S puts
+    // elements in both halves of their staged words.
+    check<c10::Half>("float16", 5, 3, 21, 2, 5e-3, lanes);
+    check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2, lanes);
+    check<c10::Half>("float16", 3, 2, 128, 1, 5e-3, lanes);
+  }
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

@@ -1,7 +1,8 @@
 """lltm.lltm_sequence at sizes that reach every kernel's edge cases (vector panels, row blocks,
-CTA lanes, partial last CTAs), through long recurrences, and the CPU recurrence's guarantees
-(bitwise the same on any thread count; the baseline kernels of CPUs without AVX2). On CUDA each
-test runs on each path (the seq_path fixture of test_lltm_sequence.py)."""
+CTA lanes, partial last CTAs, both forward kernels of the cta path), through long recurrences,
+and the CPU recurrence's guarantees (bitwise the same on any thread count; the baseline kernels
+of CPUs without AVX2). On CUDA each test runs on each path (the seq_path fixture of
+test_lltm_sequence.py)."""
 
 import os
 
@@ -131,3 +132,44 @@ def test_cpu_baseline_kernels():
         timeout=900)
     assert run_.returncode == 0, run_.stdout[-4000:] + run_.stderr[-2000:]
     assert " passed" in run_.stdout and " failed" not in run_.stdout, run_.stdout[-2000:]
+
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@auto_path_only
+@cuda_only
+@pytest.mark.parametrize("fwd,bwd", [("lanes", "chunks"), ("lanes", "lanes"),
+                                     ("chunks", "chunks")])
+def test_cuda_cta_kernels(monkeypatch, fwd, bwd):
+    # Both kernels of each direction of the cta path (LLTM_SEQUENCE_CTA_FORWARD / _BACKWARD):
+    # every KC of each (lanes 16, 32, 48, 64; chunks 8, 32), one, two and four rows per CTA
+    # (B = 300: 75 CTAs of 4) with partial last CTAs, float32 and float16 (the 2x rule).
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
+    monkeypatch.setenv("LLTM_SEQUENCE_CTA_FORWARD", fwd)
+    monkeypatch.setenv("LLTM_SEQUENCE_CTA_BACKWARD", bwd)
+    for T, B, S in [(40, 3, 7), (30, 7, 33), (40, 2, 64), (64, 5, 96), (40, 9, 128),
+                    (20, 300, 100)]:
+        want, inputs = reference_results(T, B, 5, S)
+        got = run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs],
+                  cotangents(T, B, S))
+        assert_close_to(got, want, F32_TOL, f"{fwd}/{bwd} T={T} B={B} S={S}")
+    T, B, F, S = 64, 4, 32, 96
+    want, inputs = reference_results(T, B, F, S)
+    half = [t.to("cuda", torch.float16) for t in inputs]
+    got = run(lltm.lltm_sequence, half, cotangents(T, B, S))
+    plain = run(reference_sequence, half, cotangents(T, B, S))
+    for name, g, p, w in zip(NAMES, got, plain, want):
+        ours, theirs = rel_err(g, w), rel_err(p, w)
+        assert ours <= max(2 * theirs, HALF_FLOOR[torch.float16]), (
+            f"{fwd}/{bwd} float16 {name}: ours {ours:.2e}, plain PyTorch {theirs:.2e}")
+
+
+@auto_path_only
+@cuda_only
+@pytest.mark.parametrize("direction", ["FORWARD", "BACKWARD"])
+def test_cuda_cta_kernel_variables(monkeypatch, direction):
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
+    monkeypatch.setenv(f"LLTM_SEQUENCE_CTA_{direction}", "sideways")
+    with pytest.raises(ValueError, match=f"LLTM_SEQUENCE_CTA_{direction} must be"):
+        lltm.lltm_sequence(*make_inputs(3, 2, 3, 4, "cuda"))

@@ -1,7 +1,10 @@
 // LLTM over a whole sequence: the single-CTA persistent kernels ("cta" path) for small states
 // (S <= 128), their launch plan and the device helpers both directions share. The math and the
 // buffers are lltm_sequence.h's; lltm_sequence_cta_forward.cuh and _backward.cuh hold the two
-// kernels, lltm_sequence_cta*.cu launch them.
+// "chunks" kernels described below, lltm_sequence_cta_{forward,backward}_lanes.cuh the two
+// one-barrier "lanes" kernels that the launcher (lltm_sequence_cta.cu) runs unless
+// LLTM_SEQUENCE_CTA_FORWARD / _BACKWARD = chunks: the same CTA per batch slice and staged
+// inputs, each column's k range split over a lane pair of one warp instead of over warps.
 //
 // Why one CTA per batch slice: batch rows never interact in the recurrence, so a CTA that holds
 // ALL of W_h runs its rows for the whole sequence with two block barriers per step and no

@@ -13,5 +13,9 @@ namespace lltm::cta {
 // {8, 16, 32}, RB not in {1, 2, 4}).
 const void* forward_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
 const void* backward_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
+// The one-barrier kernels (lltm_sequence_cta_{forward,backward}_lanes.cuh), KC in
+// {16, 32, 48, 64}.
+const void* forward_lanes_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
+const void* backward_lanes_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
 
 }  // namespace lltm::cta

@@ -17,7 +17,7 @@ EMULATOR = r"""
 #define TIMEX_FFT_KERNEL(threads) void
 #define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
 #define TIMEX_FFT_SYNC() emu_syncthreads()
-#include "rwkv/timex_fft_cluster_kernels.cuh"
+#include "rwkv/timex_fft_cluster_forward.cuh"
 
 using namespace rwkv::fft;
 
@@ -94,6 +94,17 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   });
   const bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
                           std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
+  // The forward as one kernel (W^ and the convolution by one cluster; `clusters` clusters, so
+  // that a cluster does several channels where clusters < C): the same bits as spectrum +
+  // conv, out and the spectra it keeps.
+  std::vector<S> out4(k.size(), guard);
+  std::vector<cf32> spec4(spec.size(), cf32{777.f, 777.f});
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_forward_kernel<S, CS>(w.data(), kp, spec4.data(), out4.data() + offset, B, C, T,
+                                  float(eps), true, tw.data(), twb.data());
+  });
+  const bool forward_same = std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0 &&
+                            std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0;
   bool guards = true;
   std::vector<double> o(n), dk(n), dw(gw.size());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -109,19 +120,28 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
                e3 = row_err(dw, gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && fused_same;
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && fused_same && forward_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d M=%d threads=%d offset=%d clusters=%d: out "
-              "%.2e grad_k %.2e grad_w %.2e%s%s%s\n",
+              "%.2e grad_k %.2e grad_w %.2e%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, M, threads, offset, clusters, e1,
               e2, e3, guards ? "" : " (wrote outside the output)",
               same ? "" : " (grad_w differs)",
-              fused_same ? "" : " (the one-pass backward differs)");
+              fused_same ? "" : " (the one-pass backward differs)",
+              forward_same ? "" : " (the one-kernel forward differs)");
   std::fflush(stdout);
 }
 
 int main() {
   launch(1, 8, 0, [&] { twiddle_kernel(tw.data()); });
+  // The cluster kernels' one launch for both tables: tw the same bits as twiddle_kernel's.
+  for (int n2 : {2 * 32768, 2 * 65536}) {
+    std::vector<cf32> twb2(n2), tw2(kTwiddles, cf32{777.f, 777.f});
+    launch(4, 64, 0, [&] { cluster_twiddle_kernel(twb2.data(), n2, tw2.data()); });
+    const bool same = std::memcmp(tw2.data(), tw.data(), tw.size() * sizeof(cf32)) == 0;
+    failures += !same;
+    std::printf("%s twiddle tables in one launch, 2M=%d\n", same ? "ok  " : "FAIL", n2);
+  }
   // P = 1, 2, 4, 8 with small L (every frequency pair case: k = 0, M/2, partners in the own
   // CTA and in others), T = 1, odd, prime, T = M; the GPU's shapes (L = 16384 with P = 2 and
   // 4, here with fewer threads); half types; eps != 0; misaligned rows; several channels per
@@ -149,5 +169,7 @@ int main() {
 def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
     (both directions) and wgrad for clusters of 1 to 8 CTAs, up to M = 65536, against float64
-    direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two."""
+    direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two; the
+    one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv; the
+    twiddle tables of one launch to the bit of twiddle_kernel's."""
     run_emulator(EMULATOR, tmp_path)

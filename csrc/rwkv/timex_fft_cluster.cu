@@ -4,21 +4,25 @@
 // (2 at M = 32768, 4 at M = 65536), each with the one-CTA kernels' largest shape (L = 16384:
 // 1024 threads, 136 KiB of shared memory, one CTA per SM). Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
-// device-global state and capturable in a CUDA graph), the spectra of W = w reversed, then
-// one kernel per output.
+// device-global state and capturable in a CUDA graph), then the forward as one kernel (W's
+// spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where each
+// channel has one row, else the spectra of W = w reversed and one kernel per output.
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
-#include "rwkv/timex_fft_cluster_kernels.cuh"
+#include "rwkv/timex_fft_cluster_forward.cuh"
 #include "rwkv/timex_fft_fused.h"
 
 namespace rwkv::fft {
@@ -91,15 +95,36 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// The two twiddle tables: tw (the one-CTA stages', kTwiddles) and twb (2M entries).
+// The two twiddle tables, one launch: tw (the one-CTA stages', kTwiddles) and twb (2M
+// entries; 2M is a multiple of kTwiddles, as cluster_twiddle_kernel needs for tw).
 std::pair<Tensor, Tensor> twiddles(const Tensor& like, int M, cudaStream_t stream) {
+  static_assert(2 * kClusterL % kTwiddles == 0, "2M: a multiple of kTwiddles");
   Tensor tw = bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like);
   Tensor twb = bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * M, like);
-  twiddle_kernel<><<<kTwiddles / 256, 256, 0, stream>>>(as<cf32>(tw));
-  FUSED_OPS_LAUNCH_CHECK();
-  cluster_twiddle_kernel<><<<2 * M / 256, 256, 0, stream>>>(as<cf32>(twb), 2 * M);
+  cluster_twiddle_kernel<><<<2 * M / 256, 256, 0, stream>>>(as<cf32>(twb), 2 * M, as<cf32>(tw));
   FUSED_OPS_LAUNCH_CHECK();
   return {tw, twb};
+}
+
+// RWKV_TIMEX_CLUSTER_FORWARD = fused | split | auto (or unset): the forward as one kernel
+// (cluster_forward_kernel) or as spectrum + conv kernels; auto: fused where B = 1 (there the
+// split form reads back as many spectrum bytes as k's, and the fused kernel has as many
+// clusters as the conv kernel). Read at every call (a test sets it between calls).
+bool fused_forward_for(int64_t B) {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_FORWARD");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return B == 1;
+  if (std::strcmp(v, "fused") == 0) return true;
+  if (std::strcmp(v, "split") == 0) return false;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable RWKV_TIMEX_CLUSTER_FORWARD must be 'fused', 'split' or 'auto' (or "
+      "unset), got '", std::string(v), "'");
+}
+
+// RWKV_TIMEX_CLUSTER_PREFETCH = 0 turns off the fused forward's L2 prefetch of k's rows (a
+// hint: the same results either way; kept switchable to measure it).
+bool prefetch_rows() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_PREFETCH");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
@@ -119,6 +144,18 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
                      Tensor* keep) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto tws = twiddles(k, CS::M, stream);
+  if (fused_forward_for(B)) {
+    Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                       w.device());
+    Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+    launch<CS>(cluster_forward_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
+               k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
+               static_cast<float>(eps), prefetch_rows(), as<const cf32>(tws.first),
+               as<const cf32>(tws.second));
+    if (keep != nullptr) *keep = spec;
+    return out;
+  }
   const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
   Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,

@@ -79,9 +79,14 @@ struct ClusterShape {
 };
 
 // twb[m] = e^{-2 pi i m / n2} for m < n2 = 2M: any grid, any block size. m / (n2 / 2) is
-// exact in double, so sincospi's argument is.
+// exact in double, so sincospi's argument is. Where tw is given (n2 a multiple of kTwiddles),
+// also the one-CTA stages' table (twiddle_kernel's) in the same launch: tw[m / s] = twb[m]
+// for the m that s = n2 / kTwiddles divides, whose argument m / (n2 / 2) equals twiddle_kernel's
+// (m / s) / kMaxM exactly, so the entries are the same bits.
 template <int = 0>
-TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twb, int n2) {
+TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twb, int n2,
+                                             cf32* __restrict__ tw = nullptr) {
+  const int s_tw = n2 / kTwiddles;
   for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < n2;
        m += static_cast<int>(gridDim.x * blockDim.x)) {
     const double x = static_cast<double>(m) / (n2 / 2);
@@ -91,7 +96,9 @@ TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twb, int n2) {
     double s, c;
     sincospi(x, &s, &c);
 #endif
-    twb[m] = {static_cast<float>(c), static_cast<float>(-s)};
+    const cf32 v{static_cast<float>(c), static_cast<float>(-s)};
+    twb[m] = v;
+    if (tw != nullptr && m % s_tw == 0) tw[m / s_tw] = v;
   }
 }
 

@@ -1,0 +1,95 @@
+// RWKV TimeX past T = 16384, the forward as one kernel: a cluster makes W^ = the spectrum of a
+// channel's w row (reversed) and then convolves that channel's rows of k with it, instead of
+// cluster_spectrum_kernel writing every W^ to global memory and cluster_conv_kernel reading
+// it back from DRAM in a second launch (timex_fft_cluster_kernels.cuh; the same arithmetic
+// in the same order, so the same bits). W^ still goes to spec, which the eager training path
+// keeps for the backward; here each entry is read back by the thread that wrote it, a few
+// microseconds later (so from L2), and needs no barrier. The win is largest at B = 1, where
+// the two-kernel form reads as many spectrum bytes as it reads k: for a channel's later rows
+// (B > 1) the cluster runs them one after another, so C clusters must fill the device.
+//
+// Barriers as in timex_fft_cluster_kernels.cuh: a cluster_sync before every pass that reads
+// another CTA's shared memory (the data is complete) and before every transform that
+// overwrites shared memory a partner may still be reading.
+#pragma once
+
+#include "rwkv/timex_fft_cluster_kernels.cuh"
+
+namespace rwkv::fft {
+
+// A hint for L2 to fetch row[0, n) ahead of its use: part `part` of `parts` (the CTAs of a
+// cluster share a row), one 128-byte line per thread and call. Every address lies in the row;
+// no effect on results (none at all in the emulation).
+template <typename S>
+TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsigned parts) {
+#if !defined(TIMEX_EMULATE)
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t lines = (int64_t{n} * static_cast<int64_t>(sizeof(S)) + 127) / 128;
+  for (int64_t i = part + int64_t{parts} * threadIdx.x; i < lines;
+       i += int64_t{parts} * blockDim.x) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
+  }
+#else
+  (void)row, (void)n, (void)part, (void)parts;
+#endif
+}
+
+// out[b, c] = eps + IDFT(K^ W^[c]) for x (B, C, T) = k, w (C, T); spec[c] = W^[c] (C, M,
+// cluster layout, as cluster_spectrum_kernel writes it). Cluster i (of gridDim.x / P) does
+// channels i, i + clusters, ..., each b in order. prefetch: ask L2 for each k row while the
+// transform before it runs (a hint, same results).
+template <typename scalar_t, class CS>
+TIMEX_FFT_KERNEL(CS::THREADS)
+cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
+                       cf32* __restrict__ spec, scalar_t* __restrict__ out, int B, int C, int T,
+                       float eps, bool prefetch, const cf32* __restrict__ tw,
+                       const cf32* __restrict__ twb) {
+  using Sh = typename CS::Local;
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  const unsigned rank = cluster_rank();
+  const int cluster = static_cast<int>(blockIdx.x / CS::P);
+  const int clusters = static_cast<int>(gridDim.x / CS::P);
+  for (int c = cluster; c < C; c += clusters) {
+    const scalar_t* wrow = w + int64_t{c} * T;
+    if (prefetch) prefetch_row_l2(x + int64_t{c} * T, T, rank, CS::P);  // row (0, c)
+    cluster_sync();  // the previous channel's reads of every CTA's shared memory are done
+    fft<Sh, false, false>(
+        sm, tw,
+        ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{wrow, T, true, pairs_aligned(wrow, T)}, rank,
+                                  twb},
+        SmemStore{sm});
+    cluster_sync();
+    cf32* s = spec + int64_t{c} * CS::M;
+    cluster_pairs<CS>(sm, twb, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+      s[pk] = xk;
+      s[pj] = xj;
+    });
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t{b} * C + c;
+      const scalar_t* row = x + r * T;
+      cluster_sync();  // the last pass's reads of every CTA's shared memory are done
+      fft<Sh, false, false>(
+          sm, tw,
+          ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)},
+                                    rank, twb},
+          SmemStore{sm});
+      cluster_sync();
+      // s[pk], s[pj]: this thread's own stores of the W^ pass (same k, same owner).
+      cluster_pairs<CS>(sm, twb,
+                        [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+                          cluster_merge<CS>(twb, k, product<false>(k, xk, s[pk]),
+                                            product<false>(k, xj, s[pj]), sk, sj);
+                        });
+      cluster_sync();
+      if (prefetch && b + 1 < B) prefetch_row_l2(row + int64_t{C} * T, T, rank, CS::P);
+      fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+      cluster_sync();
+      scalar_t* o = out + r * T;
+      cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+    }
+  }
+  cluster_sync();  // no CTA leaves while a partner may still read its shared memory
+}
+
+}  // namespace rwkv::fft

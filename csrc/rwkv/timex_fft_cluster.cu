@@ -95,15 +95,16 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// The two twiddle tables, one launch: tw (the one-CTA stages', kTwiddles) and twb (2M
-// entries; 2M is a multiple of kTwiddles, as cluster_twiddle_kernel needs for tw).
-std::pair<Tensor, Tensor> twiddles(const Tensor& like, int M, cudaStream_t stream) {
-  static_assert(2 * kClusterL % kTwiddles == 0, "2M: a multiple of kTwiddles");
+// The two twiddle tables, one launch: tw (the one-CTA stages', kTwiddles entries) and twc
+// (2M entries, timex_fft_cluster_math.cuh).
+template <class CS>
+std::pair<Tensor, Tensor> twiddles(const Tensor& like, cudaStream_t stream) {
   Tensor tw = bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like);
-  Tensor twb = bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * M, like);
-  cluster_twiddle_kernel<><<<2 * M / 256, 256, 0, stream>>>(as<cf32>(twb), 2 * M, as<cf32>(tw));
+  Tensor twc = bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * CS::M, like);
+  cluster_twiddle_kernel<CS><<<(2 * CS::M + kTwiddles) / 256, 256, 0, stream>>>(as<cf32>(twc),
+                                                                               as<cf32>(tw));
   FUSED_OPS_LAUNCH_CHECK();
-  return {tw, twb};
+  return {tw, twc};
 }
 
 // RWKV_TIMEX_CLUSTER_FORWARD = fused | split | auto (or unset): the forward as one kernel
@@ -143,7 +144,7 @@ template <typename scalar_t, class CS>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
                      Tensor* keep) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles(k, CS::M, stream);
+  const auto tws = twiddles<CS>(k, stream);
   if (fused_forward_for(B)) {
     Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
                                        w.device());
@@ -209,30 +210,30 @@ template <typename scalar_t, class CS>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
                                           cudaStream_t stream, const Tensor* kept) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles(k, CS::M, stream);
+  const auto tws = twiddles<CS>(k, stream);
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
   Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
   const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
   const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
   const auto* twp = as<const cf32>(tws.first);
-  const auto* twbp = as<const cf32>(tws.second);
+  const auto* twcp = as<const cf32>(tws.second);
   if (C >= resident_clusters<scalar_t, CS>(stream)) {
     launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
                g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-               twp, twbp);
+               twp, twcp);
     return {grad_w, grad_k};
   }
   launch<CS>(cluster_conv_kernel<scalar_t, CS, true>, B * C, stream,
              g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), static_cast<int>(C), static_cast<int>(T), 0.f,
-             twp, twbp);
+             twp, twcp);
   launch<CS>(cluster_wgrad_kernel<scalar_t, CS>, clusters, stream, g.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             twp, twbp);
+             twp, twcp);
   return {grad_w, grad_k};
 }
 

@@ -43,7 +43,7 @@ TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                        cf32* __restrict__ spec, scalar_t* __restrict__ out, int B, int C, int T,
                        float eps, bool prefetch, const cf32* __restrict__ tw,
-                       const cf32* __restrict__ twb) {
+                       const cf32* __restrict__ twc) {
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -57,11 +57,11 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
     fft<Sh, false, false>(
         sm, tw,
         ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{wrow, T, true, pairs_aligned(wrow, T)}, rank,
-                                  twb},
+                                  twc},
         SmemStore{sm});
     cluster_sync();
     cf32* s = spec + int64_t{c} * CS::M;
-    cluster_pairs<CS>(sm, twb, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+    cluster_pairs<CS>(sm, twc, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
       s[pk] = xk;
       s[pj] = xj;
     });
@@ -72,13 +72,13 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
       fft<Sh, false, false>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)},
-                                    rank, twb},
+                                    rank, twc},
           SmemStore{sm});
       cluster_sync();
       // s[pk], s[pj]: this thread's own stores of the W^ pass (same k, same owner).
-      cluster_pairs<CS>(sm, twb,
+      cluster_pairs<CS>(sm, twc,
                         [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
-                          cluster_merge<CS>(twb, k, product<false>(k, xk, s[pk]),
+                          cluster_merge<CS>(twc, k, product<false>(k, xk, s[pk]),
                                             product<false>(k, xj, s[pj]), sk, sj);
                         });
       cluster_sync();
@@ -86,7 +86,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
       fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
       cluster_sync();
       scalar_t* o = out + r * T;
-      cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+      cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
     }
   }
   cluster_sync();  // no CTA leaves while a partner may still read its shared memory

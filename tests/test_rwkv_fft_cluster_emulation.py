@@ -106,7 +106,7 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   std::vector<cf32> spec4(spec.size(), cf32{777.f, 777.f});
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_forward_kernel<S, CS>(w.data(), kp, spec4.data(), out4.data() + offset, B, C, T,
-                                  float(eps), true, tw.data(), twc.data());
+                                  float(eps), true, 1, true, tw.data(), twc.data());
   });
   const bool forward_same = std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0 &&
                             std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0;

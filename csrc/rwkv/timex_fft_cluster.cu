@@ -5,8 +5,9 @@
 // 1024 threads, 136 KiB of shared memory, one CTA per SM). Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
 // device-global state and capturable in a CUDA graph), then the forward as one kernel (W's
-// spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where each
-// channel has one row, else the spectra of W = w reversed and one kernel per output.
+// spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
+// takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed
+// and one kernel per output.
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
@@ -108,12 +109,18 @@ std::pair<Tensor, Tensor> twiddles(const Tensor& like, cudaStream_t stream) {
 }
 
 // RWKV_TIMEX_CLUSTER_FORWARD = fused | split | auto (or unset): the forward as one kernel
-// (cluster_forward_kernel) or as spectrum + conv kernels; auto: fused where B = 1 (there the
-// split form reads back as many spectrum bytes as k's, and the fused kernel has as many
-// clusters as the conv kernel). Read at every call (a test sets it between calls).
-bool fused_forward_for(int64_t B) {
+// (cluster_forward_kernel: C clusters, each 1 + 2B transforms in turn) or as spectrum + conv
+// kernels (C clusters of 1 transform, then B C of 2). auto: fused unless it takes more waves
+// of transforms with R clusters resident, counting whole waves; at equal counts (always at
+// B = 1) fused, which does not read the spectra back from DRAM. Measured on the H100 at
+// (1, 512, 32768), (1, 256, 65536) and (2, 256, 32768) (benchmarks/results/
+// timex_cluster_forward_h100.md). Read at every call (a test sets it between calls).
+bool fused_forward_for(int64_t B, int64_t C, int64_t R) {
   const char* v = std::getenv("RWKV_TIMEX_CLUSTER_FORWARD");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return B == 1;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+    const int64_t waves = (C + R - 1) / R, conv_waves = (B * C + R - 1) / R;
+    return waves * (1 + 2 * B) <= waves + 2 * conv_waves;
+  }
   if (std::strcmp(v, "fused") == 0) return true;
   if (std::strcmp(v, "split") == 0) return false;
   fused_ops::raise<std::invalid_argument>(
@@ -121,55 +128,24 @@ bool fused_forward_for(int64_t B) {
       "unset), got '", std::string(v), "'");
 }
 
-// RWKV_TIMEX_CLUSTER_PREFETCH = 0 turns off the fused forward's L2 prefetch of k's rows (a
-// hint: the same results either way; kept switchable to measure it).
-bool prefetch_rows() {
+// Switches of the fused forward, kept to measure them (the same results either way), read at
+// every call: RWKV_TIMEX_CLUSTER_PREFETCH = 0: no L2 prefetch; 1: of the cluster's own k rows
+// only; else also of the rows of the channel `resident clusters` ahead.
+// RWKV_TIMEX_CLUSTER_RELAXED = 0: cluster_sync for the "reads done" barriers too.
+int prefetch_level() {
   const char* v = std::getenv("RWKV_TIMEX_CLUSTER_PREFETCH");
+  if (v == nullptr || *v == '\0') return 2;
+  return std::strcmp(v, "0") == 0 ? 0 : std::strcmp(v, "1") == 0 ? 1 : 2;
+}
+bool relaxed_barriers() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_RELAXED");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
-template <typename scalar_t, class CS>
-Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStream_t stream) {
-  const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
-                                     w.device());
-  launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.first),
-             as<const cf32>(tws.second));
-  return spec;
-}
-
-template <typename scalar_t, class CS>
-Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep) {
-  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles<CS>(k, stream);
-  if (fused_forward_for(B)) {
-    Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
-                                       w.device());
-    Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-    launch<CS>(cluster_forward_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-               k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
-               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
-               static_cast<float>(eps), prefetch_rows(), as<const cf32>(tws.first),
-               as<const cf32>(tws.second));
-    if (keep != nullptr) *keep = spec;
-    return out;
-  }
-  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
-  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-  launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
-             k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
-             static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
-             as<const cf32>(tws.first), as<const cf32>(tws.second));
-  if (keep != nullptr) *keep = spec;
-  return out;
-}
-
-// The clusters of the wgrad (and one-pass backward) kernels the device keeps resident at
-// once: the occupancy query once per kernel and device (no call during a CUDA graph capture
-// after the first). Both kernels take the same shared memory and threads, and 64 registers.
+// The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
+// the device keeps resident at once: the occupancy query once per kernel and device (no call
+// during a CUDA graph capture after the first). The three take the same shared memory and
+// threads, one CTA per SM (52 to 64 registers).
 template <typename scalar_t, class CS>
 int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
@@ -194,6 +170,49 @@ int resident_clusters(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex);
   known.insert({device, n});
   return n;
+}
+
+// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
+template <typename scalar_t, class CS>
+Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStream_t stream) {
+  const int64_t C = w.size(0), T = w.size(1);
+  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                     w.device());
+  launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
+             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.first),
+             as<const cf32>(tws.second));
+  return spec;
+}
+
+template <typename scalar_t, class CS>
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const auto tws = twiddles<CS>(k, stream);
+  const int resident = resident_clusters<scalar_t, CS>(stream);
+  if (fused_forward_for(B, C, resident)) {
+    const int level = prefetch_level();
+    const int ahead = level == 2 ? resident : 0;
+    Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                       w.device());
+    Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+    launch<CS>(cluster_forward_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
+               k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
+               static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
+               as<const cf32>(tws.first),
+               as<const cf32>(tws.second));
+    if (keep != nullptr) *keep = spec;
+    return out;
+  }
+  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
+  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
+             k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+             static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
+             as<const cf32>(tws.first), as<const cf32>(tws.second));
+  if (keep != nullptr) *keep = spec;
+  return out;
 }
 
 // Clusters for the wgrad kernel: min(C, resident clusters), so that the scratch (2M complex

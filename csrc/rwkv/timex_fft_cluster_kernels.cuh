@@ -10,7 +10,8 @@
 //
 // Barriers: every pass that reads another CTA's shared memory (the pair pass, the combine)
 // is fenced by cluster_sync before (the data is complete) and after (no CTA overwrites or
-// leaves its shared memory while a partner may still read it).
+// leaves its shared memory while a partner may still read it; at a kernel's end the relaxed
+// cluster_sync_reads, timex_fft_cluster_math.cuh says why).
 #pragma once
 
 #include "rwkv/timex_fft_cluster_math.cuh"
@@ -37,7 +38,7 @@ cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
     s[pk] = xk;
     s[pj] = xj;
   });
-  cluster_sync();
+  cluster_sync_reads();  // partners' reads of this CTA's shared memory are done: it may exit
 }
 
 // out[b, c] = eps + IDFT(X^ S[c]) (CORRELATE: X^ conj(S[c])), the first T values, for the
@@ -66,7 +67,7 @@ cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spe
   cluster_sync();
   scalar_t* o = out + r * T;
   cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
-  cluster_sync();
+  cluster_sync_reads();  // partners' reads of this CTA's shared memory are done: it may exit
 }
 
 // grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): cluster i (of gridDim.x

@@ -45,9 +45,17 @@ constexpr int kClusterMaxM = 65536;
 // the whole cluster) and a pointer to the same offset in another CTA's shared memory. The
 // kernels exist for sm_90 and newer; compiled for an older target they trap (the host never
 // launches them there: cluster_supported checks the device).
+//
+// cluster_sync_reads: the same barrier with a relaxed arrive, for the one use that publishes
+// nothing: "every CTA's reads of my shared memory are done" before this CTA overwrites it or
+// exits. Those reads (loads whose values the thread has already used, for a global store or
+// a sum, before it arrives) are complete once their threads arrive. The release of
+// cluster_sync would also wait for this CTA's pending global stores (the spectra, the
+// output rows) to complete; ncu counted that wait as membar stalls.
 #if defined(TIMEX_EMULATE)
 inline unsigned cluster_rank() { return emu_cluster_rank(); }
 inline void cluster_sync() { emu_cluster_sync(); }
+inline void cluster_sync_reads() { emu_cluster_sync(); }
 template <typename T>
 T* cluster_map(T* p, unsigned rank) {
   return emu_map_shared_rank(p, rank);
@@ -58,6 +66,7 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return 0;
 }
 __device__ __forceinline__ void cluster_sync() { __trap(); }
+__device__ __forceinline__ void cluster_sync_reads() { __trap(); }
 template <typename T>
 __device__ __forceinline__ T* cluster_map(T* p, unsigned) {
   __trap();
@@ -68,6 +77,9 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return cooperative_groups::this_cluster().block_rank();
 }
 __device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+__device__ __forceinline__ void cluster_sync_reads() {
+  asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
+}
 template <typename T>
 __device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
   return cooperative_groups::this_cluster().map_shared_rank(p, rank);

@@ -66,27 +66,28 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);
   std::vector<cf32> spec(size_t(C) * M), scratch(size_t(clusters) * 2 * M), twc(2 * M),
-      tw_own(kTwiddles);
+      tw_own(kTwiddles), staged(std::max(1, staged_size<typename CS::Local>()));
   const int threads = CS::THREADS, smem = CS::Local::SMEM;
-  launch(1, 8, 0, [&] { cluster_twiddle_kernel<CS>(twc.data(), tw_own.data()); });
+  launch(1, 8, 0,
+         [&] { cluster_twiddle_kernel<CS>(twc.data(), tw_own.data(), staged.data()); });
   if (std::memcmp(tw_own.data(), tw.data(), tw.size() * sizeof(cf32)) != 0) {
     std::printf("FAIL: cluster_twiddle_kernel's tw differs from twiddle_kernel's\n");
     ++failures;
   }
   launch_cluster(C * P, P, threads, smem, [&] {
-    cluster_spectrum_kernel<S, CS>(w.data(), T, true, spec.data(), tw.data(), twc.data());
+    cluster_spectrum_kernel<S, CS>(w.data(), T, true, spec.data(), staged.data(), twc.data());
   });
   launch_cluster(B * C * P, P, threads, smem, [&] {
     cluster_conv_kernel<S, CS, false>(kp, spec.data(), out.data() + offset, C, T, float(eps),
-                                      tw.data(), twc.data());
+                                      staged.data(), twc.data());
   });
   launch_cluster(B * C * P, P, threads, smem, [&] {
-    cluster_conv_kernel<S, CS, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f, tw.data(),
-                                     twc.data());
+    cluster_conv_kernel<S, CS, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f,
+                                     staged.data(), twc.data());
   });
   for (auto* dst : {&gw, &gw2}) {
     launch_cluster(clusters * P, P, threads, smem, [&] {
-      cluster_wgrad_kernel<S, CS>(gp, kp, dst->data(), B, C, T, scratch.data(), tw.data(),
+      cluster_wgrad_kernel<S, CS>(gp, kp, dst->data(), B, C, T, scratch.data(), staged.data(),
                                   twc.data());
     });
   }
@@ -95,7 +96,7 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   std::vector<S> gk3(k.size(), guard), gw3(gw.size(), guard);
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_backward_kernel<S, CS>(gp, kp, spec.data(), gk3.data() + offset, gw3.data(), B, C,
-                                   T, scratch.data(), tw.data(), twc.data());
+                                   T, scratch.data(), staged.data(), twc.data());
   });
   const bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
                           std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
@@ -106,10 +107,18 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   std::vector<cf32> spec4(spec.size(), cf32{777.f, 777.f});
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_forward_kernel<S, CS>(w.data(), kp, spec4.data(), out4.data() + offset, B, C, T,
-                                  float(eps), true, 1, true, tw.data(), twc.data());
+                                  float(eps), true, 1, true, staged.data(), twc.data());
   });
-  const bool forward_same = std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0 &&
-                            std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0;
+  bool forward_same = std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0 &&
+                      std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0;
+  // The same with the stage twiddles from the one-CTA table instead of the staged one: the
+  // same values, so the same bits.
+  std::fill(out4.begin(), out4.end(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_forward_kernel<S, CS, false>(w.data(), kp, spec4.data(), out4.data() + offset, B, C,
+                                         T, float(eps), false, 0, false, tw.data(), twc.data());
+  });
+  forward_same &= std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0;
   bool guards = true;
   std::vector<double> o(n), dk(n), dw(gw.size());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -167,6 +176,7 @@ def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
     (both directions) and wgrad for clusters of 1 to 8 CTAs, up to M = 65536, against float64
     direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two; the
-    one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv; the
+    one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv, with the
+    staged stage-twiddle table and with the one-CTA table; the
     one-CTA twiddle table of the cluster kernels' launch to the bit of twiddle_kernel's."""
     run_emulator(EMULATOR, tmp_path)

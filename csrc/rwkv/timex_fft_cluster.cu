@@ -96,16 +96,25 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// The two twiddle tables, one launch: tw (the one-CTA stages', kTwiddles entries) and twc
-// (2M entries, timex_fft_cluster_math.cuh).
+// The twiddle tables, one launch (timex_fft_cluster_math.cuh): staged (the local DFT_L's
+// stage twiddles in stage order, what the kernels read), twc (2M entries) and tw (the one-CTA
+// kernels' table of kTwiddles entries: the same stage twiddles, for the forward kernel's
+// RWKV_TIMEX_CLUSTER_STAGED=0).
+struct Twiddles {
+  Tensor tw, staged, twc;
+};
+
 template <class CS>
-std::pair<Tensor, Tensor> twiddles(const Tensor& like, cudaStream_t stream) {
-  Tensor tw = bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like);
-  Tensor twc = bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * CS::M, like);
-  cluster_twiddle_kernel<CS><<<(2 * CS::M + kTwiddles) / 256, 256, 0, stream>>>(as<cf32>(twc),
-                                                                               as<cf32>(tw));
+Twiddles twiddles(const Tensor& like, cudaStream_t stream) {
+  constexpr int64_t n_staged = staged_size<typename CS::Local>();
+  constexpr int64_t n = 2 * CS::M + kTwiddles + n_staged;
+  Twiddles t{bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like),
+             bytes(static_cast<int64_t>(sizeof(cf32)) * std::max<int64_t>(n_staged, 1), like),
+             bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * CS::M, like)};
+  cluster_twiddle_kernel<CS><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+      as<cf32>(t.twc), as<cf32>(t.tw), as<cf32>(t.staged));
   FUSED_OPS_LAUNCH_CHECK();
-  return {tw, twc};
+  return t;
 }
 
 // RWKV_TIMEX_CLUSTER_FORWARD = fused | split | auto (or unset): the forward as one kernel
@@ -141,6 +150,12 @@ bool relaxed_barriers() {
   const char* v = std::getenv("RWKV_TIMEX_CLUSTER_RELAXED");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
+// RWKV_TIMEX_CLUSTER_STAGED = 0: the fused forward reads its stage twiddles from the one-CTA
+// kernels' table instead of the staged one (the same values).
+bool staged_twiddles() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 
 // The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
 // the device keeps resident at once: the occupancy query once per kernel and device (no call
@@ -174,13 +189,13 @@ int resident_clusters(cudaStream_t stream) {
 
 // The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
 template <typename scalar_t, class CS>
-Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStream_t stream) {
+Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
   Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
                                      w.device());
   launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.first),
-             as<const cf32>(tws.second));
+             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.staged),
+             as<const cf32>(tws.twc));
   return spec;
 }
 
@@ -196,12 +211,14 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
     Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
                                        w.device());
     Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-    launch<CS>(cluster_forward_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-               k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
-               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
-               static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
-               as<const cf32>(tws.first),
-               as<const cf32>(tws.second));
+    const bool staged = staged_twiddles();
+    launch<CS>(staged ? cluster_forward_kernel<scalar_t, CS, true>
+                      : cluster_forward_kernel<scalar_t, CS, false>,
+               C, stream, w.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(),
+               as<cf32>(spec), out.mutable_data_ptr<scalar_t>(), static_cast<int>(B),
+               static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps), level > 0,
+               ahead, relaxed_barriers(), as<const cf32>(staged ? tws.staged : tws.tw),
+               as<const cf32>(tws.twc));
     if (keep != nullptr) *keep = spec;
     return out;
   }
@@ -210,7 +227,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
              k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
              static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
-             as<const cf32>(tws.first), as<const cf32>(tws.second));
+             as<const cf32>(tws.staged), as<const cf32>(tws.twc));
   if (keep != nullptr) *keep = spec;
   return out;
 }
@@ -235,8 +252,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
   const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
   const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
-  const auto* twp = as<const cf32>(tws.first);
-  const auto* twcp = as<const cf32>(tws.second);
+  const auto* twp = as<const cf32>(tws.staged);
+  const auto* twcp = as<const cf32>(tws.twc);
   if (C >= resident_clusters<scalar_t, CS>(stream)) {
     launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
                g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),

@@ -42,8 +42,10 @@ TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsign
 // for each k row while the transform before it runs; ahead > 0 also asks, during a channel's
 // last inverse transform, for the w and first k row of channel c + ahead, which the cluster
 // that takes this one's place will run when the device keeps `ahead` clusters resident
-// (clusters start in index order as others finish).
-template <typename scalar_t, class CS>
+// (clusters start in index order as others finish). STAGED: tw is the staged table of the
+// stage twiddles (as every cluster kernel reads them), else the one-CTA kernels' table of all
+// e^{-2 pi i m / kTwiddles} (the same values: the same bits; kept to measure the layout).
+template <typename scalar_t, class CS, bool STAGED = true>
 TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                        cf32* __restrict__ spec, scalar_t* __restrict__ out, int B, int C, int T,
@@ -66,7 +68,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
     const scalar_t* wrow = w + int64_t{c} * T;
     if (prefetch) prefetch_row_l2(x + int64_t{c} * T, T, rank, CS::P);  // row (0, c)
     reads_done();  // the previous channel's reads of every CTA's shared memory are done
-    fft<Sh, false, false>(
+    fft<Sh, false, false, 1, STAGED>(
         sm, tw,
         ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{wrow, T, true, pairs_aligned(wrow, T)}, rank,
                                   twc},
@@ -81,7 +83,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
       const int64_t r = int64_t{b} * C + c;
       const scalar_t* row = x + r * T;
       reads_done();  // the last pass's reads of every CTA's shared memory are done
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, STAGED>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)},
                                     rank, twc},
@@ -99,7 +101,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
         prefetch_row_l2(w + int64_t{c + ahead} * T, T, rank, CS::P);
         prefetch_row_l2(x + int64_t{c + ahead} * T, T, rank, CS::P);
       }
-      fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+      fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm}, SmemStore{sm});
       cluster_sync();
       scalar_t* o = out + r * T;
       cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});

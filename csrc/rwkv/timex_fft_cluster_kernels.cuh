@@ -5,8 +5,10 @@
 //   conv      out = eps + IDFT(K W^) (forward), grad_k = IDFT(G conj(W^)) (correlate)
 //   wgrad     grad_w[T-1-s] = IDFT(sum_b G_b conj(K_b))[s], b in order (deterministic)
 // Each takes smem_bytes(L) of dynamic shared memory per CTA (136 KiB at L = 16384) and runs
-// in clusters of P consecutive CTAs (cluster index blockIdx.x / P). Spectra and the wgrad
-// scratch are in the cluster layout (position r L + k2 holds frequency r + P k2).
+// in clusters of P consecutive CTAs (cluster index blockIdx.x / P). tw is the staged table of
+// the local DFT_L's stage twiddles (staged_value, timex_fft_math.cuh), twc the cluster table
+// (timex_fft_cluster_math.cuh). Spectra and the wgrad scratch are in the cluster layout
+// (position r L + k2 holds frequency r + P k2).
 //
 // Barriers: every pass that reads another CTA's shared memory (the pair pass, the combine)
 // is fenced by cluster_sync before (the data is complete) and after (no CTA overwrites or
@@ -31,7 +33,7 @@ cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
   const scalar_t* row = x + r * T;
   const ClusterLoad<scalar_t, CS> load{
       RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)}, cluster_rank(), twc};
-  fft<typename CS::Local, false, false>(sm, tw, load, SmemStore{sm});
+  fft<typename CS::Local, false, false, 1, true>(sm, tw, load, SmemStore{sm});
   cluster_sync();
   cf32* s = spec + r * CS::M;
   cluster_pairs<CS>(sm, twc, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
@@ -55,7 +57,7 @@ cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spe
   const scalar_t* row = x + r * T;
   const ClusterLoad<scalar_t, CS> load{
       RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, cluster_rank(), twc};
-  fft<Sh, false, false>(sm, tw, load, SmemStore{sm});
+  fft<Sh, false, false, 1, true>(sm, tw, load, SmemStore{sm});
   cluster_sync();
   const cf32* s = spec + (r % C) * CS::M;
   cluster_pairs<CS>(sm, twc, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
@@ -63,7 +65,7 @@ cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spe
                       sk, sj);
   });
   cluster_sync();
-  fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+  fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
   cluster_sync();
   scalar_t* o = out + r * T;
   cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
@@ -94,7 +96,7 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
       cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
                                     rank, twc},
@@ -105,7 +107,7 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
         gs[pj] = xj;
       });
       cluster_sync();
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
                                     rank, twc},
@@ -126,7 +128,7 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
       });
     }
     cluster_sync();
-    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
     cluster_sync();
     scalar_t* o = grad_w + int64_t{c} * T;
     cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
@@ -161,7 +163,7 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
       cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
                                     rank, twc},
@@ -174,12 +176,12 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
                           sj);
       });
       cluster_sync();
-      fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+      fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
       cluster_sync();
       scalar_t* o = grad_k + r * T;
       cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
       cluster_sync();
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
                                     rank, twc},
@@ -200,7 +202,7 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       });
     }
     cluster_sync();
-    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
     cluster_sync();
     scalar_t* o = grad_w + int64_t{c} * T;
     cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});

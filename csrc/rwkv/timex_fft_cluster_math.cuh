@@ -96,14 +96,21 @@ struct ClusterShape {
 };
 
 // twc (see the top of the file) for CS's P, L, M and, in the same launch, the one-CTA
-// stages' table tw (twiddle_value, the same bits as twiddle_kernel's): any grid, any block
-// size. Each entry is e^{-2 pi i e / (2M)} for an integer e < 2M, and e / M is exact in
-// double, so sincospi's argument is.
+// stages' table tw (twiddle_value, the same bits as twiddle_kernel's) and the staged table of
+// the local DFT_L (staged_value, timex_fft_math.cuh; where staged is not null): any grid, any
+// block size. Each twc entry is e^{-2 pi i e / (2M)} for an integer e < 2M, and e / M is
+// exact in double, so sincospi's argument is.
 template <class CS>
-TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twc, cf32* __restrict__ tw) {
+TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twc, cf32* __restrict__ tw,
+                                             cf32* __restrict__ staged = nullptr) {
   constexpr int M = CS::M, L = CS::L;
-  for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < 2 * M + kTwiddles;
+  const int n = 2 * M + kTwiddles + (staged != nullptr ? staged_size<typename CS::Local>() : 0);
+  for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < n;
        m += static_cast<int>(gridDim.x * blockDim.x)) {
+    if (m >= 2 * M + kTwiddles) {
+      staged[m - 2 * M - kTwiddles] = staged_value<typename CS::Local>(m - 2 * M - kTwiddles);
+      continue;
+    }
     if (m >= 2 * M) {
       tw[m - 2 * M] = twiddle_value(m - 2 * M);
       continue;

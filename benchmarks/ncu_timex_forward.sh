@@ -10,12 +10,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-build/ncu_timex_forward}"
 mkdir -p "$OUT_DIR"
+# Extra metrics: DRAM bytes, L2 hit rate and the stall reasons per issued instruction.
+METRICS=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
+for r in barrier long_scoreboard short_scoreboard mio_throttle membar wait lg_throttle; do
+  METRICS+=",smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+done
 ncu --clock-control none --profile-from-start off --target-processes all \
   -k regex:'cluster_(forward|conv|spectrum)_kernel' \
   --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section MemoryWorkloadAnalysis --section SchedulerStats \
-  --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,\
-smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio \
+  --metrics "$METRICS" \
   -f -o "$OUT_DIR/timex_forward" "${PY:-python3}" - <<'PYEOF'
 import os
 

@@ -19,9 +19,9 @@
 
 namespace rwkv::fft {
 
-// A hint for L2 to fetch row[0, n) ahead of its use: part `part` of `parts` (the CTAs of a
-// cluster share a row), one 128-byte line per thread and call. Every address lies in the row;
-// no effect on results (none at all in the emulation).
+// A hint for L2 to fetch row[0, n) ahead of its use: the lines i = part (mod parts) of its
+// 128-byte lines (the CTAs of a cluster share a row), spread over the threads. Every address
+// lies in the row; no effect on results (none at all in the emulation).
 template <typename S>
 TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsigned parts) {
 #if !defined(TIMEX_EMULATE)

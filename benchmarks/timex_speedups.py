@@ -8,6 +8,10 @@ warm-up, the variants of a shape timed in alternating rounds (benchmarks/timing.
 variant's error against float64 on the same (rounded) inputs, on a few channels.
 
     python -m benchmarks.timex_speedups [--out FILE.md] [--shapes "(1, 512, 32768)" ...]
+        [--compare "split:RWKV_TIMEX_CLUSTER_FORWARD=split" ...]
+
+--compare adds variants of timex with environment variables set (NAME:VAR=VALUE,VAR=VALUE),
+timed in the same alternating rounds, in a second table.
 """
 
 import argparse
@@ -67,11 +71,22 @@ def error(fn, w, k, g):
     return max(max_rel(a, b) for a, b in zip(got, want))
 
 
-def measure_shape(B, C, T, dtype, budget):
+def parse_compare(specs):
+    """{name: env} from "NAME:VAR=VALUE,VAR=VALUE" strings."""
+    out = {}
+    for spec in specs or []:
+        name, _, pairs = spec.partition(":")
+        out[name] = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+    return out
+
+
+def measure_shape(B, C, T, dtype, budget, compare=None):
     variants = {"ours": forced(), "ours fft_library": forced(RWKV_TIMEX_ALGO="fft_library"),
                 "FFT conv": fftconv_upcast}
     if T <= 16384:
         del variants["ours fft_library"]
+    for name, env in (compare or {}).items():
+        variants[name] = forced(**env)
 
     def make():
         w = (torch.randn(C, T, device="cuda") / T**0.5).to(dtype).requires_grad_()
@@ -107,7 +122,11 @@ def main(argv=None):
     parser.add_argument("--out", help="also write the table to this markdown file")
     parser.add_argument("--shapes", nargs="*", help='e.g. "(1, 512, 32768)" (default: SHAPES)')
     parser.add_argument("--budget", type=float, default=0.25, help="seconds per measurement")
+    parser.add_argument("--compare", nargs="*", help='extra variants, "NAME:VAR=VALUE,..."')
     args = parser.parse_args(argv)
+    compare = parse_compare(args.compare)
+    extra = ["| dtype | (B, C, T) | variant | fwd / fwd+bwd | speedup fwd / fwd+bwd | err |",
+             "|" + " --- |" * 6]
     shapes = [tuple(int(x) for x in s.strip("() ").split(",")) for s in args.shapes] \
         if args.shapes else SHAPES
     env = environment()
@@ -123,7 +142,7 @@ def main(argv=None):
              "|" + " --- |" * 9]
     for dtype in DTYPES:
         for B, C, T in shapes:
-            algo, r = measure_shape(B, C, T, dtype, args.budget)
+            algo, r = measure_shape(B, C, T, dtype, args.budget, compare)
             of, ot, oe = r["ours"]
             ff, ft, fe = r["FFT conv"]
             lib = r.get("ours fft_library")
@@ -133,7 +152,14 @@ def main(argv=None):
                          f"{lib_txt} | {ff:.3f} / {ft:.3f} | {ff / of:.2f}x / {ft / ot:.2f}x | "
                          f"{lib_sp} | {oe:.1e} / {fe:.1e} |")
             print(lines[-1], flush=True)
+            for name in compare:
+                vf, vt, ve = r[name]
+                extra.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {name} | {vf:.3f} / "
+                             f"{vt:.3f} | {ff / vf:.2f}x / {ft / vt:.2f}x | {ve:.1e} |")
+                print(extra[-1], flush=True)
             torch.cuda.empty_cache()
+    if compare:
+        lines += ["", "Variants (same run, same rounds):", "", *extra]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

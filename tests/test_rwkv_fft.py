@@ -313,3 +313,39 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     torch.cuda.synchronize()
     for a, b in zip(outs, ours(*static, 0.1)):
         assert torch.equal(a, b)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 3, 32768), (1, 2, 65536), (2, 5, 20011), (3, 1, 40001),
+                                   (1, 70, 32768)])
+def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
+    """The cluster forward as one kernel (W's spectrum and the convolution by the same cluster,
+    RWKV_TIMEX_CLUSTER_FORWARD=fused; auto where it takes no more waves), with each setting of
+    its L2 prefetch and barriers: the same bits as the spectrum + conv kernels (split), out and
+    the W spectra kept for the backward; float32-accurate against float64 on fresh inputs; a
+    bad value raises."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
+    B, C, T = shape
+    w = (torch.randn(C, T, device="cuda") / T**0.5).to(dtype)
+    k = torch.randn(B, C, T, device="cuda").to(dtype)
+    got = {}
+    for setting in [("split", "2", "1"), ("fused", "2", "1"), ("fused", "1", "1"),
+                    ("fused", "0", "1"), ("fused", "2", "0"), ("auto", "2", "1")]:
+        for var, value in zip(["FORWARD", "PREFETCH", "RELAXED"], setting):
+            monkeypatch.setenv(f"RWKV_TIMEX_CLUSTER_{var}", value)
+        got[setting] = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)
+        assert torch.equal(torch.ops.rwkv_ops.timex_forward(w, k, 0.3), got[setting][0])
+    base = got["split", "2", "1"]
+    for key, (out, kz, wz) in got.items():
+        assert kz.numel() == 0 and wz.shape == (C, 32768 if T <= 32768 else 65536), key
+        assert torch.equal(out, base[0]) and torch.equal(wz, base[2]), key
+    if dtype == torch.float32:
+        want = timex_fftconv(w.double(), k.double(), 0.3)
+        peer = timex_fftconv(w, k, 0.3)
+        assert max_rel(base[0], want) <= max(2 * max_rel(peer, want), 1e-6)
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_FORWARD", "both")
+    with pytest.raises(ValueError, match="RWKV_TIMEX_CLUSTER_FORWARD must be"):
+        torch.ops.rwkv_ops.timex_forward(w, k, 0.3)

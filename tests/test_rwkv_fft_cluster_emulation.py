@@ -17,7 +17,7 @@ EMULATOR = r"""
 #define TIMEX_FFT_KERNEL(threads) void
 #define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
 #define TIMEX_FFT_SYNC() emu_syncthreads()
-#include "rwkv/timex_fft_cluster_kernels.cuh"
+#include "rwkv/timex_fft_cluster_forward.cuh"
 
 using namespace rwkv::fft;
 
@@ -65,24 +65,30 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);
-  std::vector<cf32> spec(size_t(C) * M), scratch(size_t(clusters) * 2 * M), twb(2 * M);
+  std::vector<cf32> spec(size_t(C) * M), scratch(size_t(clusters) * 2 * M), twc(2 * M),
+      tw_own(kTwiddles), staged(std::max(1, staged_size<typename CS::Local>()));
   const int threads = CS::THREADS, smem = CS::Local::SMEM;
-  launch(1, 8, 0, [&] { cluster_twiddle_kernel(twb.data(), 2 * M); });
+  launch(1, 8, 0,
+         [&] { cluster_twiddle_kernel<CS>(twc.data(), tw_own.data(), staged.data()); });
+  if (std::memcmp(tw_own.data(), tw.data(), tw.size() * sizeof(cf32)) != 0) {
+    std::printf("FAIL: cluster_twiddle_kernel's tw differs from twiddle_kernel's\n");
+    ++failures;
+  }
   launch_cluster(C * P, P, threads, smem, [&] {
-    cluster_spectrum_kernel<S, CS>(w.data(), T, true, spec.data(), tw.data(), twb.data());
+    cluster_spectrum_kernel<S, CS>(w.data(), T, true, spec.data(), staged.data(), twc.data());
   });
   launch_cluster(B * C * P, P, threads, smem, [&] {
     cluster_conv_kernel<S, CS, false>(kp, spec.data(), out.data() + offset, C, T, float(eps),
-                                      tw.data(), twb.data());
+                                      staged.data(), twc.data());
   });
   launch_cluster(B * C * P, P, threads, smem, [&] {
-    cluster_conv_kernel<S, CS, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f, tw.data(),
-                                     twb.data());
+    cluster_conv_kernel<S, CS, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f,
+                                     staged.data(), twc.data());
   });
   for (auto* dst : {&gw, &gw2}) {
     launch_cluster(clusters * P, P, threads, smem, [&] {
-      cluster_wgrad_kernel<S, CS>(gp, kp, dst->data(), B, C, T, scratch.data(), tw.data(),
-                                  twb.data());
+      cluster_wgrad_kernel<S, CS>(gp, kp, dst->data(), B, C, T, scratch.data(), staged.data(),
+                                  twc.data());
     });
   }
   // Both gradients in one kernel: the same arithmetic as conv (correlate) + wgrad, so the
@@ -90,10 +96,29 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   std::vector<S> gk3(k.size(), guard), gw3(gw.size(), guard);
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_backward_kernel<S, CS>(gp, kp, spec.data(), gk3.data() + offset, gw3.data(), B, C,
-                                   T, scratch.data(), tw.data(), twb.data());
+                                   T, scratch.data(), staged.data(), twc.data());
   });
   const bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
                           std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
+  // The forward as one kernel (W^ and the convolution by one cluster; `clusters` clusters, so
+  // that a cluster does several channels where clusters < C): the same bits as spectrum +
+  // conv, out and the spectra it keeps.
+  std::vector<S> out4(k.size(), guard);
+  std::vector<cf32> spec4(spec.size(), cf32{777.f, 777.f});
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_forward_kernel<S, CS>(w.data(), kp, spec4.data(), out4.data() + offset, B, C, T,
+                                  float(eps), true, 1, true, staged.data(), twc.data());
+  });
+  bool forward_same = std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0 &&
+                      std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0;
+  // The same with the stage twiddles from the one-CTA table instead of the staged one: the
+  // same values, so the same bits.
+  std::fill(out4.begin(), out4.end(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_forward_kernel<S, CS, false>(w.data(), kp, spec4.data(), out4.data() + offset, B, C,
+                                         T, float(eps), false, 0, false, tw.data(), twc.data());
+  });
+  forward_same &= std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0;
   bool guards = true;
   std::vector<double> o(n), dk(n), dw(gw.size());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -109,14 +134,15 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
                e3 = row_err(dw, gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && fused_same;
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && fused_same && forward_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d M=%d threads=%d offset=%d clusters=%d: out "
-              "%.2e grad_k %.2e grad_w %.2e%s%s%s\n",
+              "%.2e grad_k %.2e grad_w %.2e%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, M, threads, offset, clusters, e1,
               e2, e3, guards ? "" : " (wrote outside the output)",
               same ? "" : " (grad_w differs)",
-              fused_same ? "" : " (the one-pass backward differs)");
+              fused_same ? "" : " (the one-pass backward differs)",
+              forward_same ? "" : " (the one-kernel forward differs)");
   std::fflush(stdout);
 }
 
@@ -149,5 +175,8 @@ int main() {
 def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
     (both directions) and wgrad for clusters of 1 to 8 CTAs, up to M = 65536, against float64
-    direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two."""
+    direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two; the
+    one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv, with the
+    staged stage-twiddle table and with the one-CTA table; the
+    one-CTA twiddle table of the cluster kernels' launch to the bit of twiddle_kernel's."""
     run_emulator(EMULATOR, tmp_path)

@@ -4,21 +4,26 @@
 // (2 at M = 32768, 4 at M = 65536), each with the one-CTA kernels' largest shape (L = 16384:
 // 1024 threads, 136 KiB of shared memory, one CTA per SM). Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
-// device-global state and capturable in a CUDA graph), the spectra of W = w reversed, then
-// one kernel per output.
+// device-global state and capturable in a CUDA graph), then the forward as one kernel (W's
+// spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
+// takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed
+// and one kernel per output.
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
-#include "rwkv/timex_fft_cluster_kernels.cuh"
+#include "rwkv/timex_fft_cluster_forward.cuh"
 #include "rwkv/timex_fft_fused.h"
 
 namespace rwkv::fft {
@@ -91,47 +96,71 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// The two twiddle tables: tw (the one-CTA stages', kTwiddles) and twb (2M entries).
-std::pair<Tensor, Tensor> twiddles(const Tensor& like, int M, cudaStream_t stream) {
-  Tensor tw = bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like);
-  Tensor twb = bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * M, like);
-  twiddle_kernel<><<<kTwiddles / 256, 256, 0, stream>>>(as<cf32>(tw));
+// The twiddle tables, one launch (timex_fft_cluster_math.cuh): staged (the local DFT_L's
+// stage twiddles in stage order, what the kernels read), twc (2M entries) and tw (the one-CTA
+// kernels' table of kTwiddles entries: the same stage twiddles, for the forward kernel's
+// RWKV_TIMEX_CLUSTER_STAGED=0).
+struct Twiddles {
+  Tensor tw, staged, twc;
+};
+
+template <class CS>
+Twiddles twiddles(const Tensor& like, cudaStream_t stream) {
+  constexpr int64_t n_staged = staged_size<typename CS::Local>();
+  constexpr int64_t n = 2 * CS::M + kTwiddles + n_staged;
+  Twiddles t{bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like),
+             bytes(static_cast<int64_t>(sizeof(cf32)) * std::max<int64_t>(n_staged, 1), like),
+             bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * CS::M, like)};
+  cluster_twiddle_kernel<CS><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+      as<cf32>(t.twc), as<cf32>(t.tw), as<cf32>(t.staged));
   FUSED_OPS_LAUNCH_CHECK();
-  cluster_twiddle_kernel<><<<2 * M / 256, 256, 0, stream>>>(as<cf32>(twb), 2 * M);
-  FUSED_OPS_LAUNCH_CHECK();
-  return {tw, twb};
+  return t;
 }
 
-// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
-template <typename scalar_t, class CS>
-Tensor w_spectra(const Tensor& w, const std::pair<Tensor, Tensor>& tws, cudaStream_t stream) {
-  const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
-                                     w.device());
-  launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.first),
-             as<const cf32>(tws.second));
-  return spec;
+// RWKV_TIMEX_CLUSTER_FORWARD = fused | split | auto (or unset): the forward as one kernel
+// (cluster_forward_kernel: C clusters, each 1 + 2B transforms in turn) or as spectrum + conv
+// kernels (C clusters of 1 transform, then B C of 2). auto: fused unless it takes more waves
+// of transforms with R clusters resident, counting whole waves; at equal counts (always at
+// B = 1) fused, which does not read the spectra back from DRAM. Measured on the H100 at
+// (1, 512, 32768), (1, 256, 65536) and (2, 256, 32768) (benchmarks/results/
+// timex_cluster_forward_h100.md). Read at every call (a test sets it between calls).
+bool fused_forward_for(int64_t B, int64_t C, int64_t R) {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_FORWARD");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+    const int64_t waves = (C + R - 1) / R, conv_waves = (B * C + R - 1) / R;
+    return waves * (1 + 2 * B) <= waves + 2 * conv_waves;
+  }
+  if (std::strcmp(v, "fused") == 0) return true;
+  if (std::strcmp(v, "split") == 0) return false;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable RWKV_TIMEX_CLUSTER_FORWARD must be 'fused', 'split' or 'auto' (or "
+      "unset), got '", std::string(v), "'");
 }
 
-template <typename scalar_t, class CS>
-Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep) {
-  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles(k, CS::M, stream);
-  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
-  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-  launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
-             k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
-             static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
-             as<const cf32>(tws.first), as<const cf32>(tws.second));
-  if (keep != nullptr) *keep = spec;
-  return out;
+// Switches of the fused forward, kept to measure them (the same results either way), read at
+// every call: RWKV_TIMEX_CLUSTER_PREFETCH = 0: no L2 prefetch; 1: of the cluster's own k rows
+// only; else also of the rows of the channel `resident clusters` ahead.
+// RWKV_TIMEX_CLUSTER_RELAXED = 0: cluster_sync for the "reads done" barriers too.
+int prefetch_level() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_PREFETCH");
+  if (v == nullptr || *v == '\0') return 2;
+  return std::strcmp(v, "0") == 0 ? 0 : std::strcmp(v, "1") == 0 ? 1 : 2;
+}
+bool relaxed_barriers() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_RELAXED");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+// RWKV_TIMEX_CLUSTER_STAGED = 0: the fused forward reads its stage twiddles from the one-CTA
+// kernels' table instead of the staged one (the same values).
+bool staged_twiddles() {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// The clusters of the wgrad (and one-pass backward) kernels the device keeps resident at
-// once: the occupancy query once per kernel and device (no call during a CUDA graph capture
-// after the first). Both kernels take the same shared memory and threads, and 64 registers.
+// The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
+// the device keeps resident at once: the occupancy query once per kernel and device (no call
+// during a CUDA graph capture after the first). The three take the same shared memory and
+// threads, one CTA per SM (52 to 64 registers).
 template <typename scalar_t, class CS>
 int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
@@ -158,6 +187,51 @@ int resident_clusters(cudaStream_t stream) {
   return n;
 }
 
+// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
+template <typename scalar_t, class CS>
+Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
+  const int64_t C = w.size(0), T = w.size(1);
+  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                     w.device());
+  launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
+             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.staged),
+             as<const cf32>(tws.twc));
+  return spec;
+}
+
+template <typename scalar_t, class CS>
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const auto tws = twiddles<CS>(k, stream);
+  const int resident = resident_clusters<scalar_t, CS>(stream);
+  if (fused_forward_for(B, C, resident)) {
+    const int level = prefetch_level();
+    const int ahead = level == 2 ? resident : 0;
+    Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
+                                       w.device());
+    Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+    const bool staged = staged_twiddles();
+    launch<CS>(staged ? cluster_forward_kernel<scalar_t, CS, true>
+                      : cluster_forward_kernel<scalar_t, CS, false>,
+               C, stream, w.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(),
+               as<cf32>(spec), out.mutable_data_ptr<scalar_t>(), static_cast<int>(B),
+               static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps), level > 0,
+               ahead, relaxed_barriers(), as<const cf32>(staged ? tws.staged : tws.tw),
+               as<const cf32>(tws.twc));
+    if (keep != nullptr) *keep = spec;
+    return out;
+  }
+  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
+  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
+             k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+             static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
+             as<const cf32>(tws.staged), as<const cf32>(tws.twc));
+  if (keep != nullptr) *keep = spec;
+  return out;
+}
+
 // Clusters for the wgrad kernel: min(C, resident clusters), so that the scratch (2M complex
 // floats per cluster) stays small and in L2.
 template <typename scalar_t, class CS>
@@ -172,30 +246,30 @@ template <typename scalar_t, class CS>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
                                           cudaStream_t stream, const Tensor* kept) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles(k, CS::M, stream);
+  const auto tws = twiddles<CS>(k, stream);
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
   Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
   const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
   const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
-  const auto* twp = as<const cf32>(tws.first);
-  const auto* twbp = as<const cf32>(tws.second);
+  const auto* twp = as<const cf32>(tws.staged);
+  const auto* twcp = as<const cf32>(tws.twc);
   if (C >= resident_clusters<scalar_t, CS>(stream)) {
     launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
                g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-               twp, twbp);
+               twp, twcp);
     return {grad_w, grad_k};
   }
   launch<CS>(cluster_conv_kernel<scalar_t, CS, true>, B * C, stream,
              g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), static_cast<int>(C), static_cast<int>(T), 0.f,
-             twp, twbp);
+             twp, twcp);
   launch<CS>(cluster_wgrad_kernel<scalar_t, CS>, clusters, stream, g.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             twp, twbp);
+             twp, twcp);
   return {grad_w, grad_k};
 }
 

@@ -5,12 +5,15 @@
 //   conv      out = eps + IDFT(K W^) (forward), grad_k = IDFT(G conj(W^)) (correlate)
 //   wgrad     grad_w[T-1-s] = IDFT(sum_b G_b conj(K_b))[s], b in order (deterministic)
 // Each takes smem_bytes(L) of dynamic shared memory per CTA (136 KiB at L = 16384) and runs
-// in clusters of P consecutive CTAs (cluster index blockIdx.x / P). Spectra and the wgrad
-// scratch are in the cluster layout (position r L + k2 holds frequency r + P k2).
+// in clusters of P consecutive CTAs (cluster index blockIdx.x / P). tw is the staged table of
+// the local DFT_L's stage twiddles (staged_value, timex_fft_math.cuh), twc the cluster table
+// (timex_fft_cluster_math.cuh). Spectra and the wgrad scratch are in the cluster layout
+// (position r L + k2 holds frequency r + P k2).
 //
 // Barriers: every pass that reads another CTA's shared memory (the pair pass, the combine)
 // is fenced by cluster_sync before (the data is complete) and after (no CTA overwrites or
-// leaves its shared memory while a partner may still read it).
+// leaves its shared memory while a partner may still read it; at a kernel's end the relaxed
+// cluster_sync_reads, timex_fft_cluster_math.cuh says why).
 #pragma once
 
 #include "rwkv/timex_fft_cluster_math.cuh"
@@ -23,21 +26,21 @@ template <typename scalar_t, class CS>
 TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
                         cf32* __restrict__ spec, const cf32* __restrict__ tw,
-                        const cf32* __restrict__ twb) {
+                        const cf32* __restrict__ twc) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x / CS::P;
   const scalar_t* row = x + r * T;
   const ClusterLoad<scalar_t, CS> load{
-      RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)}, cluster_rank(), twb};
-  fft<typename CS::Local, false, false>(sm, tw, load, SmemStore{sm});
+      RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)}, cluster_rank(), twc};
+  fft<typename CS::Local, false, false, 1, true>(sm, tw, load, SmemStore{sm});
   cluster_sync();
   cf32* s = spec + r * CS::M;
-  cluster_pairs<CS>(sm, twb, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+  cluster_pairs<CS>(sm, twc, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
     s[pk] = xk;
     s[pj] = xj;
   });
-  cluster_sync();
+  cluster_sync_reads();  // partners' reads of this CTA's shared memory are done: it may exit
 }
 
 // out[b, c] = eps + IDFT(X^ S[c]) (CORRELATE: X^ conj(S[c])), the first T values, for the
@@ -46,27 +49,27 @@ template <typename scalar_t, class CS, bool CORRELATE>
 TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
                     scalar_t* __restrict__ out, int C, int T, float eps,
-                    const cf32* __restrict__ tw, const cf32* __restrict__ twb) {
+                    const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x / CS::P;
   const scalar_t* row = x + r * T;
   const ClusterLoad<scalar_t, CS> load{
-      RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, cluster_rank(), twb};
-  fft<Sh, false, false>(sm, tw, load, SmemStore{sm});
+      RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, cluster_rank(), twc};
+  fft<Sh, false, false, 1, true>(sm, tw, load, SmemStore{sm});
   cluster_sync();
   const cf32* s = spec + (r % C) * CS::M;
-  cluster_pairs<CS>(sm, twb, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
-    cluster_merge<CS>(twb, k, product<CORRELATE>(k, xk, s[pk]), product<CORRELATE>(k, xj, s[pj]),
+  cluster_pairs<CS>(sm, twc, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+    cluster_merge<CS>(twc, k, product<CORRELATE>(k, xk, s[pk]), product<CORRELATE>(k, xj, s[pj]),
                       sk, sj);
   });
   cluster_sync();
-  fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+  fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
   cluster_sync();
   scalar_t* o = out + r * T;
-  cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
-  cluster_sync();
+  cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+  cluster_sync_reads();  // partners' reads of this CTA's shared memory are done: it may exit
 }
 
 // grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): cluster i (of gridDim.x
@@ -78,7 +81,7 @@ TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                      scalar_t* __restrict__ grad_w, int B, int C, int T,
                      cf32* __restrict__ scratch, const cf32* __restrict__ tw,
-                     const cf32* __restrict__ twb) {
+                     const cf32* __restrict__ twc) {
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -93,24 +96,24 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
       cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
-                                    rank, twb},
+                                    rank, twc},
           SmemStore{sm});
       cluster_sync();
-      cluster_pairs<CS>(sm, twb, [gs](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+      cluster_pairs<CS>(sm, twc, [gs](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
         gs[pk] = xk;
         gs[pj] = xj;
       });
       cluster_sync();
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
-                                    rank, twb},
+                                    rank, twc},
           SmemStore{sm});
       cluster_sync();
-      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
         cf32 ak = product<true>(f, gs[pk], xk), aj = product<true>(f, gs[pj], xj);
         if (b > 0) {
           ak = acc[pk] + ak;
@@ -120,15 +123,15 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
           acc[pk] = ak;
           acc[pj] = aj;
         } else {
-          cluster_merge<CS>(twb, f, ak, aj, sk, sj);
+          cluster_merge<CS>(twc, f, ak, aj, sk, sj);
         }
       });
     }
     cluster_sync();
-    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
     cluster_sync();
     scalar_t* o = grad_w + int64_t{c} * T;
-    cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+    cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
   }
   cluster_sync();
 }
@@ -144,7 +147,7 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
                         const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                         scalar_t* __restrict__ grad_w, int B, int C, int T,
                         cf32* __restrict__ scratch, const cf32* __restrict__ tw,
-                        const cf32* __restrict__ twb) {
+                        const cf32* __restrict__ twc) {
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -160,31 +163,31 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
       cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
-                                    rank, twb},
+                                    rank, twc},
           SmemStore{sm});
       cluster_sync();
-      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
         gs[pk] = xk;
         gs[pj] = xj;
-        cluster_merge<CS>(twb, f, product<true>(f, xk, s[pk]), product<true>(f, xj, s[pj]), sk,
+        cluster_merge<CS>(twc, f, product<true>(f, xk, s[pk]), product<true>(f, xj, s[pj]), sk,
                           sj);
       });
       cluster_sync();
-      fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+      fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
       cluster_sync();
       scalar_t* o = grad_k + r * T;
-      cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
+      cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
       cluster_sync();
-      fft<Sh, false, false>(
+      fft<Sh, false, false, 1, true>(
           sm, tw,
           ClusterLoad<scalar_t, CS>{RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
-                                    rank, twb},
+                                    rank, twc},
           SmemStore{sm});
       cluster_sync();
-      cluster_pairs<CS>(sm, twb, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
         cf32 ak = product<true>(f, gs[pk], xk), aj = product<true>(f, gs[pj], xj);
         if (b > 0) {
           ak = acc[pk] + ak;
@@ -194,15 +197,15 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
           acc[pk] = ak;
           acc[pj] = aj;
         } else {
-          cluster_merge<CS>(twb, f, ak, aj, sk, sj);
+          cluster_merge<CS>(twc, f, ak, aj, sk, sj);
         }
       });
     }
     cluster_sync();
-    fft<Sh, true, false>(sm, tw, SmemLoad{sm}, SmemStore{sm});
+    fft<Sh, true, false, 1, true>(sm, tw, SmemLoad{sm}, SmemStore{sm});
     cluster_sync();
     scalar_t* o = grad_w + int64_t{c} * T;
-    cluster_combine<CS>(sm, twb, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+    cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
   }
   cluster_sync();
 }

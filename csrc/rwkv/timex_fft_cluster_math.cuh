@@ -19,9 +19,14 @@
 // entries (one of them remotely), computes both results and writes both (remotely again), so
 // no two threads touch one entry and a pass needs no barrier between its reads and writes.
 //
-// Twiddles: the one-CTA table tw (e^{-2 pi i m / 32768}) for the DFT_L stages, and twb[m] =
-// e^{-2 pi i m / (2M)} for m < 2M (cluster_twiddle_kernel, in double, rounded once) for the
-// split's W_{2M}^k and the four-step W_M^{r n} = twb[2 r n mod 2M].
+// Twiddles: the one-CTA table tw (e^{-2 pi i m / 32768}) for the DFT_L stages, and the
+// cluster table twc of 2M entries (cluster_twiddle_kernel, in double, rounded once), laid out
+// so that the threads of a warp read consecutive entries (a natural-order table read at
+// stride 2r or P made every load of a warp touch up to 32 sectors):
+//   twc[r L + n2]     = W_M^{r n2}        (r < P, n2 < L: the four-step's, per CTA rank)
+//   twc[M + r L + k2] = W_{2M}^{r + P k2}  (the split's W_{2M}^k in the cluster layout)
+// The four-step's W_M^{r n} for n = n2 + L n1 is W_M^{r n2} W_P^{r n1}: a table entry turned
+// by a P-th root of unity (exact for P <= 4: a swap and sign changes).
 #pragma once
 
 #include "rwkv/timex_fft_kernels.cuh"
@@ -40,9 +45,17 @@ constexpr int kClusterMaxM = 65536;
 // the whole cluster) and a pointer to the same offset in another CTA's shared memory. The
 // kernels exist for sm_90 and newer; compiled for an older target they trap (the host never
 // launches them there: cluster_supported checks the device).
+//
+// cluster_sync_reads: the same barrier with a relaxed arrive, for the one use that publishes
+// nothing: "every CTA's reads of my shared memory are done" before this CTA overwrites it or
+// exits. Those reads (loads whose values the thread has already used, for a global store or
+// a sum, before it arrives) are complete once their threads arrive. The release of
+// cluster_sync would also wait for this CTA's pending global stores (the spectra, the
+// output rows) to complete; ncu counted that wait as membar stalls.
 #if defined(TIMEX_EMULATE)
 inline unsigned cluster_rank() { return emu_cluster_rank(); }
 inline void cluster_sync() { emu_cluster_sync(); }
+inline void cluster_sync_reads() { emu_cluster_sync(); }
 template <typename T>
 T* cluster_map(T* p, unsigned rank) {
   return emu_map_shared_rank(p, rank);
@@ -53,6 +66,7 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return 0;
 }
 __device__ __forceinline__ void cluster_sync() { __trap(); }
+__device__ __forceinline__ void cluster_sync_reads() { __trap(); }
 template <typename T>
 __device__ __forceinline__ T* cluster_map(T* p, unsigned) {
   __trap();
@@ -63,6 +77,9 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return cooperative_groups::this_cluster().block_rank();
 }
 __device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+__device__ __forceinline__ void cluster_sync_reads() {
+  asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
+}
 template <typename T>
 __device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
   return cooperative_groups::this_cluster().map_shared_rank(p, rank);
@@ -78,41 +95,76 @@ struct ClusterShape {
   static_assert(M <= kClusterMaxM, "M");
 };
 
-// twb[m] = e^{-2 pi i m / n2} for m < n2 = 2M: any grid, any block size. m / (n2 / 2) is
+// twc (see the top of the file) for CS's P, L, M and, in the same launch, the one-CTA
+// stages' table tw (twiddle_value, the same bits as twiddle_kernel's) and the staged table of
+// the local DFT_L (staged_value, timex_fft_math.cuh; where staged is not null): any grid, any
+// block size. Each twc entry is e^{-2 pi i e / (2M)} for an integer e < 2M, and e / M is
 // exact in double, so sincospi's argument is.
-template <int = 0>
-TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twb, int n2) {
-  for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < n2;
+template <class CS>
+TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twc, cf32* __restrict__ tw,
+                                             cf32* __restrict__ staged = nullptr) {
+  constexpr int M = CS::M, L = CS::L;
+  const int n = 2 * M + kTwiddles + (staged != nullptr ? staged_size<typename CS::Local>() : 0);
+  for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < n;
        m += static_cast<int>(gridDim.x * blockDim.x)) {
-    const double x = static_cast<double>(m) / (n2 / 2);
+    if (m >= 2 * M + kTwiddles) {
+      staged[m - 2 * M - kTwiddles] = staged_value<typename CS::Local>(m - 2 * M - kTwiddles);
+      continue;
+    }
+    if (m >= 2 * M) {
+      tw[m - 2 * M] = twiddle_value(m - 2 * M);
+      continue;
+    }
+    const int i = m % M, r = i / L, j = i % L;
+    const int e = m < M ? 2 * r * j : r + CS::P * j;  // W_M^{r j} = W_{2M}^{2 r j}
+    const double x = static_cast<double>(e) / M;
 #ifdef TIMEX_EMULATE
     const double s = std::sin(3.14159265358979323846 * x), c = std::cos(3.14159265358979323846 * x);
 #else
     double s, c;
     sincospi(x, &s, &c);
 #endif
-    twb[m] = {static_cast<float>(c), static_cast<float>(-s)};
+    twc[m] = {static_cast<float>(c), static_cast<float>(-s)};
   }
 }
 
-// y_r[n2] = sum_{n1 < P} z[n2 + L n1] W_M^{r (n2 + L n1)}: the four-step's first step, as the
-// load of the local DFT_L's first stage (z entries at 2n >= T are zero and not read).
+// v W_P^e = v e^{-2 pi i e / P} for 0 <= e < P: -v past the half turn, then rotate's
+// sixteenth turns (exact for P <= 4).
+template <int P>
+TIMEX_FFT_DEVICE cf32 root_turn(cf32 v, int e) {
+  int e16 = e * (16 / P);
+  if (e16 >= 8) {
+    v = {-v.x, -v.y};
+    e16 -= 8;
+  }
+  return rotate<16>(v, e16);
+}
+
+// W_{2M}^k for 0 <= k < M, the split's twiddle: twc's entry M + (k % P) L + k / P.
+template <class CS>
+TIMEX_FFT_DEVICE cf32 split_twiddle(const cf32* __restrict__ twc, int k) {
+  return twc[CS::M + (k & (CS::P - 1)) * CS::L + k / CS::P];
+}
+
+// y_r[n2] = sum_{n1 < P} z[n2 + L n1] W_M^{r (n2 + L n1)}
+//        = W_M^{r n2} sum_{n1 < P} z[n2 + L n1] W_P^{r n1}: the four-step's first step, as the
+// load of the local DFT_L's first stage (z entries at 2n >= T are zero and not read); one
+// table entry per value, read by a warp at consecutive addresses.
 template <typename S, class CS>
 struct ClusterLoad {
   RowLoad<S> row;
   unsigned rank;
-  const cf32* twb;
+  const cf32* twc;
   TIMEX_FFT_DEVICE cf32 operator()(int n2) const {
+    const int r = static_cast<int>(rank);
     cf32 acc{0.f, 0.f};
 #pragma unroll
     for (int n1 = 0; n1 < CS::P; ++n1) {
       const int n = n2 + n1 * CS::L;
       if (2 * n >= row.T) break;  // the rest of the row is zero padding
-      const cf32 v = row(n);
-      const unsigned m = (2 * rank * static_cast<unsigned>(n)) & (2 * CS::M - 1);
-      acc = acc + (rank == 0 ? v : v * twb[m]);
+      acc = acc + root_turn<CS::P>(row(n), (r * n1) & (CS::P - 1));
     }
-    return acc;
+    return r == 0 ? acc : acc * twc[r * CS::L + n2];
   }
 };
 
@@ -123,7 +175,7 @@ struct ClusterLoad {
 // slot_k / slot_j their shared-memory entries (slot_j perhaps in another CTA; the owner is the
 // only thread that touches both in this pass, so visit may write there: merge does).
 template <class CS, typename Visit>
-TIMEX_FFT_DEVICE void cluster_pairs(cf32* sm, const cf32* __restrict__ twb, const Visit& visit) {
+TIMEX_FFT_DEVICE void cluster_pairs(cf32* sm, const cf32* __restrict__ twc, const Visit& visit) {
   constexpr int P = CS::P, L = CS::L;
   const int r = static_cast<int>(cluster_rank()), rj = (P - r) % P;
   cf32* smj = cluster_map(sm, static_cast<unsigned>(rj));
@@ -142,7 +194,7 @@ TIMEX_FFT_DEVICE void cluster_pairs(cf32* sm, const cf32* __restrict__ twb, cons
     cf32* slot_j = smj + pad(k2j);
     const cf32 zk = *slot_k, zj = *slot_j;
     const cf32 sum = scale(zk + conj(zj), 0.5f), diff = zk - conj(zj);
-    const cf32 t = twb[k] * cf32{diff.y * 0.5f, -diff.x * 0.5f};
+    const cf32 t = twc[CS::M + r * L + k2] * cf32{diff.y * 0.5f, -diff.x * 0.5f};  // W_2M^k
     visit(k, r * L + k2, rj * L + k2j, sum + t, conj(sum - t), slot_k, slot_j);
   }
 }
@@ -150,7 +202,7 @@ TIMEX_FFT_DEVICE void cluster_pairs(cf32* sm, const cf32* __restrict__ twb, cons
 // merge (timex_fft_math.cuh) for a pair of cluster_pairs, 1/(2M) folded in: conj(U[k]) to
 // slot_k, conj(U[j]) to slot_j (for k = 0, the one entry).
 template <class CS>
-TIMEX_FFT_DEVICE void cluster_merge(const cf32* __restrict__ twb, int k, cf32 yk, cf32 yj,
+TIMEX_FFT_DEVICE void cluster_merge(const cf32* __restrict__ twc, int k, cf32 yk, cf32 yj,
                                     cf32* slot_k, cf32* slot_j) {
   constexpr float h = 1.0f / (2.0f * CS::M);
   if (k == 0) {  // yk = (Y[0], Y[M])
@@ -158,7 +210,7 @@ TIMEX_FFT_DEVICE void cluster_merge(const cf32* __restrict__ twb, int k, cf32 yk
     return;
   }
   const cf32 e = scale(yk + conj(yj), h);
-  const cf32 o = scale(mul_conj(yk - conj(yj), twb[k]), h);
+  const cf32 o = scale(mul_conj(yk - conj(yj), split_twiddle<CS>(twc, k)), h);
   *slot_k = {e.x - o.y, -(e.y + o.x)};  // conj(e + i o)
   *slot_j = {e.x + o.y, e.y - o.x};     // conj(conj(e) + i conj(o))
 }
@@ -168,7 +220,7 @@ TIMEX_FFT_DEVICE void cluster_merge(const cf32* __restrict__ twb, int k, cf32 yk
 // M >= T values; the store conjugates and drops 2n >= T), L/2 of them per CTA, consecutive
 // n across a warp (coalesced global stores, conflict-free remote reads).
 template <class CS, typename S>
-TIMEX_FFT_DEVICE void cluster_combine(cf32* sm, const cf32* __restrict__ twb,
+TIMEX_FFT_DEVICE void cluster_combine(cf32* sm, const cf32* __restrict__ twc,
                                       const RowStore<S>& store) {
   constexpr int P = CS::P, L = CS::L;
   const unsigned r = cluster_rank();
@@ -181,7 +233,9 @@ TIMEX_FFT_DEVICE void cluster_combine(cf32* sm, const cf32* __restrict__ twb,
     cf32 acc = src[0][pad(n2)];
 #pragma unroll
     for (int q = 1; q < P; ++q) {
-      acc = acc + src[q][pad(n2)] * twb[(2 * q * static_cast<unsigned>(n)) & (2 * CS::M - 1)];
+      // W_M^{q n} = W_M^{q n2} W_P^{q n1}, n1 = n / L
+      const cf32 t = root_turn<P>(twc[q * L + n2], (q * (n / L)) & (P - 1));
+      acc = acc + src[q][pad(n2)] * t;
     }
     store(n, acc);
   }

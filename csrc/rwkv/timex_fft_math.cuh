@@ -180,12 +180,52 @@ struct SmemStore {
   TIMEX_FFT_DEVICE void operator()(int n, cf32 v) const { sm[pad(n)] = v; }
 };
 
+// The stage twiddles in stage order ("staged" table; the thread-block-cluster kernels use it):
+// a stage of radix R after NS reads lo[r] = tw[r k0] (r = 1 .. min(3, R - 1)) and hi[h] =
+// tw[4 h k0] (h = 1 .. R/4 - 1), k0 = (j % NS) kTwiddles / (NS R), from the table of all
+// e^{-2 pi i m / kTwiddles}: consecutive j, a warp's butterflies, hit entries k0 apart, up
+// to 32 sectors per load. The staged table holds the same values (the same bits: twiddle_value
+// of the same m) per stage as rows lo[1], lo[2], .., hi[1], .. of NS entries each, indexed by
+// j % NS: a warp's load reads consecutive entries. Stages NS = RAD, RAD^2, .. follow each
+// other (RAD: the radix of every stage but the last, whose R = M / NS may be smaller).
+TIMEX_FFT_HD constexpr int staged_count(int R) {
+  return (R - 1 < 3 ? R - 1 : 3) + (R / 4 > 1 ? R / 4 - 1 : 0);
+}
+TIMEX_FFT_HD constexpr int staged_offset(int NS, int RAD) {
+  int off = 0;
+  for (int ns = RAD; ns < NS; ns *= RAD) off += ns * staged_count(RAD);
+  return off;
+}
+// Entries of the staged table of Sh (NS from RAD on, the last stage's R = M / NS).
+template <class Sh>
+TIMEX_FFT_HD constexpr int staged_size() {
+  int size = 0;
+  for (int ns = Sh::RADIX; ns < Sh::M; ns *= Sh::RADIX) {
+    size += ns * staged_count(Sh::M / ns < Sh::RADIX ? Sh::M / ns : Sh::RADIX);
+  }
+  return size;
+}
+// Entry i < staged_size<Sh>() of the staged table.
+template <class Sh>
+TIMEX_FFT_DEVICE cf32 staged_value(int i) {
+  int ns = Sh::RADIX, R = Sh::RADIX;
+  for (;; ns *= Sh::RADIX) {
+    R = Sh::M / ns < Sh::RADIX ? Sh::M / ns : Sh::RADIX;
+    if (i < ns * staged_count(R)) break;
+    i -= ns * staged_count(R);
+  }
+  const int nlo = R - 1 < 3 ? R - 1 : 3, slot = i / ns;
+  const int k0 = (i % ns) * (kTwiddles / (ns * R));
+  return twiddle_value(slot < nlo ? (slot + 1) * k0 : 4 * (slot - nlo + 1) * k0);
+}
+
 // One Stockham stage of radix R after NS (see the top of the file). load(n) -> cf32 reads
 // input n, store(n, v) writes output n. ZERO_HIGH: the input is a real row's packed z, whose
 // entries n >= M/2 are zero (2n >= M >= T): not read. SYNC_MID: a barrier between the reads
-// and the writes (both in shared memory, at different addresses).
-template <int M, int THREADS, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, typename Load,
-          typename Store>
+// and the writes (both in shared memory, at different addresses). STAGED: tw is the staged
+// table (above), else the table of all e^{-2 pi i m / kTwiddles}; the same values either way.
+template <int M, int THREADS, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, bool STAGED,
+          typename Load, typename Store>
 TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const Store store) {
   constexpr int BF = M / R / THREADS;  // butterflies per thread
   static_assert(BF >= 1 && BF * R * THREADS == M, "R <= E");
@@ -201,12 +241,22 @@ TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const S
     if constexpr (NS > 1) {
       // w^r = w^(r % 4) w^(r - r % 4): 3 + R/4 - 1 table loads instead of R - 1 (each a
       // register pair held across the loads' latency), at most one rounding more.
-      const int k0 = (j & (NS - 1)) * (kTwiddles / (NS * R));
       cf32 lo[4], hi[R / 4 > 1 ? R / 4 : 1];
+      if constexpr (STAGED) {
+        constexpr int E = M / THREADS, RAD = E < 16 ? E : 16, NLO = R - 1 < 3 ? R - 1 : 3;
+        constexpr int OFFSET = staged_offset(NS, RAD);
+        const cf32* row = tw + OFFSET + (j & (NS - 1));
 #pragma unroll
-      for (int r = 1; r < 4 && r < R; ++r) lo[r] = tw[r * k0];
+        for (int r = 1; r < 4 && r < R; ++r) lo[r] = row[(r - 1) * NS];
 #pragma unroll
-      for (int h = 1; h < R / 4; ++h) hi[h] = tw[4 * h * k0];
+        for (int h = 1; h < R / 4; ++h) hi[h] = row[(NLO + h - 1) * NS];
+      } else {
+        const int k0 = (j & (NS - 1)) * (kTwiddles / (NS * R));
+#pragma unroll
+        for (int r = 1; r < 4 && r < R; ++r) lo[r] = tw[r * k0];
+#pragma unroll
+        for (int h = 1; h < R / 4; ++h) hi[h] = tw[4 * h * k0];
+      }
 #pragma unroll
       for (int r = 1; r < R; ++r) {
         const cf32 wr = r < 4 ? lo[r] : r % 4 == 0 ? hi[r / 4] : lo[r % 4] * hi[r / 4];
@@ -227,8 +277,9 @@ TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const S
 // DFT_M of the row that load gives, stages NS onwards: the first stage reads through load
 // (shared memory where IN_SMEM: then its writes wait for a barrier), the last writes through
 // store, the ones between read and write shared memory sm; a barrier follows every write to
-// sm but the last stage's (the caller's to place). ZERO_HIGH as in stage.
-template <class Sh, bool IN_SMEM, bool ZERO_HIGH, int NS = 1, typename Load, typename Store>
+// sm but the last stage's (the caller's to place). ZERO_HIGH and STAGED as in stage.
+template <class Sh, bool IN_SMEM, bool ZERO_HIGH, int NS = 1, bool STAGED = false,
+          typename Load, typename Store>
 TIMEX_FFT_DEVICE void fft(cf32* sm, const cf32* __restrict__ tw, const Load& load,
                           const Store& store) {
   constexpr int M = Sh::M, T_ = Sh::THREADS;
@@ -239,17 +290,17 @@ TIMEX_FFT_DEVICE void fft(cf32* sm, const cf32* __restrict__ tw, const Load& loa
   if constexpr (M == 1) {
     store(0, load(0));
   } else if constexpr (FIRST && LAST) {
-    stage<M, T_, R, NS, ZERO_HIGH, false>(tw, load, store);
+    stage<M, T_, R, NS, ZERO_HIGH, false, STAGED>(tw, load, store);
   } else if constexpr (FIRST) {
-    stage<M, T_, R, NS, ZERO_HIGH, IN_SMEM>(tw, load, wr);
+    stage<M, T_, R, NS, ZERO_HIGH, IN_SMEM, STAGED>(tw, load, wr);
     TIMEX_FFT_SYNC();
-    fft<Sh, true, false, NS * R>(sm, tw, load, store);
+    fft<Sh, true, false, NS * R, STAGED>(sm, tw, load, store);
   } else if constexpr (LAST) {
-    stage<M, T_, R, NS, false, false>(tw, rd, store);
+    stage<M, T_, R, NS, false, false, STAGED>(tw, rd, store);
   } else {
-    stage<M, T_, R, NS, false, true>(tw, rd, wr);
+    stage<M, T_, R, NS, false, true, STAGED>(tw, rd, wr);
     TIMEX_FFT_SYNC();
-    fft<Sh, true, false, NS * R>(sm, tw, load, store);
+    fft<Sh, true, false, NS * R, STAGED>(sm, tw, load, store);
   }
 }
 

@@ -247,6 +247,13 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 1, 5000, 5, "float32", "fft", "wgrad channel loop")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 769, "float32", None, "auto", expect="fft_fused")
+    # The cluster kernels (sm_90: a row's transform over a 2- or 4-CTA cluster through
+    # distributed shared memory): just past one CTA (T = 16385), 2 CTAs (32768), 4 CTAs
+    # (65536), odd lengths in the half types.
+    for dtype, B, C, T in [("float32", 1, 2, 16385), ("float32", 2, 1, 32768),
+                           ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
+                           ("float16", 2, 1, 40001)]:
+        timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", expect="fft_cluster")
 
 
 def rwkv_fft_library_cases():
@@ -404,7 +411,7 @@ def lltm_seq_case(T, B, F, S, dtype, path, mask=(True, True, True), note=""):
         # The saved gates are intact after a backward (it works on a copy).
         same("gates after the backward", gates, outs[2].cpu())
 
-    gemm_free = path == "persistent" and F == 0 and not mask[0] and not mask[1]
+    gemm_free = path in ("persistent", "cta") and F == 0 and not mask[0] and not mask[1]
     mask_note = "" if all(mask) else f" mask={''.join('1' if m else '0' for m in mask)}"
     name = f"{path} (T, B, F, S) = ({T}, {B}, {F}, {S}){mask_note}" + (f" {note}" if note else "")
     add("lltm_seq", name, dtype, run, {"LLTM_SEQUENCE_PATH": path}, library=not gemm_free)
@@ -427,6 +434,17 @@ def lltm_seq_cases():
     lltm_seq_case(2, 3, 4, 512, "float32", "persistent", note="largest S")
     lltm_seq_case(0, 2, 3, 4, "float32", "persistent", note="no steps")
     lltm_seq_case(3, 5, 7, 9, "float32", "persistent", (False, True, False))
+    # The single-CTA kernels (S <= 128, every dtype but float64: one CTA per batch slice of 1,
+    # 2 or 4 rows, W_h in registers): S = 1, odd, 33 (lane pairs with padded k), 96, 128 (the
+    # largest); B not a multiple of the slice; F = 0 with the bias gradient only.
+    for dtype in ["float32", "float16", "bfloat16"]:
+        for T, B, F, S in [(1, 1, 1, 1), (3, 5, 7, 9), (4, 7, 3, 33), (2, 3, 2, 96),
+                           (3, 9, 5, 128)]:
+            lltm_seq_case(T, B, F, S, dtype, "cta")
+        lltm_seq_case(3, 5, 0, 9, dtype, "cta", (False, False, True))
+    # The half types' tensor-core cluster kernels (mma.sync, from S = 256).
+    for dtype in ["float16", "bfloat16"]:
+        lltm_seq_case(2, 5, 3, 256, dtype, "persistent", note="tensor cores")
     # Fallback kernels (every dtype, float64 included): S odd, S past what the persistent
     # kernels take, many rows.
     for dtype in DTYPES:

@@ -90,7 +90,7 @@ def per_step_kernels(fn, T):
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             total += ev.device_time_total
-            if "persistent" in ev.name or "RNN" in ev.name or "LSTM" in ev.name:
+            if any(k in ev.name for k in ("persistent", "lltm::step::", "RNN", "LSTM")):
                 rec += ev.device_time_total
                 short = ev.name.split("(")[0][-40:]
                 names[short] = names.get(short, 0.0) + ev.device_time_total

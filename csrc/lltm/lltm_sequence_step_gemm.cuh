@@ -1,0 +1,216 @@
+// LLTM over a sequence, bfloat16 / float16, the "step" path: the tile product that each step
+// kernel (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) runs before its
+// cell epilogue. One CTA computes, for BM rows of the batch (from m0) and NG column groups of
+// J columns each (from j0), the float sums
+//   acc[n][g][jj] = sum_k A[m0 + n][k] * Bw[g * gstride + j0 + jj][k],   k < K,
+// on tensor cores (mma.sync m16n8k16, float accumulation), with A (rows_a, K) and Bw both
+// row-major [row][k] in global memory (row strides lda, ldb elements). Forward: A = h_{t-1},
+// Bw = W_h (3S, S), NG = 3 groups (the gates) with gstride = S, so that one thread ends up
+// holding z_i, z_o and z_c of the same (row, column) in registers. Backward: A = dz_{t+1},
+// Bw = W_h^T (S, 3S), NG = 1.
+//
+// K is consumed in chunks of kBK through a kStages-deep cp.async pipeline in shared memory;
+// each stage holds A's BM rows and Bw's NG * J rows of the chunk, row stride kLdk elements
+// (144 bytes: an odd multiple of 16 modulo 128, so the 8 rows that one ldmatrix 8x8 matrix
+// reads fall in 8 distinct bank groups). Rows past rows_a, columns past ncols and k past K are
+// zero-filled by the copy (cp.async with source size 0), so they add nothing.
+//
+// Warps: WM x WN; warp (wm, wn) owns MT = BM / WM / 16 row tiles of 16 and, in each group,
+// NJ = J / WN / 8 column tiles of 8 (columns wn * NJ * 8 ...). Accumulator fragments as PTX
+// lays them out (lltm_sequence_mma.cuh): acc[mt][g][nj][e] with e = 2 h + c holds row
+// 16 mt + lane / 4 + 8 h, column 8 nj + 2 (lane % 4) + c of the warp's tile. The sums run in a
+// fixed order (k ascending within each MMA chain), so every result is bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "lltm/lltm_sequence_mma.cuh"
+
+namespace lltm::step {
+
+constexpr int kBK = 64;          // k per pipeline stage
+constexpr int kLdk = kBK + 8;    // shared row stride in elements (see above)
+constexpr int kStages = 4;       // pipeline depth
+constexpr int kSegs = kBK / 8;   // 16-byte copies per row and stage
+
+template <int BM_, int J_, int NG_, int WM_, int WN_>
+struct Tile {
+  static constexpr int BM = BM_, J = J_, NG = NG_, WM = WM_, WN = WN_;
+  static constexpr int kWarps = WM * WN, kThreads = 32 * kWarps;
+  static constexpr int MT = BM / WM / 16;  // 16-row tiles per warp
+  static constexpr int NJ = J / WN / 8;    // 8-column tiles per warp and group
+  static constexpr int BN = NG * J;        // Bw rows per CTA
+  static constexpr int kStageElems = (BM + BN) * kLdk;
+  static constexpr int kSmemBytes = kStages * kStageElems * 2;
+  static_assert(BM % (16 * WM) == 0 && J % (8 * WN) == 0, "warp tiles of whole MMA tiles");
+};
+
+// The launcher's tiles (lltm_sequence_step.cu says which runs when): 64 rows x 32 columns on
+// 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps.
+using FwdBig = Tile<64, 32, 3, 2, 4>;
+using BwdBig = Tile<64, 32, 1, 2, 4>;
+using FwdSmall = Tile<32, 8, 3, 2, 1>;
+using BwdSmall = Tile<32, 8, 1, 2, 1>;
+
+// The operands of one CTA's product (see the top of this file).
+template <typename T>
+struct Operands {
+  const T* a;
+  int64_t lda, rows_a, m0;
+  const T* b;
+  int64_t ldb, gstride, ncols, j0;
+  int64_t k;
+};
+
+#if defined(FUSED_OPS_EMULATE)
+// The CPU emulation (tests/cuda_emulation.h): copies happen at once (the pipeline's barriers
+// still order them as on the GPU), one grid runs after the other.
+inline void cp_async16(void* smem, const void* gmem, bool valid) {
+  if (valid) {
+    std::memcpy(smem, gmem, 16);
+  } else {
+    std::memset(smem, 0, 16);
+  }
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+inline void grid_dependency_wait() {}
+inline void grid_launch_dependents() {}
+template <typename T>
+inline T* dynamic_smem() {
+  return reinterpret_cast<T*>(emu_smem);
+}
+#else
+// 16 bytes global -> shared, asynchronous; valid == false fills the 16 bytes with zeros and
+// reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t s = mma::smem_address(smem);
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Programmatic dependent launch (sm_90): wait blocks until the grids this one depends on
+// (the previous step's kernel in the stream) have finished and their writes are visible;
+// every step kernel calls it before its first global read. launch_dependents lets the next
+// step's grid be scheduled early; its CTAs then wait in their own wait. Both are no-ops when
+// the launch did not ask for programmatic serialization.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+// The kernel's dynamic shared memory (16-byte aligned: the copies write 16 bytes at a time).
+template <typename T>
+__device__ __forceinline__ T* dynamic_smem() {
+  extern __shared__ uint4 lltm_step_smem[];
+  return reinterpret_cast<T*>(lltm_step_smem);
+}
+#endif
+
+// Stage kc of the pipeline: A's BM rows and Bw's BN rows, k in [kc kBK, (kc + 1) kBK).
+template <typename Tl, typename T>
+__device__ __forceinline__ void load_stage(T* st, const Operands<T>& op, int kc, int tid) {
+  const int64_t k0 = static_cast<int64_t>(kc) * kBK;
+  constexpr int kCopies = (Tl::BM + Tl::BN) * kSegs;
+  for (int i = tid; i < kCopies; i += Tl::kThreads) {
+    const int r = i / kSegs, seg = i % kSegs;
+    const int64_t k = k0 + seg * 8;
+    const T* src = op.a;
+    bool valid = k < op.k;
+    if (r < Tl::BM) {
+      const int64_t row = op.m0 + r;
+      valid = valid && row < op.rows_a;
+      if (valid) src = op.a + row * op.lda + k;
+    } else {
+      const int rb = r - Tl::BM, g = rb / Tl::J, jj = rb % Tl::J;
+      const int64_t col = op.j0 + jj;
+      valid = valid && col < op.ncols;
+      if (valid) src = op.b + (g * op.gstride + col) * op.ldb + k;
+    }
+    cp_async16(st + r * kLdk + seg * 8, src, valid);
+  }
+}
+
+// acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it.
+template <typename Tl, typename T>
+__device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                          const Operands<T>& op, T* smem) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+#pragma unroll
+  for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+    for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+      for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = 0.f;
+  const int nk = static_cast<int>((op.k + kBK - 1) / kBK);
+  // ldmatrix rows of this lane: A .x4 (matrix lane / 8: rows + 8 (bit 0), k + 8 (bit 1)),
+  // Bw .x2 (matrix lane / 8 % 2: k + 8; lanes 16-31 give unused addresses).
+  const int i8 = lane >> 3;
+  const int a_off = (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * kLdk + 8 * (i8 >> 1);
+  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * kLdk + 8 * (i8 & 1);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nk) load_stage<Tl>(smem + s * Tl::kStageElems, op, s, tid);
+    cp_async_commit();
+  }
+  for (int kc = 0; kc < nk; ++kc) {
+    // Stage kc has landed (at most kStages - 2 younger groups in flight), and every warp is
+    // done with stage kc - 1, whose buffer the load below refills.
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = kc + kStages - 1;
+    if (next < nk) load_stage<Tl>(smem + (next % kStages) * Tl::kStageElems, op, next, tid);
+    cp_async_commit();
+    const T* st = smem + (kc % kStages) * Tl::kStageElems;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t af[Tl::MT][4];
+#pragma unroll
+      for (int mt = 0; mt < Tl::MT; ++mt) {
+        mma::ldmatrix_x4(af[mt], st + a_off + mt * 16 * kLdk + kk * 16);
+      }
+#pragma unroll
+      for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+        for (int nj = 0; nj < Tl::NJ; ++nj) {
+          uint32_t bf[2];
+          mma::ldmatrix_x2(bf, st + b_off + (g * Tl::J + nj * 8) * kLdk + kk * 16);
+#pragma unroll
+          for (int mt = 0; mt < Tl::MT; ++mt) mma::mma_16816<T>(acc[mt][g][nj], af[mt], bf);
+        }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace lltm::step

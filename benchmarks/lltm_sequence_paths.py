@@ -24,9 +24,10 @@ VARIANTS = {
     "step-big": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "big"},
     "step-small": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "small"},
     "step-nopdl": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_PDL": "0"},
+    "step-wide": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_BWD_TILE": "wide"},
     "fallback": {"LLTM_SEQUENCE_PATH": "fallback"},
 }
-KEYS = ("LLTM_SEQUENCE_PATH", "LLTM_STEP_TILE", "LLTM_STEP_PDL")
+KEYS = ("LLTM_SEQUENCE_PATH", "LLTM_STEP_TILE", "LLTM_STEP_PDL", "LLTM_STEP_BWD_TILE")
 
 
 def set_env(settings):
@@ -96,7 +97,8 @@ def main():
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     lines = [f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
              f"{torch.backends.cudnn.version()}, commit {os.environ.get('FUSED_OPS_COMMIT', '?')}",
-             "", "| dtype | (T, B, F, S) | variant | fwd ms | fwd+bwd ms | cuDNN/this fwd / fwd+bwd |",
+             "",
+             "| dtype | (T, B, F, S) | variant | fwd ms | fwd+bwd ms | cuDNN/this fwd / fwd+bwd |",
              "| --- | --- | --- | ---: | ---: | ---: |"]
     print("\n".join(lines), flush=True)
     for dname in args.dtypes:

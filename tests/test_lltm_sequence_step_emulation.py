@@ -1,5 +1,5 @@
-"""CPU emulation of the LLTM sequence's per-step tensor-core kernels (csrc/lltm/lltm_sequence_step_*.cuh,
-the "step" path): the kernels compile as host C++ under tests/cuda_emulation.h (a thread per CUDA
+"""CPU emulation of the LLTM sequence's per-step tensor-core kernels (the "step" path,
+csrc/lltm/lltm_sequence_step_*.cuh): the kernels compile as host C++ under tests/cuda_emulation.h (a thread per CUDA
 thread, ldmatrix and mma.sync emulated with PTX's fragment layouts, the asynchronous copies done
 at once) and run step by step with the launcher's own per-step pointers, and the forward and
 backward recurrences are checked against float64, GPU or not."""
@@ -96,6 +96,7 @@ int main() {
   check<c10::Half, FwdBig, BwdBig>("f16 big", 2, 70, 40, 5e-3);
   check<c10::BFloat16, FwdBig, BwdBig>("bf16 big", 2, 3, 136, 2e-2);
   check<c10::Half, FwdBig, BwdBig>("f16 big", 1, 65, 8, 5e-3);
+  check<c10::Half, FwdBig, BwdWide>("f16 wide", 2, 70, 72, 5e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

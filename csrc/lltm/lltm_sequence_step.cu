@@ -5,11 +5,12 @@
 // Tiles (rows BM x state columns J per CTA): "big" 64 x 32 with 8 warps where that gives most
 // SMs a CTA (ceil(B / 64) ceil(S / 32) >= 3/4 of the SMs, e.g. B = 256, S = 1024: 128 CTAs),
 // else "small" 32 x 8 with 2 warps (B = 64, S = 512: 128 CTAs). LLTM_STEP_TILE=big|small
-// forces one (measurements). Each step is one cudaLaunchKernelEx with the programmatic
-// stream serialization attribute on sm_90 (LLTM_STEP_PDL=0 turns it off): the next step's
-// grid is launched while this one runs and its CTAs wait in griddepcontrol.wait, so the
-// launch latency between dependent steps is hidden; the data dependency is unchanged (the
-// wait returns only after the previous grid has finished and its writes are visible).
+// forces one, LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step
+// is one cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
+// (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
+// its CTAs wait in griddepcontrol.wait, so the launch latency between dependent steps is
+// hidden; the data dependency is unchanged (the wait returns only after the previous grid has
+// finished and its writes are visible).
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -27,6 +28,7 @@ namespace {
 using torch::headeronly::ScalarType;
 using step::BwdBig;
 using step::BwdSmall;
+using step::BwdWide;
 using step::FwdBig;
 using step::FwdSmall;
 
@@ -140,7 +142,10 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
   step::transpose_kernel<<<grid, block, 0, stream>>>(
       reinterpret_cast<uint16_t*>(w_h_t), reinterpret_cast<const uint16_t*>(args.w_h), 3 * S, S);
   FUSED_OPS_LAUNCH_CHECK();
-  if (use_big(device, args.batch, S)) {
+  const char* wide = std::getenv("LLTM_STEP_BWD_TILE");
+  if (wide != nullptr && std::strcmp(wide, "wide") == 0) {
+    backward_steps<BwdWide>(args, w_h_t, carry, device, stream);
+  } else if (use_big(device, args.batch, S)) {
     backward_steps<BwdBig>(args, w_h_t, carry, device, stream);
   } else {
     backward_steps<BwdSmall>(args, w_h_t, carry, device, stream);

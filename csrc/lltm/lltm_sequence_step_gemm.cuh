@@ -52,6 +52,9 @@ using FwdBig = Tile<64, 32, 3, 2, 4>;
 using BwdBig = Tile<64, 32, 1, 2, 4>;
 using FwdSmall = Tile<32, 8, 3, 2, 1>;
 using BwdSmall = Tile<32, 8, 1, 2, 1>;
+// 64 x 64 on 8 warps (32 x 16 each), the backward only: fewer fragment loads per MMA than
+// BwdBig, half the CTAs (LLTM_STEP_BWD_TILE=wide).
+using BwdWide = Tile<64, 64, 1, 2, 4>;
 
 // The operands of one CTA's product (see the top of this file).
 template <typename T>
@@ -192,23 +195,33 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
     if (next < nk) load_stage<Tl>(smem + (next % kStages) * Tl::kStageElems, op, next, tid);
     cp_async_commit();
     const T* st = smem + (kc % kStages) * Tl::kStageElems;
+    // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
+    // which the compiler keeps in program order, so loading each fragment just before its
+    // MMA would leave every MMA waiting out an ldmatrix latency.
+    uint32_t af[kBK / 16][Tl::MT][4], bf[kBK / 16][Tl::NG][Tl::NJ][2];
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t af[Tl::MT][4];
 #pragma unroll
       for (int mt = 0; mt < Tl::MT; ++mt) {
-        mma::ldmatrix_x4(af[mt], st + a_off + mt * 16 * kLdk + kk * 16);
+        mma::ldmatrix_x4(af[kk][mt], st + a_off + mt * 16 * kLdk + kk * 16);
       }
 #pragma unroll
       for (int g = 0; g < Tl::NG; ++g)
 #pragma unroll
         for (int nj = 0; nj < Tl::NJ; ++nj) {
-          uint32_t bf[2];
-          mma::ldmatrix_x2(bf, st + b_off + (g * Tl::J + nj * 8) * kLdk + kk * 16);
-#pragma unroll
-          for (int mt = 0; mt < Tl::MT; ++mt) mma::mma_16816<T>(acc[mt][g][nj], af[mt], bf);
+          mma::ldmatrix_x2(bf[kk][g][nj], st + b_off + (g * Tl::J + nj * 8) * kLdk + kk * 16);
         }
     }
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+#pragma unroll
+      for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+        for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+          for (int mt = 0; mt < Tl::MT; ++mt) {
+            mma::mma_16816<T>(acc[mt][g][nj], af[kk][mt], bf[kk][g][nj]);
+          }
   }
   cp_async_wait<0>();
 }

@@ -58,6 +58,8 @@ inline StepBackward<T> backward_step_params(const SeqBackward<T>& a, const T* w_
 }
 
 // Grid (ceil(B / BM), ceil(S / J)), Tl::kThreads threads, Tl::kSmemBytes dynamic shared memory.
+// A thread's cells: the pairs of columns (2q, 2q + 1) of rows lane / 4 and lane / 4 + 8 of
+// each of its MMA tiles (as the forward kernel's).
 template <typename Tl, typename T>
 __global__ void __launch_bounds__(Tl::kThreads)
     step_backward_kernel(const StepBackward<T> p) {
@@ -68,6 +70,38 @@ __global__ void __launch_bounds__(Tl::kThreads)
   const int64_t B = p.batch, S = p.state;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * Tl::BM;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * Tl::J;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+  const bool final = p.d_h0 != nullptr;
+  auto row = [&](int mt, int h) { return m0 + wm * Tl::MT * 16 + mt * 16 + lane / 4 + 8 * h; };
+  auto col = [&](int nj) { return j0 + wn * Tl::NJ * 8 + nj * 8 + 2 * (lane % 4); };
+  // The epilogue's inputs, loaded before the product (as in the forward kernel): grad_h, the
+  // incoming dc (grad_c_n or the carry), and, except in the final launch, c_t and z_t.
+  Two<T> gh[Tl::MT][Tl::NJ][2], ct[Tl::MT][Tl::NJ][2], zt[Tl::MT][Tl::NJ][2][3];
+  FloatTwo dc[Tl::MT][Tl::NJ][2];
+#pragma unroll
+  for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+    for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t b = row(mt, h), j = col(nj);
+        if (b >= B || j >= S) continue;  // S is even: j + 1 < S too
+        const int64_t k = b * S + j;
+        gh[mt][nj][h] = load_two(p.grad_h + k);
+        if (p.grad_c != nullptr) {
+          const Two<T> g = load_two(p.grad_c + k);
+          dc[mt][nj][h] = FloatTwo{static_cast<float>(g.lo), static_cast<float>(g.hi)};
+        } else {
+          dc[mt][nj][h] = *reinterpret_cast<const FloatTwo*>(p.carry + k);
+        }
+        if (!final) {
+          ct[mt][nj][h] = load_two(p.c_t + k);
+          const T* zr = p.dz + b * 3 * S + j;
+#pragma unroll
+          for (int g = 0; g < 3; ++g) zt[mt][nj][h][g] = load_two(zr + g * S);
+        }
+      }
   float acc[Tl::MT][1][Tl::NJ][4];
   if (p.dz_next != nullptr) {
     const Operands<T> op{p.dz_next, 3 * S, B, m0, p.w_h_t, 3 * S, 0, S, j0, 3 * S};
@@ -80,32 +114,41 @@ __global__ void __launch_bounds__(Tl::kThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][0][nj][e] = 0.f;
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
 #pragma unroll
   for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll
     for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t b = m0 + wm * Tl::MT * 16 + mt * 16 + lane / 4 + 8 * (e / 2);
-        const int64_t j = j0 + wn * Tl::NJ * 8 + nj * 8 + 2 * (lane % 4) + e % 2;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t b = row(mt, h), j = col(nj);
         if (b >= B || j >= S) continue;
         const int64_t k = b * S + j;
-        const T dh = static_cast<float>(p.grad_h[k]) + acc[mt][0][nj][e];
-        if (p.d_h0 != nullptr) {
-          p.d_h0[k] = dh;
-          p.d_c0[k] = p.carry[k];
+        Two<T> dh;
+        dh.lo = static_cast<float>(gh[mt][nj][h].lo) + acc[mt][0][nj][2 * h];
+        dh.hi = static_cast<float>(gh[mt][nj][h].hi) + acc[mt][0][nj][2 * h + 1];
+        if (final) {
+          store_two(p.d_h0 + k, dh);
+          store_two(p.d_c0 + k, Two<T>{T(dc[mt][nj][h].lo), T(dc[mt][nj][h].hi)});
           continue;
         }
-        const float dc = p.grad_c != nullptr ? static_cast<float>(p.grad_c[k]) : p.carry[k];
+        Two<T> dz[3];
+        FloatTwo carry;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float d_i, d_o, d_c, d_cell;
+          cell_backward<float>(element(dh, e), e == 0 ? dc[mt][nj][h].lo : dc[mt][nj][h].hi,
+                               element(ct[mt][nj][h], e), element(zt[mt][nj][h][0], e),
+                               element(zt[mt][nj][h][1], e), element(zt[mt][nj][h][2], e), d_i,
+                               d_o, d_c, d_cell);
+          (e == 0 ? dz[0].lo : dz[0].hi) = d_i;
+          (e == 0 ? dz[1].lo : dz[1].hi) = d_o;
+          (e == 0 ? dz[2].lo : dz[2].hi) = d_c;
+          (e == 0 ? carry.lo : carry.hi) = d_cell;
+        }
         T* zr = p.dz + b * 3 * S + j;
-        float d_i, d_o, d_c, d_cell;
-        cell_backward<float>(dh, dc, p.c_t[k], zr[0], zr[S], zr[2 * S], d_i, d_o, d_c, d_cell);
-        zr[0] = d_i;
-        zr[S] = d_o;
-        zr[2 * S] = d_c;
-        p.carry[k] = d_cell;
+#pragma unroll
+        for (int g = 0; g < 3; ++g) store_two(zr + g * S, dz[g]);
+        *reinterpret_cast<FloatTwo*>(p.carry + k) = carry;
       }
 }
 

@@ -42,6 +42,8 @@ inline StepForward<T> forward_step_params(const SeqForward<T>& a, int64_t t) {
 }
 
 // Grid (ceil(B / BM), ceil(S / J)), Tl::kThreads threads, Tl::kSmemBytes dynamic shared memory.
+// A thread's cells are the pairs of columns (2q, 2q + 1) (q = lane % 4) of rows lane / 4 and
+// lane / 4 + 8 of each of its MMA tiles, as the accumulators hold them.
 template <typename Tl, typename T>
 __global__ void __launch_bounds__(Tl::kThreads)
     step_forward_kernel(const StepForward<T> p) {
@@ -52,31 +54,58 @@ __global__ void __launch_bounds__(Tl::kThreads)
   const int64_t B = p.batch, S = p.state;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * Tl::BM;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * Tl::J;
-  const Operands<T> op{p.h_prev, S, B, m0, p.w_h, S, S, S, j0, S};
-  float acc[Tl::MT][Tl::NG][Tl::NJ][4];
-  tile_gemm<Tl>(acc, op, smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+  auto row = [&](int mt, int h) { return m0 + wm * Tl::MT * 16 + mt * 16 + lane / 4 + 8 * h; };
+  auto col = [&](int nj) { return j0 + wn * Tl::NJ * 8 + nj * 8 + 2 * (lane % 4); };
+  // The epilogue's inputs (P_t and c_{t-1} of this thread's cells) are loaded before the
+  // product, so that their latency hides behind it instead of following it.
+  Two<T> pz[Tl::MT][Tl::NJ][2][3], pc[Tl::MT][Tl::NJ][2];
 #pragma unroll
   for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll
     for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t b = m0 + wm * Tl::MT * 16 + mt * 16 + lane / 4 + 8 * (e / 2);
-        const int64_t j = j0 + wn * Tl::NJ * 8 + nj * 8 + 2 * (lane % 4) + e % 2;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t b = row(mt, h), j = col(nj);
+        if (b < B && j < S) {  // S is even: j + 1 < S too
+          const T* zr = p.z + b * 3 * S + j;
+#pragma unroll
+          for (int g = 0; g < 3; ++g) pz[mt][nj][h][g] = load_two(zr + g * S);
+          pc[mt][nj][h] = load_two(p.c_prev + b * S + j);
+        }
+      }
+  const Operands<T> op{p.h_prev, S, B, m0, p.w_h, S, S, S, j0, S};
+  float acc[Tl::MT][Tl::NG][Tl::NJ][4];
+  tile_gemm<Tl>(acc, op, smem);
+#pragma unroll
+  for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+    for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t b = row(mt, h), j = col(nj);
         if (b >= B || j >= S) continue;
+        Two<T> z[3], hv, cv;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          T zt[3];
+#pragma unroll
+          for (int g = 0; g < 3; ++g) {
+            zt[g] = static_cast<float>(element(pz[mt][nj][h][g], e)) + acc[mt][g][nj][2 * h + e];
+          }
+          float hf, cf;
+          cell_forward<float>(zt[0], zt[1], zt[2], element(pc[mt][nj][h], e), hf, cf);
+#pragma unroll
+          for (int g = 0; g < 3; ++g) (e == 0 ? z[g].lo : z[g].hi) = zt[g];
+          (e == 0 ? hv.lo : hv.hi) = hf;
+          (e == 0 ? cv.lo : cv.hi) = cf;
+        }
         T* zr = p.z + b * 3 * S + j;
-        const T zi = static_cast<float>(zr[0]) + acc[mt][0][nj][e];
-        const T zo = static_cast<float>(zr[S]) + acc[mt][1][nj][e];
-        const T zc = static_cast<float>(zr[2 * S]) + acc[mt][2][nj][e];
-        zr[0] = zi;
-        zr[S] = zo;
-        zr[2 * S] = zc;
-        float h, c;
-        cell_forward<float>(zi, zo, zc, p.c_prev[b * S + j], h, c);
-        p.h[b * S + j] = h;
-        p.c[b * S + j] = c;
+#pragma unroll
+        for (int g = 0; g < 3; ++g) store_two(zr + g * S, z[g]);
+        store_two(p.h + b * S + j, hv);
+        store_two(p.c + b * S + j, cv);
       }
 }
 

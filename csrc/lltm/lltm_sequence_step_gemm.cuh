@@ -9,7 +9,9 @@
 // holding z_i, z_o and z_c of the same (row, column) in registers. Backward: A = dz_{t+1},
 // Bw = W_h^T (S, 3S), NG = 1.
 //
-// K is consumed in chunks of kBK through a kStages-deep cp.async pipeline in shared memory;
+// K is consumed in chunks of kBK through a cp.async pipeline of Tl::kStages stages in shared
+// memory (deep: a step's product is short, so the chunks in flight are what hides the L2
+// latency);
 // each stage holds A's BM rows and Bw's NG * J rows of the chunk, row stride kLdk elements
 // (144 bytes: an odd multiple of 16 modulo 128, so the 8 rows that one ldmatrix 8x8 matrix
 // reads fall in 8 distinct bank groups). Rows past rows_a, columns past ncols and k past K are
@@ -31,12 +33,11 @@ namespace lltm::step {
 
 constexpr int kBK = 64;          // k per pipeline stage
 constexpr int kLdk = kBK + 8;    // shared row stride in elements (see above)
-constexpr int kStages = 4;       // pipeline depth
 constexpr int kSegs = kBK / 8;   // 16-byte copies per row and stage
 
-template <int BM_, int J_, int NG_, int WM_, int WN_>
+template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES>
 struct Tile {
-  static constexpr int BM = BM_, J = J_, NG = NG_, WM = WM_, WN = WN_;
+  static constexpr int BM = BM_, J = J_, NG = NG_, WM = WM_, WN = WN_, kStages = STAGES;
   static constexpr int kWarps = WM * WN, kThreads = 32 * kWarps;
   static constexpr int MT = BM / WM / 16;  // 16-row tiles per warp
   static constexpr int NJ = J / WN / 8;    // 8-column tiles per warp and group
@@ -44,17 +45,46 @@ struct Tile {
   static constexpr int kStageElems = (BM + BN) * kLdk;
   static constexpr int kSmemBytes = kStages * kStageElems * 2;
   static_assert(BM % (16 * WM) == 0 && J % (8 * WN) == 0, "warp tiles of whole MMA tiles");
+  static_assert(kStages >= 2, "a pipeline");
+};
+
+// Two consecutive elements of T as one 4-byte access (the epilogues' pairs of columns 2q,
+// 2q + 1: even columns of rows whose length is a multiple of 8, so 4-byte aligned).
+template <typename T>
+struct alignas(4) Two {
+  T lo, hi;
+};
+
+template <typename T>
+LLTM_MMA_FN Two<T> load_two(const T* p) {
+  return *reinterpret_cast<const Two<T>*>(p);
+}
+
+template <typename T>
+LLTM_MMA_FN void store_two(T* p, Two<T> v) {
+  *reinterpret_cast<Two<T>*>(p) = v;
+}
+
+template <typename T>
+LLTM_MMA_FN T element(const Two<T>& v, int e) {
+  return e == 0 ? v.lo : v.hi;
+}
+
+// Two floats as one 8-byte access (the backward's carry pairs).
+struct alignas(8) FloatTwo {
+  float lo, hi;
 };
 
 // The launcher's tiles (lltm_sequence_step.cu says which runs when): 64 rows x 32 columns on
-// 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps.
-using FwdBig = Tile<64, 32, 3, 2, 4>;
-using BwdBig = Tile<64, 32, 1, 2, 4>;
-using FwdSmall = Tile<32, 8, 3, 2, 1>;
-using BwdSmall = Tile<32, 8, 1, 2, 1>;
+// 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps; stages
+// as many as keep the shared memory near 110-140 KiB (big) or 46-64 KiB (small).
+using FwdBig = Tile<64, 32, 3, 2, 4, 6>;
+using BwdBig = Tile<64, 32, 1, 2, 4, 8>;
+using FwdSmall = Tile<32, 8, 3, 2, 1, 8>;
+using BwdSmall = Tile<32, 8, 1, 2, 1, 8>;
 // 64 x 64 on 8 warps (32 x 16 each), the backward only: fewer fragment loads per MMA than
 // BwdBig, half the CTAs (LLTM_STEP_BWD_TILE=wide).
-using BwdWide = Tile<64, 64, 1, 2, 4>;
+using BwdWide = Tile<64, 64, 1, 2, 4, 6>;
 
 // The operands of one CTA's product (see the top of this file).
 template <typename T>
@@ -182,19 +212,21 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
   const int a_off = (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * kLdk + 8 * (i8 >> 1);
   const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * kLdk + 8 * (i8 & 1);
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < Tl::kStages - 1; ++s) {
     if (s < nk) load_stage<Tl>(smem + s * Tl::kStageElems, op, s, tid);
     cp_async_commit();
   }
   for (int kc = 0; kc < nk; ++kc) {
     // Stage kc has landed (at most kStages - 2 younger groups in flight), and every warp is
     // done with stage kc - 1, whose buffer the load below refills.
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<Tl::kStages - 2>();
     __syncthreads();
-    const int next = kc + kStages - 1;
-    if (next < nk) load_stage<Tl>(smem + (next % kStages) * Tl::kStageElems, op, next, tid);
+    const int next = kc + Tl::kStages - 1;
+    if (next < nk) {
+      load_stage<Tl>(smem + (next % Tl::kStages) * Tl::kStageElems, op, next, tid);
+    }
     cp_async_commit();
-    const T* st = smem + (kc % kStages) * Tl::kStageElems;
+    const T* st = smem + (kc % Tl::kStages) * Tl::kStageElems;
     // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
     // which the compiler keeps in program order, so loading each fragment just before its
     // MMA would leave every MMA waiting out an ldmatrix latency.

@@ -167,29 +167,51 @@ __device__ __forceinline__ T* dynamic_smem() {
 }
 #endif
 
-// Stage kc of the pipeline: A's BM rows and Bw's BN rows, k in [kc kBK, (kc + 1) kBK).
+// One thread's share of every stage's copies: copy n of a stage is element i = tid + n
+// kThreads of the (BM + BN) x kSegs grid of 16-byte pieces (row i / kSegs, piece i % kSegs).
+// kThreads is a multiple of kSegs, so a thread's pieces share one k offset (8 (tid % kSegs))
+// and sit kThreads / kSegs rows apart. The row pointers are worked out once per kernel; a
+// stage then costs a thread an add, a compare and a copy per piece.
 template <typename Tl, typename T>
-__device__ __forceinline__ void load_stage(T* st, const Operands<T>& op, int kc, int tid) {
-  const int64_t k0 = static_cast<int64_t>(kc) * kBK;
-  constexpr int kCopies = (Tl::BM + Tl::BN) * kSegs;
-  for (int i = tid; i < kCopies; i += Tl::kThreads) {
-    const int r = i / kSegs, seg = i % kSegs;
-    const int64_t k = k0 + seg * 8;
-    const T* src = op.a;
-    bool valid = k < op.k;
-    if (r < Tl::BM) {
-      const int64_t row = op.m0 + r;
-      valid = valid && row < op.rows_a;
-      if (valid) src = op.a + row * op.lda + k;
-    } else {
-      const int rb = r - Tl::BM, g = rb / Tl::J, jj = rb % Tl::J;
-      const int64_t col = op.j0 + jj;
-      valid = valid && col < op.ncols;
-      if (valid) src = op.b + (g * op.gstride + col) * op.ldb + k;
+struct StageCopies {
+  static constexpr int kCopies = (Tl::BM + Tl::BN) * kSegs;
+  static constexpr int kPerThread = (kCopies + Tl::kThreads - 1) / Tl::kThreads;
+  static_assert(Tl::kThreads % kSegs == 0, "a thread's pieces share their k offset");
+  const T* src[kPerThread];  // row start + this thread's k offset; null: a zero row
+  int dst[kPerThread];       // element offset in a stage; -1: no piece (past kCopies)
+  int koff;                  // this thread's k offset in a chunk
+
+  LLTM_MMA_FN StageCopies(const Operands<T>& op, int tid) {
+    koff = 8 * (tid % kSegs);
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      const int i = tid + n * Tl::kThreads, r = i / kSegs;
+      src[n] = nullptr;
+      dst[n] = i < kCopies ? r * kLdk + koff : -1;
+      if (i >= kCopies) continue;
+      if (r < Tl::BM) {
+        const int64_t row = op.m0 + r;
+        if (row < op.rows_a) src[n] = op.a + row * op.lda + koff;
+      } else {
+        const int rb = r - Tl::BM, g = rb / Tl::J, jj = rb % Tl::J;
+        const int64_t col = op.j0 + jj;
+        if (col < op.ncols) src[n] = op.b + (g * op.gstride + col) * op.ldb + koff;
+      }
     }
-    cp_async16(st + r * kLdk + seg * 8, src, valid);
   }
-}
+
+  // Stage kc (k in [kc kBK, (kc + 1) kBK)) into st.
+  LLTM_MMA_FN void issue(T* st, const Operands<T>& op, int kc) const {
+    const int64_t k0 = static_cast<int64_t>(kc) * kBK;
+    const bool k_in = k0 + koff < op.k;
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      if (dst[n] < 0) continue;
+      const bool valid = k_in && src[n] != nullptr;
+      cp_async16(st + dst[n], valid ? src[n] + k0 : op.a, valid);
+    }
+  }
+};
 
 // acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it.
 template <typename Tl, typename T>
@@ -207,13 +229,15 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
         for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = 0.f;
   const int nk = static_cast<int>((op.k + kBK - 1) / kBK);
   // ldmatrix rows of this lane: A .x4 (matrix lane / 8: rows + 8 (bit 0), k + 8 (bit 1)),
-  // Bw .x2 (matrix lane / 8 % 2: k + 8; lanes 16-31 give unused addresses).
+  // Bw .x4 over two k steps (matrix lane / 8: k + 8 (lane / 8); matrices 0, 1 are the
+  // fragment of the first step, 2, 3 of the second).
   const int i8 = lane >> 3;
   const int a_off = (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * kLdk + 8 * (i8 >> 1);
-  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * kLdk + 8 * (i8 & 1);
+  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * kLdk + 8 * i8;
+  const StageCopies<Tl, T> copies(op, tid);
 #pragma unroll
   for (int s = 0; s < Tl::kStages - 1; ++s) {
-    if (s < nk) load_stage<Tl>(smem + s * Tl::kStageElems, op, s, tid);
+    if (s < nk) copies.issue(smem + s * Tl::kStageElems, op, s);
     cp_async_commit();
   }
   for (int kc = 0; kc < nk; ++kc) {
@@ -222,9 +246,7 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
     cp_async_wait<Tl::kStages - 2>();
     __syncthreads();
     const int next = kc + Tl::kStages - 1;
-    if (next < nk) {
-      load_stage<Tl>(smem + (next % Tl::kStages) * Tl::kStageElems, op, next, tid);
-    }
+    if (next < nk) copies.issue(smem + (next % Tl::kStages) * Tl::kStageElems, op, next);
     cp_async_commit();
     const T* st = smem + (kc % Tl::kStages) * Tl::kStageElems;
     // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
@@ -237,13 +259,20 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
       for (int mt = 0; mt < Tl::MT; ++mt) {
         mma::ldmatrix_x4(af[kk][mt], st + a_off + mt * 16 * kLdk + kk * 16);
       }
+    }
+#pragma unroll
+    for (int k2 = 0; k2 < kBK / 32; ++k2)
 #pragma unroll
       for (int g = 0; g < Tl::NG; ++g)
 #pragma unroll
         for (int nj = 0; nj < Tl::NJ; ++nj) {
-          mma::ldmatrix_x2(bf[kk][g][nj], st + b_off + (g * Tl::J + nj * 8) * kLdk + kk * 16);
+          uint32_t r[4];
+          mma::ldmatrix_x4(r, st + b_off + (g * Tl::J + nj * 8) * kLdk + k2 * 32);
+          bf[2 * k2][g][nj][0] = r[0];
+          bf[2 * k2][g][nj][1] = r[1];
+          bf[2 * k2 + 1][g][nj][0] = r[2];
+          bf[2 * k2 + 1][g][nj][1] = r[3];
         }
-    }
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
 #pragma unroll

@@ -5,11 +5,15 @@ test_lltm_sequence.py (check_half: at most twice plain PyTorch's error in the sa
 with and without programmatic dependent launch (LLTM_STEP_PDL=0: bitwise the same results),
 bitwise deterministic backward, CUDA graph capture, and the error of a forced path that does
 not run the problem. The op's own choice reaches this path at large states
-(test_lltm_sequence.py's large-state half tests)."""
+(test_lltm_sequence.py's large-state half tests), for the forward only from S = 512 on, with
+the backward on the cluster kernels: the two directions share their buffers, which
+test_step_forward_cluster_backward checks."""
 
 import pytest
 import torch
-from test_lltm_sequence import ARGS, NAMES, check_half, cotangents, make_inputs, run
+from conftest import rel_err
+from test_lltm_sequence import (ARGS, HALF_FLOOR, NAMES, check_half, cotangents, make_inputs,
+                                reference_results, reference_sequence, run)
 
 import lltm
 
@@ -98,3 +102,31 @@ def test_step_forced_unsupported(dtype, S):
     inputs = make_inputs(3, 2, 3, S, "cuda", dtype)
     with pytest.raises(ValueError, match=r"LLTM_SEQUENCE_PATH=step, but .*multiple of 8"):
         lltm.lltm_sequence(*inputs)
+
+
+def test_step_forward_cluster_backward(monkeypatch):
+    # What the op chooses at S = 512 in the half types (where the cluster kernels run): the
+    # forward on the step kernels, the backward on the cluster kernels, each reading what the
+    # other wrote (z, h, c in lltm_sequence.h's buffers); and the other way round.
+    T, B, F, S, dtype = 9, 7, 5, 256, torch.float16
+    try:
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", "persistent")
+        lltm.lltm_sequence(*make_inputs(1, B, F, S, "cuda", dtype))
+    except ValueError:
+        pytest.skip("the cluster kernels do not run here")
+    want, inputs = reference_results(T, B, F, S)
+    cots = cotangents(T, B, S)
+    half = [t.to("cuda", dtype) for t in inputs]
+    plain = run(reference_sequence, half, cots)
+    for first, second in [("step", "persistent"), ("persistent", "step")]:
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", first)
+        leaves = [t.detach().clone().requires_grad_() for t in half]
+        output, (h_n, c_n) = lltm.lltm_sequence(*leaves)
+        g_out, g_h, g_c = (c.to(output) for c in cots)
+        loss = (output * g_out).sum() + (h_n * g_h).sum() + (c_n * g_c).sum()
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", second)
+        grads = torch.autograd.grad(loss, leaves)
+        got = [output.detach(), h_n.detach(), c_n.detach(), *grads]
+        for name, g, p, w in zip(NAMES, got, plain, want):
+            ours, theirs = rel_err(g, w), rel_err(p, w)
+            assert ours <= max(2 * theirs, HALF_FLOOR[dtype]), (first, second, name, ours, theirs)

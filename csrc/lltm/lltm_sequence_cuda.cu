@@ -13,11 +13,12 @@
 // step with the cell in its epilogue, launched back to back (no cluster, W_h read from L2
 // each step), so any S (a multiple of 8) fits.
 // LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests); unset or "auto":
-// cta where it runs, else step for the half types from kStepMinState on, else the cluster
-// kernels where they run, else step where it runs, else the fallback (on the H100, in
-// float32, the cta path measured faster than the cluster kernels at every size it supports,
-// benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too, unmeasured: both
-// paths hold W_h and sum as float, so their per-step costs do not depend on the dtype).
+// cta where it runs, else (forward only) step for the half types from kStepMinForwardState
+// on, else the cluster kernels where they run, else step where it runs, else the fallback
+// (on the H100, in float32, the cta path measured faster than the cluster kernels at every
+// size it supports, benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too,
+// unmeasured: both paths hold W_h and sum as float, so their per-step costs do not depend on
+// the dtype).
 #include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
 #include <torch/csrc/stable/library.h>
 
@@ -241,9 +242,13 @@ bool step_supported(const Tensor& t, const SeqSizes& sz) {
   return seq_step_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
 }
 
-// From this state on the half types take the step kernels where both they and the cluster
-// kernels run (H100, benchmarks/results/lltm_sequence_step_h100.md).
-constexpr int64_t kStepMinState = 512;
+// From this state on the half types' forward takes the step kernels where both they and the
+// cluster kernels run; the backward keeps the cluster kernels wherever they run (H100, fp16,
+// B = 64, benchmarks/results/lltm_sequence_step_h100.md: forward S = 256 cluster 0.52 ms
+// against step 0.58-0.71, S = 512 cluster 0.98 against step 0.77; backward S = 512 cluster
+// 1.15 against step 1.44). The two directions share the buffers of lltm_sequence.h, so the
+// forward and the backward of one problem may run on different paths.
+constexpr int64_t kStepMinForwardState = 512;
 
 [[noreturn]] void raise_unsupported(const Tensor& t, const SeqSizes& sz, const char* path,
                                     const char* what, const char* missing) {
@@ -256,9 +261,9 @@ constexpr int64_t kStepMinState = 512;
       "; unset LLTM_SEQUENCE_PATH or set it to 'fallback'");
 }
 
-// The path that runs this problem (kCta, kPersistent or kFallback); raises where a forced
-// path does not support it.
-SeqPath pick_path(const Tensor& t, const SeqSizes& sz) {
+// The path that runs this problem's forward or backward recurrence (kCta, kPersistent, kStep
+// or kFallback); raises where a forced path does not support it.
+SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   const SeqPath path = requested_path();
   if (path == SeqPath::kFallback) return path;
   if (path == SeqPath::kCta) {
@@ -278,7 +283,7 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz) {
   }
   if (path == SeqPath::kAuto && cta_supported(t, sz)) return SeqPath::kCta;
   const bool step = path == SeqPath::kAuto && step_supported(t, sz);
-  if (step && sz.state >= kStepMinState) return SeqPath::kStep;
+  if (step && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {
     raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",
@@ -388,7 +393,7 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
   }
 void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                              const SeqSizes& sz) {
-  switch (pick_path(gates, sz)) {
+  switch (pick_path(gates, sz, /*backward=*/false)) {
     case SeqPath::kCta:
       SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, w_h, gates, hs, cells, sz);
       return;
@@ -408,7 +413,7 @@ void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tenso
 void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
                               const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
                               Tensor& d_c0, const SeqSizes& sz) {
-  switch (pick_path(dz, sz)) {
+  switch (pick_path(dz, sz, /*backward=*/true)) {
     case SeqPath::kCta:
       SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
                         d_c0, sz);

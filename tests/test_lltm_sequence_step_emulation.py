@@ -1,8 +1,9 @@
 """CPU emulation of the LLTM sequence's per-step tensor-core kernels (the "step" path,
-csrc/lltm/lltm_sequence_step_*.cuh): the kernels compile as host C++ under tests/cuda_emulation.h (a thread per CUDA
-thread, ldmatrix and mma.sync emulated with PTX's fragment layouts, the asynchronous copies done
-at once) and run step by step with the launcher's own per-step pointers, and the forward and
-backward recurrences are checked against float64, GPU or not."""
+csrc/lltm/lltm_sequence_step_*.cuh): the kernels compile as host C++ under
+tests/cuda_emulation.h (a thread per CUDA thread, ldmatrix and mma.sync emulated with PTX's
+fragment layouts, the asynchronous copies done at once) and run step by step with the
+launcher's own per-step pointers, and the forward and backward recurrences are checked against
+float64, GPU or not."""
 from conftest import needs_gxx, run_emulator
 
 EMULATOR = r"""

@@ -90,8 +90,10 @@ def per_step_kernels(fn, T):
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             total += ev.device_time_total
-            # the recurrence kernels: lltm::persistent:: (cluster), lltm::cta:: (single CTA)
-            if any(k in ev.name for k in ("persistent", "lltm::cta::", "RNN", "LSTM")):
+            # the recurrence kernels: lltm::persistent:: (cluster), lltm::cta:: (single CTA),
+            # lltm::step:: (one kernel per step)
+            if any(k in ev.name for k in ("persistent", "lltm::cta::", "lltm::step::", "RNN",
+                                          "LSTM")):
                 rec += ev.device_time_total
                 short = ev.name.split("(")[0][-40:]
                 names[short] = names.get(short, 0.0) + ev.device_time_total

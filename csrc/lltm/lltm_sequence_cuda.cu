@@ -9,13 +9,17 @@
 // Two persistent paths: "cta" (lltm_sequence_cta.h: one CTA holds all of W_h in registers and
 // runs its batch rows for the whole sequence; S <= 128) and "persistent" (the cluster kernels
 // of lltm_sequence_persistent.h: W_h's columns split over a cluster; S up to 512 in float32).
-// LLTM_SEQUENCE_PATH=cta|persistent|fallback forces one path (tests); unset or "auto": cta
-// where it runs, else the cluster kernels where they run, else the fallback (on the H100, in
-// float32, the cta path measured faster than the cluster kernels at every size it supports,
-// benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too: both paths hold
-// W_h and sum as float, so their per-step costs hardly depend on the dtype, and float16 and
-// bfloat16 at (256, 16, 32, 128) measured faster than cuDNN's in the same dtype,
-// benchmarks/results/lltm_sequence_cta_lanes_h100.md).
+// A third for bfloat16 / float16, "step" (lltm_sequence_step.h): one tensor-core kernel per
+// step with the cell in its epilogue, launched back to back (no cluster, W_h read from L2
+// each step), so any S (a multiple of 8) fits.
+// LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests); unset or "auto":
+// cta where it runs, else (forward only) step for the half types from kStepMinForwardState
+// on, else the cluster kernels where they run, else step where it runs, else the fallback
+// (on the H100, in float32, the cta path measured faster than the cluster kernels at every
+// size it supports, benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too:
+// both paths hold W_h and sum as float, so their per-step costs hardly depend on the dtype,
+// and float16 and bfloat16 at (256, 16, 32, 128) measured faster than cuDNN's in the same
+// dtype, benchmarks/results/lltm_sequence_cta_lanes_h100.md).
 #include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
 #include <torch/csrc/stable/library.h>
 
@@ -23,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
@@ -40,6 +45,7 @@
 #define LLTM_SEQUENCE_HAVE_PERSISTENT 0
 #endif
 #include "lltm/lltm_sequence_cta.h"
+#include "lltm/lltm_sequence_step.h"
 
 namespace lltm {
 namespace {
@@ -201,7 +207,7 @@ void backward_step_cuda(const Tensor& grad_hs, const Tensor& rec_dh, const Tenso
   });
 }
 
-enum class SeqPath { kAuto, kCta, kPersistent, kFallback };
+enum class SeqPath { kAuto, kCta, kPersistent, kStep, kFallback };
 
 // LLTM_SEQUENCE_PATH, read at every call (a test sets it between calls; getenv costs far
 // less than a launch).
@@ -212,10 +218,11 @@ SeqPath requested_path() {
   }
   if (std::strcmp(value, "cta") == 0) return SeqPath::kCta;
   if (std::strcmp(value, "persistent") == 0) return SeqPath::kPersistent;
+  if (std::strcmp(value, "step") == 0) return SeqPath::kStep;
   if (std::strcmp(value, "fallback") == 0) return SeqPath::kFallback;
   fused_ops::raise<std::invalid_argument>(
-      "LLTM_SEQUENCE_PATH must be 'cta', 'persistent', 'fallback' or 'auto' (or unset), got '", value,
-      "'");
+      "LLTM_SEQUENCE_PATH must be 'cta', 'persistent', 'step', 'fallback' or 'auto' (or unset), "
+      "got '", value, "'");
 }
 
 bool persistent_supported(const Tensor& t, const SeqSizes& sz) {
@@ -232,6 +239,18 @@ bool cta_supported(const Tensor& t, const SeqSizes& sz) {
   return seq_cta_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
 }
 
+bool step_supported(const Tensor& t, const SeqSizes& sz) {
+  return seq_step_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
+}
+
+// From this state on the half types' forward takes the step kernels where both they and the
+// cluster kernels run; the backward keeps the cluster kernels wherever they run (H100, fp16,
+// B = 64, benchmarks/results/lltm_sequence_step_h100.md: forward S = 256 cluster 0.52 ms
+// against step 0.58-0.71, S = 512 cluster 0.98 against step 0.77; backward S = 512 cluster
+// 1.15 against step 1.44). The two directions share the buffers of lltm_sequence.h, so the
+// forward and the backward of one problem may run on different paths.
+constexpr int64_t kStepMinForwardState = 512;
+
 [[noreturn]] void raise_unsupported(const Tensor& t, const SeqSizes& sz, const char* path,
                                     const char* what, const char* missing) {
   const cudaDeviceProp& prop = fused_ops::device_properties(t);
@@ -243,9 +262,9 @@ bool cta_supported(const Tensor& t, const SeqSizes& sz) {
       "; unset LLTM_SEQUENCE_PATH or set it to 'fallback'");
 }
 
-// The path that runs this problem (kCta, kPersistent or kFallback); raises where a forced
-// path does not support it.
-SeqPath pick_path(const Tensor& t, const SeqSizes& sz) {
+// The path that runs this problem's forward or backward recurrence (kCta, kPersistent, kStep
+// or kFallback); raises where a forced path does not support it.
+SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   const SeqPath path = requested_path();
   if (path == SeqPath::kFallback) return path;
   if (path == SeqPath::kCta) {
@@ -254,13 +273,25 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz) {
     }
     return path;
   }
+  if (path == SeqPath::kStep) {
+    if (!step_supported(t, sz)) {
+      raise_unsupported(t, sz, "step",
+                        "per-step tensor-core LLTM sequence kernels (bfloat16 / float16, "
+                        "state_size a multiple of 8, sm_80+)",
+                        "");
+    }
+    return path;
+  }
   if (path == SeqPath::kAuto && cta_supported(t, sz)) return SeqPath::kCta;
+  const bool step = path == SeqPath::kAuto && step_supported(t, sz);
+  if (step && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {
     raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",
                       LLTM_SEQUENCE_HAVE_PERSISTENT ? "" : "; this build has none");
   }
-  return supported ? SeqPath::kPersistent : SeqPath::kFallback;
+  if (supported) return SeqPath::kPersistent;
+  return step ? SeqPath::kStep : SeqPath::kFallback;
 }
 
 // The kernels' argument blocks (lltm_sequence.h) of one forward / backward recurrence.
@@ -296,6 +327,34 @@ void cta_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tens
   seq_cta_backward<scalar_t>(
       backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
       fused_ops::current_stream(dz));
+}
+
+template <typename scalar_t>
+void step_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
+                  const SeqSizes& sz) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    fused_ops::raise<std::runtime_error>("lltm_sequence: no step kernel for float32");
+  } else {
+    seq_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
+                               fused_ops::current_stream(gates));
+  }
+}
+
+// The step backward's scratch: W_h^T (S, 3S) in the dtype and the float carry (B, S).
+template <typename scalar_t>
+void step_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
+                   const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    fused_ops::raise<std::runtime_error>("lltm_sequence: no step kernel for float32");
+  } else {
+    Tensor w_h_t = seq_empty({sz.state, 3 * sz.state}, dz);
+    Tensor carry = seq_empty({sz.batch, sz.state}, dz,
+                             static_cast<int32_t>(torch::headeronly::ScalarType::Float));
+    seq_step_backward<scalar_t>(
+        backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
+        w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(),
+        fused_ops::current_stream(dz));
+  }
 }
 
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
@@ -335,9 +394,12 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
   }
 void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                              const SeqSizes& sz) {
-  switch (pick_path(gates, sz)) {
+  switch (pick_path(gates, sz, /*backward=*/false)) {
     case SeqPath::kCta:
       SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, w_h, gates, hs, cells, sz);
+      return;
+    case SeqPath::kStep:
+      SEQ_KERNEL_DTYPES(gates.scalar_type(), step_forward, w_h, gates, hs, cells, sz);
       return;
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
     case SeqPath::kPersistent:
@@ -352,9 +414,13 @@ void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tenso
 void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
                               const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
                               Tensor& d_c0, const SeqSizes& sz) {
-  switch (pick_path(dz, sz)) {
+  switch (pick_path(dz, sz, /*backward=*/true)) {
     case SeqPath::kCta:
       SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
+                        d_c0, sz);
+      return;
+    case SeqPath::kStep:
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), step_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
                         d_c0, sz);
       return;
 #if LLTM_SEQUENCE_HAVE_PERSISTENT

@@ -1,0 +1,162 @@
+// LLTM over a whole sequence, bfloat16 / float16, the "step" path: the launchers of the step
+// kernels (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) and the choice of
+// tile.
+//
+// Tiles (rows BM x state columns J per CTA): "big" 64 x 32 with 8 warps where that gives most
+// SMs a CTA (ceil(B / 64) ceil(S / 32) >= 3/4 of the SMs, e.g. B = 256, S = 1024: 128 CTAs),
+// else "small" 32 x 8 with 2 warps (B = 64, S = 512: 128 CTAs). LLTM_STEP_TILE=big|small
+// forces one, LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step
+// is one cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
+// (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
+// its CTAs wait in griddepcontrol.wait, so the launch latency between dependent steps is
+// hidden; the data dependency is unchanged (the wait returns only after the previous grid has
+// finished and its writes are visible).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <tuple>
+
+#include "common/cuda_utils.cuh"
+#include "lltm/lltm_sequence_step.h"
+#include "lltm/lltm_sequence_step_backward.cuh"
+#include "lltm/lltm_sequence_step_forward.cuh"
+
+namespace lltm {
+namespace {
+
+using torch::headeronly::ScalarType;
+using step::BwdBig;
+using step::BwdSmall;
+using step::BwdWide;
+using step::FwdBig;
+using step::FwdSmall;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Whether the big tile runs (batch, state) on this device (see the top of this file).
+bool use_big(int device, int64_t batch, int64_t state) {
+  const char* forced = std::getenv("LLTM_STEP_TILE");
+  if (forced != nullptr && std::strcmp(forced, "big") == 0) return true;
+  if (forced != nullptr && std::strcmp(forced, "small") == 0) return false;
+  const int sms = fused_ops::device_properties(device).multiProcessorCount;
+  return ceil_div(batch, 64) * ceil_div(state, 32) * 4 >= 3 * static_cast<int64_t>(sms);
+}
+
+bool use_pdl(int device) {
+  const char* v = std::getenv("LLTM_STEP_PDL");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  return fused_ops::device_properties(device).major >= 9;
+}
+
+template <typename Tl>
+cudaLaunchConfig_t launch_config(int64_t batch, int64_t state, cudaStream_t stream, bool pdl,
+                                 cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(batch, Tl::BM)),
+                     static_cast<unsigned>(ceil_div(state, Tl::J)));
+  cfg.blockDim = dim3(Tl::kThreads);
+  cfg.dynamicSmemBytes = Tl::kSmemBytes;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr->val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cfg;
+}
+
+template <typename Tl, typename T>
+void forward_steps(const SeqForward<T>& a, int device, cudaStream_t stream) {
+  const int64_t B = a.batch, S = a.state;
+  auto* kernel = step::step_forward_kernel<Tl, T>;
+  fused_ops::allow_large_launch(reinterpret_cast<const void*>(kernel), device, false);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = launch_config<Tl>(B, S, stream, use_pdl(device), &attr);
+  for (int64_t t = 0; t < a.steps; ++t) {
+    const step::StepForward<T> p = step::forward_step_params(a, t);
+    FUSED_OPS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  }
+  FUSED_OPS_LAUNCH_CHECK();
+}
+
+template <typename Tl, typename T>
+void backward_steps(const SeqBackward<T>& a, const T* w_h_t, float* carry, int device,
+                    cudaStream_t stream) {
+  const int64_t B = a.batch, S = a.state;
+  auto* kernel = step::step_backward_kernel<Tl, T>;
+  fused_ops::allow_large_launch(reinterpret_cast<const void*>(kernel), device, false);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = launch_config<Tl>(B, S, stream, use_pdl(device), &attr);
+  // t = -1: the final launch (d_h0 = grad_hs[0] + dz_0 W_h, d_c0 = carry).
+  for (int64_t t = a.steps - 1; t >= -1; --t) {
+    const step::StepBackward<T> p = step::backward_step_params(a, w_h_t, carry, t);
+    FUSED_OPS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  }
+  FUSED_OPS_LAUNCH_CHECK();
+}
+
+// Whether this device runs the kernels: sm_80+ (mma.sync bf16, cp.async) and this build holds
+// code of at least that architecture for it, asked once per device.
+bool device_runs_kernels(int device) {
+  static fused_ops::Memo<int, bool> memo;
+  return memo.get(device, [&] {
+    if (fused_ops::device_properties(device).major < 8) return false;
+    cudaFuncAttributes attrs{};
+    if (cudaFuncGetAttributes(&attrs, step::step_forward_kernel<FwdSmall, c10::Half>) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attrs.ptxVersion >= 80;
+  });
+}
+
+}  // namespace
+
+bool seq_step_supported(int device, ScalarType dtype, int64_t batch, int64_t state) {
+  if (dtype != ScalarType::Half && dtype != ScalarType::BFloat16) return false;
+  if (batch < 1 || state < 8 || state % 8 != 0) return false;
+  if (ceil_div(state, 8) > 65535) return false;  // grid y
+  return device_runs_kernels(device);
+}
+
+template <typename T>
+void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
+  if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
+  const int device = fused_ops::current_device();
+  if (use_big(device, args.batch, args.state)) {
+    forward_steps<FwdBig>(args, device, stream);
+  } else {
+    forward_steps<FwdSmall>(args, device, stream);
+  }
+}
+
+template <typename T>
+void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
+                       cudaStream_t stream) {
+  if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
+  const int device = fused_ops::current_device();
+  const int64_t S = args.state;
+  const dim3 block(32, 8), grid(static_cast<unsigned>(ceil_div(S, 32)),
+                                static_cast<unsigned>(ceil_div(3 * S, 32)));
+  step::transpose_kernel<<<grid, block, 0, stream>>>(
+      reinterpret_cast<uint16_t*>(w_h_t), reinterpret_cast<const uint16_t*>(args.w_h), 3 * S, S);
+  FUSED_OPS_LAUNCH_CHECK();
+  const char* wide = std::getenv("LLTM_STEP_BWD_TILE");
+  if (wide != nullptr && std::strcmp(wide, "wide") == 0) {
+    backward_steps<BwdWide>(args, w_h_t, carry, device, stream);
+  } else if (use_big(device, args.batch, S)) {
+    backward_steps<BwdBig>(args, w_h_t, carry, device, stream);
+  } else {
+    backward_steps<BwdSmall>(args, w_h_t, carry, device, stream);
+  }
+}
+
+template void seq_step_forward<c10::Half>(const SeqForward<c10::Half>&, cudaStream_t);
+template void seq_step_forward<c10::BFloat16>(const SeqForward<c10::BFloat16>&, cudaStream_t);
+template void seq_step_backward<c10::Half>(const SeqBackward<c10::Half>&, c10::Half*, float*,
+                                           cudaStream_t);
+template void seq_step_backward<c10::BFloat16>(const SeqBackward<c10::BFloat16>&,
+                                               c10::BFloat16*, float*, cudaStream_t);
+
+}  // namespace lltm

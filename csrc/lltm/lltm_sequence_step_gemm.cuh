@@ -1,0 +1,290 @@
+// LLTM over a sequence, bfloat16 / float16, the "step" path: the tile product that each step
+// kernel (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) runs before its
+// cell epilogue. One CTA computes, for BM rows of the batch (from m0) and NG column groups of
+// J columns each (from j0), the float sums
+//   acc[n][g][jj] = sum_k A[m0 + n][k] * Bw[g * gstride + j0 + jj][k],   k < K,
+// on tensor cores (mma.sync m16n8k16, float accumulation), with A (rows_a, K) and Bw both
+// row-major [row][k] in global memory (row strides lda, ldb elements). Forward: A = h_{t-1},
+// Bw = W_h (3S, S), NG = 3 groups (the gates) with gstride = S, so that one thread ends up
+// holding z_i, z_o and z_c of the same (row, column) in registers. Backward: A = dz_{t+1},
+// Bw = W_h^T (S, 3S), NG = 1.
+//
+// K is consumed in chunks of kBK through a cp.async pipeline of Tl::kStages stages in shared
+// memory (deep: a step's product is short, so the chunks in flight are what hides the L2
+// latency);
+// each stage holds A's BM rows and Bw's NG * J rows of the chunk, row stride kLdk elements
+// (144 bytes: an odd multiple of 16 modulo 128, so the 8 rows that one ldmatrix 8x8 matrix
+// reads fall in 8 distinct bank groups). Rows past rows_a, columns past ncols and k past K are
+// zero-filled by the copy (cp.async with source size 0), so they add nothing.
+//
+// Warps: WM x WN; warp (wm, wn) owns MT = BM / WM / 16 row tiles of 16 and, in each group,
+// NJ = J / WN / 8 column tiles of 8 (columns wn * NJ * 8 ...). Accumulator fragments as PTX
+// lays them out (lltm_sequence_mma.cuh): acc[mt][g][nj][e] with e = 2 h + c holds row
+// 16 mt + lane / 4 + 8 h, column 8 nj + 2 (lane % 4) + c of the warp's tile. The sums run in a
+// fixed order (k ascending within each MMA chain), so every result is bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "lltm/lltm_sequence_mma.cuh"
+
+namespace lltm::step {
+
+constexpr int kBK = 64;          // k per pipeline stage
+constexpr int kLdk = kBK + 8;    // shared row stride in elements (see above)
+constexpr int kSegs = kBK / 8;   // 16-byte copies per row and stage
+
+template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES>
+struct Tile {
+  static constexpr int BM = BM_, J = J_, NG = NG_, WM = WM_, WN = WN_, kStages = STAGES;
+  static constexpr int kWarps = WM * WN, kThreads = 32 * kWarps;
+  static constexpr int MT = BM / WM / 16;  // 16-row tiles per warp
+  static constexpr int NJ = J / WN / 8;    // 8-column tiles per warp and group
+  static constexpr int BN = NG * J;        // Bw rows per CTA
+  static constexpr int kStageElems = (BM + BN) * kLdk;
+  static constexpr int kSmemBytes = kStages * kStageElems * 2;
+  static_assert(BM % (16 * WM) == 0 && J % (8 * WN) == 0, "warp tiles of whole MMA tiles");
+  static_assert(kStages >= 2, "a pipeline");
+};
+
+// Two consecutive elements of T as one 4-byte access (the epilogues' pairs of columns 2q,
+// 2q + 1: even columns of rows whose length is a multiple of 8, so 4-byte aligned).
+template <typename T>
+struct alignas(4) Two {
+  T lo, hi;
+};
+
+template <typename T>
+LLTM_MMA_FN Two<T> load_two(const T* p) {
+  return *reinterpret_cast<const Two<T>*>(p);
+}
+
+template <typename T>
+LLTM_MMA_FN void store_two(T* p, Two<T> v) {
+  *reinterpret_cast<Two<T>*>(p) = v;
+}
+
+template <typename T>
+LLTM_MMA_FN T element(const Two<T>& v, int e) {
+  return e == 0 ? v.lo : v.hi;
+}
+
+// Two floats as one 8-byte access (the backward's carry pairs).
+struct alignas(8) FloatTwo {
+  float lo, hi;
+};
+
+// The launcher's tiles (lltm_sequence_step.cu says which runs when): 64 rows x 32 columns on
+// 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps; stages
+// as many as keep the shared memory near 110-140 KiB (big) or 46-64 KiB (small).
+using FwdBig = Tile<64, 32, 3, 2, 4, 6>;
+using BwdBig = Tile<64, 32, 1, 2, 4, 8>;
+using FwdSmall = Tile<32, 8, 3, 2, 1, 8>;
+using BwdSmall = Tile<32, 8, 1, 2, 1, 8>;
+// 64 x 64 on 8 warps (32 x 16 each), the backward only: fewer fragment loads per MMA than
+// BwdBig, half the CTAs (LLTM_STEP_BWD_TILE=wide).
+using BwdWide = Tile<64, 64, 1, 2, 4, 6>;
+
+// The operands of one CTA's product (see the top of this file).
+template <typename T>
+struct Operands {
+  const T* a;
+  int64_t lda, rows_a, m0;
+  const T* b;
+  int64_t ldb, gstride, ncols, j0;
+  int64_t k;
+};
+
+#if defined(FUSED_OPS_EMULATE)
+// The CPU emulation (tests/cuda_emulation.h): copies happen at once (the pipeline's barriers
+// still order them as on the GPU), one grid runs after the other.
+inline void cp_async16(void* smem, const void* gmem, bool valid) {
+  if (valid) {
+    std::memcpy(smem, gmem, 16);
+  } else {
+    std::memset(smem, 0, 16);
+  }
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+inline void grid_dependency_wait() {}
+inline void grid_launch_dependents() {}
+template <typename T>
+inline T* dynamic_smem() {
+  return reinterpret_cast<T*>(emu_smem);
+}
+#else
+// 16 bytes global -> shared, asynchronous; valid == false fills the 16 bytes with zeros and
+// reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t s = mma::smem_address(smem);
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Programmatic dependent launch (sm_90): wait blocks until the grids this one depends on
+// (the previous step's kernel in the stream) have finished and their writes are visible;
+// every step kernel calls it before its first global read. launch_dependents lets the next
+// step's grid be scheduled early; its CTAs then wait in their own wait. Both are no-ops when
+// the launch did not ask for programmatic serialization.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+// The kernel's dynamic shared memory (16-byte aligned: the copies write 16 bytes at a time).
+template <typename T>
+__device__ __forceinline__ T* dynamic_smem() {
+  extern __shared__ uint4 lltm_step_smem[];
+  return reinterpret_cast<T*>(lltm_step_smem);
+}
+#endif
+
+// One thread's share of every stage's copies: copy n of a stage is element i = tid + n
+// kThreads of the (BM + BN) x kSegs grid of 16-byte pieces (row i / kSegs, piece i % kSegs).
+// kThreads is a multiple of kSegs, so a thread's pieces share one k offset (8 (tid % kSegs))
+// and sit kThreads / kSegs rows apart. The row pointers are worked out once per kernel; a
+// stage then costs a thread an add, a compare and a copy per piece.
+template <typename Tl, typename T>
+struct StageCopies {
+  static constexpr int kCopies = (Tl::BM + Tl::BN) * kSegs;
+  static constexpr int kPerThread = (kCopies + Tl::kThreads - 1) / Tl::kThreads;
+  static_assert(Tl::kThreads % kSegs == 0, "a thread's pieces share their k offset");
+  const T* src[kPerThread];  // row start + this thread's k offset; null: a zero row
+  int dst[kPerThread];       // element offset in a stage; -1: no piece (past kCopies)
+  int koff;                  // this thread's k offset in a chunk
+
+  LLTM_MMA_FN StageCopies(const Operands<T>& op, int tid) {
+    koff = 8 * (tid % kSegs);
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      const int i = tid + n * Tl::kThreads, r = i / kSegs;
+      src[n] = nullptr;
+      dst[n] = i < kCopies ? r * kLdk + koff : -1;
+      if (i >= kCopies) continue;
+      if (r < Tl::BM) {
+        const int64_t row = op.m0 + r;
+        if (row < op.rows_a) src[n] = op.a + row * op.lda + koff;
+      } else {
+        const int rb = r - Tl::BM, g = rb / Tl::J, jj = rb % Tl::J;
+        const int64_t col = op.j0 + jj;
+        if (col < op.ncols) src[n] = op.b + (g * op.gstride + col) * op.ldb + koff;
+      }
+    }
+  }
+
+  // Stage kc (k in [kc kBK, (kc + 1) kBK)) into st.
+  LLTM_MMA_FN void issue(T* st, const Operands<T>& op, int kc) const {
+    const int64_t k0 = static_cast<int64_t>(kc) * kBK;
+    const bool k_in = k0 + koff < op.k;
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      if (dst[n] < 0) continue;
+      const bool valid = k_in && src[n] != nullptr;
+      cp_async16(st + dst[n], valid ? src[n] + k0 : op.a, valid);
+    }
+  }
+};
+
+// acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it.
+template <typename Tl, typename T>
+__device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                          const Operands<T>& op, T* smem) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+#pragma unroll
+  for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+    for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+      for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = 0.f;
+  const int nk = static_cast<int>((op.k + kBK - 1) / kBK);
+  // ldmatrix rows of this lane: A .x4 (matrix lane / 8: rows + 8 (bit 0), k + 8 (bit 1)),
+  // Bw .x4 over two k steps (matrix lane / 8: k + 8 (lane / 8); matrices 0, 1 are the
+  // fragment of the first step, 2, 3 of the second).
+  const int i8 = lane >> 3;
+  const int a_off = (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * kLdk + 8 * (i8 >> 1);
+  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * kLdk + 8 * i8;
+  const StageCopies<Tl, T> copies(op, tid);
+#pragma unroll
+  for (int s = 0; s < Tl::kStages - 1; ++s) {
+    if (s < nk) copies.issue(smem + s * Tl::kStageElems, op, s);
+    cp_async_commit();
+  }
+  for (int kc = 0; kc < nk; ++kc) {
+    // Stage kc has landed (at most kStages - 2 younger groups in flight), and every warp is
+    // done with stage kc - 1, whose buffer the load below refills.
+    cp_async_wait<Tl::kStages - 2>();
+    __syncthreads();
+    const int next = kc + Tl::kStages - 1;
+    if (next < nk) copies.issue(smem + (next % Tl::kStages) * Tl::kStageElems, op, next);
+    cp_async_commit();
+    const T* st = smem + (kc % Tl::kStages) * Tl::kStageElems;
+    // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
+    // which the compiler keeps in program order, so loading each fragment just before its
+    // MMA would leave every MMA waiting out an ldmatrix latency.
+    uint32_t af[kBK / 16][Tl::MT][4], bf[kBK / 16][Tl::NG][Tl::NJ][2];
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+#pragma unroll
+      for (int mt = 0; mt < Tl::MT; ++mt) {
+        mma::ldmatrix_x4(af[kk][mt], st + a_off + mt * 16 * kLdk + kk * 16);
+      }
+    }
+#pragma unroll
+    for (int k2 = 0; k2 < kBK / 32; ++k2)
+#pragma unroll
+      for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+        for (int nj = 0; nj < Tl::NJ; ++nj) {
+          uint32_t r[4];
+          mma::ldmatrix_x4(r, st + b_off + (g * Tl::J + nj * 8) * kLdk + k2 * 32);
+          bf[2 * k2][g][nj][0] = r[0];
+          bf[2 * k2][g][nj][1] = r[1];
+          bf[2 * k2 + 1][g][nj][0] = r[2];
+          bf[2 * k2 + 1][g][nj][1] = r[3];
+        }
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+#pragma unroll
+      for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+        for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+          for (int mt = 0; mt < Tl::MT; ++mt) {
+            mma::mma_16816<T>(acc[mt][g][nj], af[kk][mt], bf[kk][g][nj]);
+          }
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace lltm::step

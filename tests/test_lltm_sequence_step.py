@@ -1,0 +1,132 @@
+"""lltm.lltm_sequence on the "step" path (LLTM_SEQUENCE_PATH=step): bfloat16 / float16, one
+tensor-core kernel per step with the cell in its epilogue (csrc/lltm/lltm_sequence_step*.cu*).
+Both of its tiles (LLTM_STEP_TILE) against float64 within the half-type rule of
+test_lltm_sequence.py (check_half: at most twice plain PyTorch's error in the same dtype),
+with and without programmatic dependent launch (LLTM_STEP_PDL=0: bitwise the same results),
+bitwise deterministic backward, CUDA graph capture, and the error of a forced path that does
+not run the problem. The op's own choice reaches this path at large states
+(test_lltm_sequence.py's large-state half tests), for the forward only from S = 512 on, with
+the backward on the cluster kernels: the two directions share their buffers, which
+test_step_forward_cluster_backward checks."""
+
+import pytest
+import torch
+from conftest import rel_err
+from test_lltm_sequence import (ARGS, HALF_FLOOR, NAMES, check_half, cotangents, make_inputs,
+                                reference_results, reference_sequence, run)
+
+import lltm
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+HALF = [torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def step_path(monkeypatch):
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "step")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("tile", ["big", "small"])
+# One tile (S = 8, B = 1), row tails (B = 7, 70, 130), column and k tails (S = 40, 200),
+# the benchmark's large states (S = 512 at B = 64, S = 1024).
+@pytest.mark.parametrize("T,B,F,S", [(5, 1, 3, 8), (12, 7, 6, 40), (4, 70, 5, 200),
+                                     (12, 64, 6, 512), (3, 130, 4, 1024)])
+def test_step_matches_reference(monkeypatch, dtype, tile, T, B, F, S):
+    monkeypatch.setenv("LLTM_STEP_TILE", tile)
+    check_half("cuda", dtype, T, B, F, S)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_step_without_pdl_same_bits(monkeypatch, dtype):
+    T, B, F, S = 9, 33, 5, 128
+    inputs = make_inputs(T, B, F, S, "cuda", dtype)
+    cots = cotangents(T, B, S)
+    with_pdl = run(lltm.lltm_sequence, inputs, cots)
+    monkeypatch.setenv("LLTM_STEP_PDL", "0")
+    without = run(lltm.lltm_sequence, inputs, cots)
+    for name, a, b in zip(NAMES, with_pdl, without):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("tile", ["big", "small"])
+def test_step_backward_deterministic(monkeypatch, dtype, tile):
+    monkeypatch.setenv("LLTM_STEP_TILE", tile)
+    T, B, F, S = 30, 5, 6, 72
+    inputs = make_inputs(T, B, F, S, "cuda", dtype)
+    cots = cotangents(T, B, S)
+    first, second = run(lltm.lltm_sequence, inputs, cots), run(lltm.lltm_sequence, inputs, cots)
+    for name, a, b in zip(NAMES, first, second):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_step_graph_capture_forward_and_backward(dtype):
+    T, B, F, S = 16, 4, 8, 64
+    inputs = [t.requires_grad_() for t in make_inputs(T, B, F, S, "cuda", dtype)]
+    g_out = torch.randn(T, B, S, device="cuda", dtype=dtype)
+
+    def step():
+        for t in inputs:
+            t.grad = None
+        output, (h_n, c_n) = lltm.lltm_sequence(*inputs)
+        ((output * g_out).sum() + h_n.sum() + c_n.sum()).backward()
+        return output.detach()
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up outside the graph
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    eager_out = step()
+    eager_grads = [t.grad.clone() for t in inputs]
+    graph = torch.cuda.CUDAGraph()
+    for t in inputs:
+        t.grad = None
+    with torch.cuda.graph(graph):
+        static_out = step()
+    static_grads = [t.grad for t in inputs]
+    for grad in static_grads:  # the replay must write them again
+        grad.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, eager_out)
+    for name, a, b in zip(ARGS, static_grads, eager_grads):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("dtype,S", [(torch.float32, 64), (torch.float16, 33)])
+def test_step_forced_unsupported(dtype, S):
+    inputs = make_inputs(3, 2, 3, S, "cuda", dtype)
+    with pytest.raises(ValueError, match=r"LLTM_SEQUENCE_PATH=step, but .*multiple of 8"):
+        lltm.lltm_sequence(*inputs)
+
+
+def test_step_forward_cluster_backward(monkeypatch):
+    # What the op chooses at S = 512 in the half types (where the cluster kernels run): the
+    # forward on the step kernels, the backward on the cluster kernels, each reading what the
+    # other wrote (z, h, c in lltm_sequence.h's buffers); and the other way round.
+    T, B, F, S, dtype = 9, 7, 5, 256, torch.float16
+    try:
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", "persistent")
+        lltm.lltm_sequence(*make_inputs(1, B, F, S, "cuda", dtype))
+    except ValueError:
+        pytest.skip("the cluster kernels do not run here")
+    want, inputs = reference_results(T, B, F, S)
+    cots = cotangents(T, B, S)
+    half = [t.to("cuda", dtype) for t in inputs]
+    plain = run(reference_sequence, half, cots)
+    for first, second in [("step", "persistent"), ("persistent", "step")]:
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", first)
+        leaves = [t.detach().clone().requires_grad_() for t in half]
+        output, (h_n, c_n) = lltm.lltm_sequence(*leaves)
+        g_out, g_h, g_c = (c.to(output) for c in cots)
+        loss = (output * g_out).sum() + (h_n * g_h).sum() + (c_n * g_c).sum()
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", second)
+        grads = torch.autograd.grad(loss, leaves)
+        got = [output.detach(), h_n.detach(), c_n.detach(), *grads]
+        for name, g, p, w in zip(NAMES, got, plain, want):
+            ours, theirs = rel_err(g, w), rel_err(p, w)
+            assert ours <= max(2 * theirs, HALF_FLOOR[dtype]), (first, second, name, ours, theirs)

@@ -1,0 +1,112 @@
+"""CPU emulation of the LLTM sequence's per-step tensor-core kernels (the "step" path,
+csrc/lltm/lltm_sequence_step_*.cuh): the kernels compile as host C++ under
+tests/cuda_emulation.h (a thread per CUDA thread, ldmatrix and mma.sync emulated with PTX's
+fragment layouts, the asynchronous copies done at once) and run step by step with the
+launcher's own per-step pointers, and the forward and backward recurrences are checked against
+float64, GPU or not."""
+from conftest import needs_gxx, run_emulator
+
+EMULATOR = r"""
+// Runs the step kernels of csrc/lltm/lltm_sequence_step_forward.cuh / _backward.cuh with the
+// launcher's tiles and per-step parameters, and checks every buffer they write against the
+// recurrence of lltm_sequence.h in float64, and the guard elements after each output.
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "lltm/lltm_sequence_step_backward.cuh"
+#include "lltm/lltm_sequence_step_forward.cuh"
+#include "lltm_sequence_reference.h"
+
+using namespace lltm;
+using namespace lltm::step;
+
+int failures = 0;
+
+// The 2-D grid (ceil(B / BM), ceil(S / J)) as the emulator's 1-D one, x fastest.
+template <typename Tl>
+void launch2d(int64_t B, int64_t S, const std::function<void()>& kernel) {
+  const unsigned gx = static_cast<unsigned>((B + Tl::BM - 1) / Tl::BM);
+  const unsigned gy = static_cast<unsigned>((S + Tl::J - 1) / Tl::J);
+  launch(static_cast<int>(gx * gy), Tl::kThreads, Tl::kSmemBytes, [&] {
+    blockIdx.y = blockIdx.x / gx;
+    blockIdx.x %= gx;
+    kernel();
+  });
+}
+
+template <typename S, typename Fwd, typename Bwd>
+void check(const char* name, int T, int B, int S_, double tol) {
+  const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
+  const double ws = 1.0 / std::sqrt(double(S_));
+  auto w = random_vector<S>(3 * size_t(S_) * S_, ws);
+  auto gates = random_vector<S>(n3, 0.5, kGuard);
+  auto hs = random_vector<S>(nh, 1.0, kGuard);
+  auto cells = random_vector<S>(nh, 1.0, kGuard);
+  auto grad_hs = random_vector<S>(nh, 1.0);
+  auto grad_c = random_vector<S>(nb, 1.0);
+  auto d_h0 = random_vector<S>(0, 1.0, nb + kGuard), d_c0 = random_vector<S>(0, 1.0, nb + kGuard);
+  for (size_t i = 0; i < nb; ++i) d_h0[i] = d_c0[i] = static_cast<S>(-1.0);
+  const SeqReference ref = sequence_reference(w, gates, hs, cells, grad_hs, grad_c, T, B, S_);
+
+  // W_h^T as the launcher's transpose kernel writes it, and the float carry.
+  std::vector<S> w_t(w.size());
+  for (int r = 0; r < 3 * S_; ++r)
+    for (int j = 0; j < S_; ++j) w_t[size_t(j) * 3 * S_ + r] = w[size_t(r) * S_ + j];
+  std::vector<float> carry(nb + kGuard, 777.f);
+
+  SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
+  SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
+                    d_h0.data(), d_c0.data(), T, B, S_};
+  for (int t = 0; t < T; ++t) {
+    const StepForward<S> p = forward_step_params(f, t);
+    launch2d<Fwd>(B, S_, [&] { step_forward_kernel<Fwd, S>(p); });
+  }
+  std::vector<double> got_z;
+  bool guards = take(gates, n3, got_z);
+  for (int t = T - 1; t >= -1; --t) {
+    const StepBackward<S> p = backward_step_params(bw, w_t.data(), carry.data(), t);
+    launch2d<Bwd>(B, S_, [&] { step_backward_kernel<Bwd, S>(p); });
+  }
+  for (size_t i = nb; i < carry.size(); ++i) guards &= carry[i] == 777.f;
+  std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
+  guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&
+            take(d_h0, nb, got_dh0) && take(d_c0, nb, got_dc0);
+  const double errs[6] = {rel_err(got_z, ref.z), rel_err(got_h, ref.h), rel_err(got_c, ref.c),
+                          rel_err(got_dz, ref.dz), rel_err(got_dh0, ref.d_h0),
+                          rel_err(got_dc0, ref.d_c0)};
+  double worst = 0;
+  for (double e : errs) worst = std::max(worst, std::isfinite(e) ? e : INFINITY);
+  const bool ok = worst < tol && guards;
+  failures += !ok;
+  std::printf("%s %-9s T=%d B=%d S=%d tile %dx%d | rel z %.1e h %.1e c %.1e dz %.1e dh0 %.1e "
+              "dc0 %.1e | guards %s\n",
+              ok ? "ok  " : "FAIL", name, T, B, S_, Fwd::BM, Fwd::J, errs[0], errs[1], errs[2],
+              errs[3], errs[4], errs[5], guards ? "intact" : "OVERWRITTEN");
+}
+
+int main() {
+  // Both of the launcher's tiles: one tile (S = 8, B = 1), row tails (B = 5, 33, 70: the
+  // last row tile partly empty), column tails (S = 40 on the 32-column tile), k tails and
+  // several k chunks (S = 72, 136: K = S and 3S past the 64-element chunk, the backward's
+  // 408 through more chunks than pipeline stages), T = 1 (the backward's first step is also
+  // its last before the final launch).
+  check<c10::Half, FwdSmall, BwdSmall>("f16 small", 3, 1, 8, 5e-3);
+  check<c10::BFloat16, FwdSmall, BwdSmall>("bf16 small", 2, 33, 24, 2e-2);
+  check<c10::Half, FwdSmall, BwdSmall>("f16 small", 2, 5, 72, 5e-3);
+  check<c10::Half, FwdSmall, BwdSmall>("f16 small", 1, 3, 16, 5e-3);
+  check<c10::Half, FwdBig, BwdBig>("f16 big", 2, 70, 40, 5e-3);
+  check<c10::BFloat16, FwdBig, BwdBig>("bf16 big", 2, 3, 136, 2e-2);
+  check<c10::Half, FwdBig, BwdBig>("f16 big", 1, 65, 8, 5e-3);
+  check<c10::Half, FwdBig, BwdWide>("f16 wide", 2, 70, 72, 5e-3);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@needs_gxx
+def test_step_sequence_kernels_emulated_on_cpu(tmp_path):
+    """Compiles the step kernels as host C++ and runs them on the CPU, so that the tile
+    indexing (rows, the 3 gate groups, column and k tails, the pipeline's stages) and the
+    launcher's per-step pointers fail here, GPU or not."""
+    run_emulator(EMULATOR, tmp_path)  # its per-configuration errors show when it fails

@@ -145,11 +145,21 @@ __device__ __forceinline__ float* dynamic_smem() {
 // Copies the aligned 4-byte word that holds *src into *dst: asynchronously on sm_80 and newer
 // (cp.async, completed by stage_wait), an ordinary load and store before. A 2-byte element's
 // word also holds a neighbour (the element before or after it in the same 4-byte-aligned
-// word, inside the allocation's granule); staged() picks the element's half back out.
+// word); staged() picks the element's half back out. end: one past the last element of src's
+// buffer. Where the word would reach past it (a 2-byte buffer's last element at the start of
+// a word: an odd element count), that element alone is loaded and stored into its half of the
+// slot, synchronously (once per buffer): reading the neighbour there read 2 bytes past the
+// allocation (compute-sanitizer memcheck, PYTORCH_NO_CUDA_MEMORY_CACHING=1, at (T, B, F, S) =
+// (1, 1, 1, 1) in float16).
 template <typename T>
-LLTM_CTA_DEV void stage_copy(uint32_t* dst, const T* src) {
+LLTM_CTA_DEV void stage_copy(uint32_t* dst, const T* src, const T* end) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 2, "float or a 2-byte type");
   const auto word = reinterpret_cast<uintptr_t>(src) & ~uintptr_t(3);
+  if (sizeof(T) == 2 && word + 4 > reinterpret_cast<uintptr_t>(end)) {
+    *reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(dst) +
+                          (reinterpret_cast<uintptr_t>(src) & 3)) = *src;
+    return;
+  }
 #if defined(FUSED_OPS_EMULATE)
   std::memcpy(dst, reinterpret_cast<const void*>(word), 4);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -17,6 +17,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int col = tid % p.sp, q = tid / p.sp, gst = Q * p.cst;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
+  // One past each staged buffer's last element (stage_copy's bound).
+  const T* const gates_end = f.gates + T_ * B * 3 * S;
+  const T* const cells_end = f.cells + (T_ + 1) * B * S;
+  const T* const grad_hs_end = f.grad_hs + (T_ + 1) * B * S;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
   // This thread's weights: column col of W_h over row chunk q of each gate.
@@ -60,9 +64,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         const T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
         const int64_t o = ((t + 1) * B + b0 + r) * S + col;
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(stage + stage_pos(p, slot, r, g, col), gz + g * S);
-        stage_copy(stage + stage_pos(p, slot, r, 3, col), f.cells + o);
-        stage_copy(stage + stage_pos(p, slot, r, 4, col), f.grad_hs + o);
+        for (int g = 0; g < 3; ++g) {
+          stage_copy(stage + stage_pos(p, slot, r, g, col), gz + g * S, gates_end);
+        }
+        stage_copy(stage + stage_pos(p, slot, r, 3, col), f.cells + o, cells_end);
+        stage_copy(stage + stage_pos(p, slot, r, 4, col), f.grad_hs + o, grad_hs_end);
       }
     }
     stage_commit();

@@ -63,6 +63,10 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
   const int col = tid / kLanes, j = tid % kLanes;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
+  // One past each staged buffer's last element (stage_copy's bound).
+  const T* const gates_end = f.gates + T_ * B * 3 * S;
+  const T* const cells_end = f.cells + (T_ + 1) * B * S;
+  const T* const grad_hs_end = f.grad_hs + (T_ + 1) * B * S;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
   float w[3][KC];
@@ -105,9 +109,9 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
         const int64_t o = sco + kq * hrow_stride;
         uint32_t* st = stage_at(slot, kq);
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S);
-        stage_copy(st + 3 * S, f.cells + o);
-        stage_copy(st + 4 * S, f.grad_hs + o);
+        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S, gates_end);
+        stage_copy(st + 3 * S, f.cells + o, cells_end);
+        stage_copy(st + 4 * S, f.grad_hs + o, grad_hs_end);
       }
     }
     stage_commit();

@@ -17,6 +17,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int col = tid % p.sp, q = tid / p.sp;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
+  // One past each staged buffer's last element (stage_copy's bound).
+  const T* const gates_end = f.gates + T_ * B * 3 * S;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
   // This thread's weights: the 3 gate rows of column col over k chunk q.
@@ -54,7 +56,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         if (!own(r)) continue;
         const T* gz = f.gates + (t * B + b0 + r) * 3 * S + col;
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(stage + stage_pos(p, slot, r, g, col), gz + g * S);
+        for (int g = 0; g < 3; ++g) {
+          stage_copy(stage + stage_pos(p, slot, r, g, col), gz + g * S, gates_end);
+        }
       }
     }
     stage_commit();  // every step commits a group, empty or not: stage_wait counts them

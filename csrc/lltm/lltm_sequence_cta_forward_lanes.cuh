@@ -114,6 +114,8 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
   const int col = tid / kLanes, j = tid % kLanes;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
+  // One past each staged buffer's last element (stage_copy's bound).
+  const T* const gates_end = f.gates + T_ * B * 3 * S;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
   // This lane's weights: the 3 gate rows of column col over its float4 groups of k.
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(kMaxLanesThreads, 1)
         const T* gz = f.gates + so + kq * zrow;
         uint32_t* st = stage_at(slot, kq);
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S);
+        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S, gates_end);
       }
     }
     stage_commit();  // every step commits a group, empty or not: stage_wait counts them

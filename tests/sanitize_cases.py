@@ -253,7 +253,7 @@ def rwkv_fft_cases():
     for dtype, B, C, T in [("float32", 1, 2, 16385), ("float32", 2, 1, 32768),
                            ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
                            ("float16", 2, 1, 40001)]:
-        timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", expect="fft_cluster")
+        timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", "fft_cluster", expect="fft_cluster")
 
 
 def rwkv_fft_library_cases():

@@ -96,19 +96,21 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
 }
 
 int main() {
-  // KC for S: the smallest of kKcs covering S on a lane pair.
-  const int kc_of[][2] = {{1, 16}, {32, 16}, {33, 32}, {64, 32}, {65, 48}, {96, 48}, {97, 64},
-                          {128, 64}, {129, 0}};
+  // KC for S: the smallest of kKcs covering S on a lane pair (S = 33: 9 float4 groups, 5 on
+  // lane 0, so KC = 20).
+  const int kc_of[][2] = {{1, 16}, {32, 16}, {33, 20}, {40, 20}, {41, 32}, {64, 32},
+                          {65, 48}, {96, 48}, {97, 64}, {128, 64}, {129, 0}};
   for (const auto& sk : kc_of) {
     if (choose_kc(sk[0]) != sk[1]) {
       std::printf("FAIL choose_kc(%d) = %d, want %d\n", sk[0], choose_kc(sk[0]), sk[1]);
       ++failures;
     }
   }
-  // (T, B, S, rows per CTA): S = 1 (one column, 15 idle pairs), 7, 20 (KC 16), 33 to 64 (32),
-  // 96 (48), 100 and 128 (64, 256 threads), every KC and rows per CTA (1, 2, 4) with
-  // partial last CTAs (B = 3, 5, 7), lane 1 of a pair idle (RB = 1) or running a row of its own
-  // (RB = 2, 4), T = 1 and T past the staged ring (kStages).
+  // (T, B, S, rows per CTA): S = 1 (one column, 15 idle pairs), 7, 20 (KC 16), 33 and 37
+  // (KC 20: lane 0 holds 5 float4 groups, lane 1 4 and a zero group), 40 (KC 20 full), 41, 45,
+  // 48 and 64 (32), 96 (48), 100 and 128 (64, 256 threads), every KC and rows per CTA (1, 2,
+  // 4) with partial last CTAs (B = 3, 5, 7), lane 1 of a pair idle (RB = 1) or running a row
+  // of its own (RB = 2, 4), T = 1 and T past the staged ring (kStages).
   const double f32 = 2e-6;  // measured errors are about 1e-7
   check<float>("float32", 1, 1, 1, 1, f32);
   check<float>("float32", 6, 3, 1, 4, f32);

@@ -5,7 +5,8 @@ rounds), float32 with TF32 off; the per-step GPU time of one forward + backward 
 profiler (every kernel of the call, and the recurrence kernels alone); and the errors of each
 path and of the plain PyTorch float32 loop against float64.
 
-    python -m benchmarks.bench_lltm_sequence_cta [--sizes "(T, B, F, S)" ...] [--out FILE.md]
+    python -m benchmarks.bench_lltm_sequence_cta [--sizes "(T, B, F, S)" ...]
+        [--paths cta persistent] [--out FILE.md]
 
 benchmarks/bench_lltm_sequence.py is the package's sequence benchmark; this script adds the
 sizes and the path axis that the cta path's crossover needs (the op's choice, "auto", is
@@ -26,23 +27,13 @@ from lltm.reference import lltm_cell_reference
 SIZES = [(64, 16, 32, 128), (256, 16, 32, 128), (1024, 16, 32, 128), (2048, 16, 32, 128),
          (256, 1, 32, 128), (256, 64, 32, 128), (256, 256, 32, 128), (256, 8, 32, 64),
          (256, 8, 32, 96), (256, 32, 32, 32), (512, 7, 16, 33), (64, 128, 64, 128)]
-# name -> (LLTM_SEQUENCE_PATH, LLTM_SEQUENCE_CTA_FORWARD, LLTM_SEQUENCE_CTA_BACKWARD): "cta" the
-# op's cta path as shipped (its default kernels), "cta-lanes" / "cta-chunks" both directions on
-# the one-barrier / two-barrier kernels, "persistent" the cluster kernels.
-VARIANTS = {"cta": ("cta", None, None), "cta-lanes": ("cta", "lanes", "lanes"),
-            "cta-chunks": ("cta", "chunks", "chunks"), "persistent": ("persistent", None, None)}
+# The paths (LLTM_SEQUENCE_PATH): "cta" the single-CTA kernels, "persistent" the cluster kernels.
 PATHS = ("cta", "persistent")
 ROUNDS = 5
-KERNEL_VARIABLES = ("LLTM_SEQUENCE_CTA_FORWARD", "LLTM_SEQUENCE_CTA_BACKWARD")
 
 
 def set_path(path):
-    os.environ["LLTM_SEQUENCE_PATH"] = VARIANTS[path][0]
-    for name, value in zip(KERNEL_VARIABLES, VARIANTS[path][1:]):
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    os.environ["LLTM_SEQUENCE_PATH"] = path
 
 
 def with_path(path, fn):
@@ -99,15 +90,13 @@ def measure(T, B, F, S, paths=PATHS):
         row[f"{name} us/step"] = per_step_us(steps[name], T)
     for path in paths:
         if path in steps:
-            kind = "lltm::cta::" if path.startswith("cta") else "lltm::persistent::"
+            kind = "lltm::cta::" if path == "cta" else "lltm::persistent::"
             row[f"{path} rec us/step"] = per_step_us(steps[path], T, [kind])
             # the forward alone: GPU us per step of all kernels / of the recurrence kernel
             row[f"{path} fwd us/step"] = per_step_us(fwds[path], T)
             row[f"{path} fwd rec us/step"] = per_step_us(fwds[path], T, [kind])
     row["cudnn fwd us/step"] = per_step_us(fwds["cudnn"], T)
     os.environ.pop("LLTM_SEQUENCE_PATH", None)
-    for name in KERNEL_VARIABLES:
-        os.environ.pop(name, None)
     return row
 
 
@@ -118,7 +107,7 @@ def fmt(v, spec=".3f"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=None)
-    parser.add_argument("--paths", nargs="*", default=list(PATHS), choices=list(VARIANTS))
+    parser.add_argument("--paths", nargs="*", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -131,12 +120,12 @@ def main():
              f"commit {os.environ.get('FUSED_OPS_COMMIT') or env['commit']}", "",
              "| (T, B, F, S) | " + " | ".join(f"{p} fwd / fwd+bwd ms" for p in paths) +
              " | cuDNN fwd / fwd+bwd ms | " + " | ".join(f"{p} vs cuDNN fwd / fwd+bwd"
-                                                       for p in paths if p.startswith("cta")) +
+                                                       for p in paths if p == "cta") +
              f" | GPU us/step fwd: {names} (their recurrence kernels) / cuDNN"
              f" | GPU us/step fwd+bwd: {names} (their recurrence kernels) / cuDNN"
              f" | max rel err {names} / plain fp32 loop / cuDNN |",
              "| --- |" + " ---: |" * (2 * len(paths) + 3 +
-                                      sum(p.startswith("cta") for p in paths))]
+                                      sum(p == "cta" for p in paths))]
     print("\n".join(lines), flush=True)
     for size in sizes:
         r = measure(*size, paths=paths)
@@ -160,7 +149,7 @@ def main():
         errs = " / ".join(fmt(get(k), ".1e") for k in
                           [f"{p} err" for p in paths] + ["plain err", "cudnn err"])
         line = (f"| {size} | " + " | ".join(pair(p) for p in paths) + f" | {pair('cudnn')} | " +
-                " | ".join(ratio(p) for p in paths if p.startswith("cta")) +
+                " | ".join(ratio(p) for p in paths if p == "cta") +
                 f" | {us('fwd us/step', 'fwd rec us/step')} / "
                 f"{fmt(get('cudnn fwd us/step'), '.2f')}"
                 f" | {us('us/step', 'rec us/step')} / {fmt(get('cudnn us/step'), '.2f')}"

@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# Nsight Compute on the cta path's forward recurrence kernels, one call on a GPU machine after
-# the build: both forward kernels (LLTM_SEQUENCE_CTA_FORWARD=lanes, chunks) at (T, B, F, S)
-# (default 256 8 32 96, float32). Each runs a few times unprofiled, then once between
-# cudaProfilerStart/Stop, which is all that ncu profiles. Prints the details page (duration,
-# issue activity, warp stall reasons) of each and writes the reports to $OUT_DIR (default
-# build/ncu). NCU_FORWARDS="lanes" profiles one of them. Clock control off, as the lent
-# machines require.
+# Nsight Compute on the cta path's forward recurrence kernel, one call on a GPU machine after
+# the build, at (T, B, F, S) (default 256 8 32 96, float32). It runs a few times unprofiled,
+# then once between cudaProfilerStart/Stop, which is all that ncu profiles. Prints the details
+# page (duration, issue activity, warp stall reasons) and writes the report to $OUT_DIR
+# (default build/ncu). Clock control off, as the lent machines require.
 #   benchmarks/ncu_lltm_sequence_cta.sh [T B F S [dtype]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,12 +12,11 @@ mkdir -p "$OUT_DIR"
 PY="${PY:-python3}"
 SIZE=("${1:-256}" "${2:-8}" "${3:-32}" "${4:-96}")
 DTYPE="${5:-float32}"
-for fwd in ${NCU_FORWARDS:-lanes chunks}; do
-  LLTM_SEQUENCE_PATH=cta LLTM_SEQUENCE_CTA_FORWARD=$fwd \
+LLTM_SEQUENCE_PATH=cta \
   ncu --clock-control none --profile-from-start off --kernel-name regex:forward \
     --section SpeedOfLight --section LaunchStats --section SchedulerStats \
     --section WarpStateStats --section InstructionStats \
-    -f -o "$OUT_DIR/cta_$fwd" "$PY" - "${SIZE[@]}" "$DTYPE" <<'PYEOF' >/dev/null
+    -f -o "$OUT_DIR/cta_forward" "$PY" - "${SIZE[@]}" "$DTYPE" <<'PYEOF' >/dev/null
 import sys
 
 import torch
@@ -42,11 +39,10 @@ lltm.lltm_sequence(x, w, b, h0, c0)
 torch.cuda.synchronize()
 torch.cuda.profiler.stop()
 PYEOF
-  echo "== forward $fwd, (T, B, F, S) = (${SIZE[*]}), $DTYPE"
-  ncu --import "$OUT_DIR/cta_$fwd.ncu-rep" --page details --print-units base 2>/dev/null \
-    | grep -E "forward|Duration|SM Frequency|Executed Ipc|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Block Size|Grid Size" || true
-  # Stall reasons: average warps stalled per issued instruction, the non-negligible ones.
-  ncu --import "$OUT_DIR/cta_$fwd.ncu-rep" --page raw --print-units base 2>/dev/null \
-    | grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" \
-    | awk '$NF + 0 >= 0.05' || true
-done
+echo "== forward, (T, B, F, S) = (${SIZE[*]}), $DTYPE"
+ncu --import "$OUT_DIR/cta_forward.ncu-rep" --page details --print-units base 2>/dev/null \
+  | grep -E "forward|Duration|SM Frequency|Executed Ipc|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Block Size|Grid Size" || true
+# Stall reasons: average warps stalled per issued instruction, the non-negligible ones.
+ncu --import "$OUT_DIR/cta_forward.ncu-rep" --page raw --print-units base 2>/dev/null \
+  | grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" \
+  | awk '$NF + 0 >= 0.05' || true

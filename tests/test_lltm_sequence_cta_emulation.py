@@ -6,16 +6,14 @@ from conftest import needs_gxx, run_emulator
 
 EMULATOR = r"""
 // Runs the forward and backward kernels of the cta path (csrc/lltm/lltm_sequence_cta_*.cuh) on
-// the CPU with the plan the launcher computes (choose_kc, make_plan), and checks every buffer
-// they write against the recurrence of lltm_sequence.h in float64, and the guard elements
-// after each output.
+// the CPU with the plan the launcher computes (choose_kc, make_forward_plan,
+// make_backward_plan), and checks every buffer they write against the recurrence of
+// lltm_sequence.h in float64, and the guard elements after each output.
 #include <cstdio>
 
 #include "cuda_emulation.h"
 #include "lltm/lltm_sequence_cta_backward.cuh"
 #include "lltm/lltm_sequence_cta_forward.cuh"
-#include "lltm/lltm_sequence_cta_backward_lanes.cuh"
-#include "lltm/lltm_sequence_cta_forward_lanes.cuh"
 #include "lltm_sequence_reference.h"
 
 using namespace lltm;
@@ -23,10 +21,24 @@ using namespace lltm::cta;
 
 int failures = 0;
 
-// lanes: both directions run the one-barrier kernels (lltm_sequence_cta_*_lanes.cuh), else the
-// two-barrier chunks kernels.
+// fn(KC, RB) with the kernels' compile-time KC = kc (one of kKcs) and RB = rb (1, 2 or 4).
+template <size_t I = 0, typename Fn>
+void with_kc_rb(int kc, int rb, Fn fn) {
+  if constexpr (I == sizeof(kKcs) / sizeof(kKcs[0])) {
+    std::printf("FAIL no kernel of KC %d\n", kc);
+    ++failures;
+  } else if (kc != kKcs[I]) {
+    with_kc_rb<I + 1>(kc, rb, fn);
+  } else {
+    constexpr std::integral_constant<int, kKcs[I]> kcc{};
+    if (rb == 4) fn(kcc, std::integral_constant<int, 4>{});
+    else if (rb == 2) fn(kcc, std::integral_constant<int, 2>{});
+    else fn(kcc, std::integral_constant<int, 1>{});
+  }
+}
+
 template <typename S>
-void check(const char* name, int T, int B, int S_, int rb, double tol, bool lanes) {
+void check(const char* name, int T, int B, int S_, int rb, double tol) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
   const double ws = 1.0 / std::sqrt(double(S_));
   auto w = random_vector<S>(3 * size_t(S_) * S_, ws);
@@ -44,9 +56,8 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, bool lane
   const std::vector<double>&z = ref.z, &h = ref.h, &c = ref.c, &dz = ref.dz;
   const std::vector<double>&want_dh0 = ref.d_h0, &dc = ref.d_c0;
 
-  const int kc = choose_kc(S_), lkc = lanes_kc(S_);
-  const Plan fp = lanes ? make_lanes_plan(S_, lkc, rb) : make_plan(S_, kc, rb, false);
-  const Plan bp = lanes ? make_lanes_backward_plan(S_, lkc, rb) : make_plan(S_, kc, rb, true);
+  const int kc = choose_kc(S_);
+  const Plan fp = make_forward_plan(S_, kc, rb), bp = make_backward_plan(S_, kc, rb);
   const int ctas = (B + rb - 1) / rb;
   SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
   SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
@@ -54,46 +65,15 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, bool lane
   // Forward's z is checked after the backward overwrote it: keep a copy from between.
   std::vector<double> got_z;
   bool guards = true;
-  auto forward = [&](auto kcc, auto rbc) {
+  with_kc_rb(kc, rb, [&](auto kcc, auto rbc) {
     constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
-    launch(ctas, fp.threads, fp.total * 4, [&] {
-      if constexpr (KC <= 32) forward_kernel<S, KC, RB>(fp, f);
-    });
-  };
-  auto forward_lanes = [&](auto kcc, auto rbc) {
-    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
-    launch(ctas, fp.threads, fp.total * 4, [&] { forward_lanes_kernel<S, KC, RB>(fp, f); });
-  };
-  auto backward = [&](auto kcc, auto rbc) {
-    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
-    launch(ctas, bp.threads, bp.total * 4, [&] {
-      if constexpr (KC <= 32) backward_kernel<S, KC, RB>(bp, bw);
-    });
-  };
-  // run(k, fn): fn(KC, RB) with the kernel's compile-time KC = k and RB = rb.
-  auto run = [&](int k, auto fn) {
-    auto with_rb = [&](auto kcc) {
-      if (rb == 4) fn(kcc, std::integral_constant<int, 4>{});
-      else if (rb == 2) fn(kcc, std::integral_constant<int, 2>{});
-      else fn(kcc, std::integral_constant<int, 1>{});
-    };
-    switch (k) {
-      case 8: with_rb(std::integral_constant<int, 8>{}); break;
-      case 16: with_rb(std::integral_constant<int, 16>{}); break;
-      case 32: with_rb(std::integral_constant<int, 32>{}); break;
-      case 48: with_rb(std::integral_constant<int, 48>{}); break;
-      default: with_rb(std::integral_constant<int, 64>{}); break;
-    }
-  };
-  auto backward_lanes = [&](auto kcc, auto rbc) {
-    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
-    launch(ctas, bp.threads, bp.total * 4, [&] { backward_lanes_kernel<S, KC, RB>(bp, bw); });
-  };
-  if (lanes) run(lkc, forward_lanes);
-  else run(kc, forward);
+    launch(ctas, fp.threads, fp.total * 4, [&] { forward_kernel<S, KC, RB>(fp, f); });
+  });
   guards &= take(gates, n3, got_z);
-  if (lanes) run(lkc, backward_lanes);
-  else run(kc, backward);
+  with_kc_rb(kc, rb, [&](auto kcc, auto rbc) {
+    constexpr int KC = decltype(kcc)::value, RB = decltype(rbc)::value;
+    launch(ctas, bp.threads, bp.total * 4, [&] { backward_kernel<S, KC, RB>(bp, bw); });
+  });
 
   std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
   guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&
@@ -107,41 +87,55 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, bool lane
   const bool ok = worst < tol && guards;
   failures += !ok;
   std::printf(
-      "%s %-8s %-6s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d q=%d | rel "
+      "%s %-8s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d | rel "
       "z %.1e h %.1e c %.1e dz %.1e dh0 %.1e dc0 %.1e | max abs z %.1e h %.1e c %.1e dz %.1e "
       "dh0 %.1e dc0 %.1e | guards %s\n",
-      ok ? "ok  " : "FAIL", name, lanes ? "lanes" : "chunks", T, B, S_, rb, ctas, fp.threads,
-      fp.kc, fp.q, errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1],
-      maxs[2], maxs[3], maxs[4], maxs[5], guards ? "intact" : "OVERWRITTEN");
+      ok ? "ok  " : "FAIL", name, T, B, S_, rb, ctas, fp.threads, fp.kc, errs[0], errs[1],
+      errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1], maxs[2], maxs[3], maxs[4], maxs[5],
+      guards ? "intact" : "OVERWRITTEN");
 }
 
 int main() {
-  // (T, B, S, rows per CTA): S = 1 (one column, 31 idle), 7, 33 (5 chunks padded to 8, columns
-  // padded to 64), 64, 96 (KC = 32, 3 chunks padded to 4), 100, 128 (512 threads, KC = 32, 4
-  // chunks), every KC (8, 16, 32) and rows per CTA (1, 2, 4) with partial last CTAs (B = 3, 5,
-  // 7), rows per thread above 1 (Q < RB), T = 1 and T past the staged ring (kStages); the
-  // same for the lanes forward: KC 16 (S <= 32), 32 (33, 64), 48 (96), 64 (100, 128), lane 1 of
-  // a pair idle (RB = 1) or running a row of its own (RB = 2, 4).
-  const double f32 = 2e-6;  // measured errors are about 1e-7
-  for (bool lanes : {false, true}) {
-    check<float>("float32", 1, 1, 1, 1, f32, lanes);
-    check<float>("float32", 6, 3, 1, 4, f32, lanes);
-    check<float>("float32", 5, 3, 7, 2, f32, lanes);
-    check<float>("float32", 7, 7, 7, 4, f32, lanes);
-    check<float>("float32", 5, 3, 33, 2, f32, lanes);
-    check<float>("float32", 6, 2, 20, 1, f32, lanes);
-    check<float>("float32", 3, 3, 64, 4, f32, lanes);
-    check<float>("float32", 4, 2, 96, 1, f32, lanes);
-    check<float>("float32", 3, 3, 128, 2, f32, lanes);
-    check<float>("float32", 2, 1, 128, 1, f32, lanes);
-    check<float>("float32", 2, 5, 128, 4, f32, lanes);
-    check<float>("float32", 5, 3, 100, 4, f32, lanes);
-    // Half types: the stored z, h, c, dz are rounded to the type, sums in float; odd S puts
-    // elements in both halves of their staged words.
-    check<c10::Half>("float16", 5, 3, 21, 2, 5e-3, lanes);
-    check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2, lanes);
-    check<c10::Half>("float16", 3, 2, 128, 1, 5e-3, lanes);
+  // KC for S: the smallest of kKcs covering S on a lane pair (S = 33: 9 float4 groups, 5 on
+  // lane 0, so KC = 20).
+  const int kc_of[][2] = {{1, 16}, {32, 16}, {33, 20}, {40, 20}, {41, 32}, {64, 32},
+                          {65, 48}, {96, 48}, {97, 64}, {128, 64}, {129, 0}};
+  for (const auto& sk : kc_of) {
+    if (choose_kc(sk[0]) != sk[1]) {
+      std::printf("FAIL choose_kc(%d) = %d, want %d\n", sk[0], choose_kc(sk[0]), sk[1]);
+      ++failures;
+    }
   }
+  // (T, B, S, rows per CTA): S = 1 (one column, 15 idle pairs), 7, 20 (KC 16), 33 and 37
+  // (KC 20: lane 0 holds 5 float4 groups, lane 1 4 and a zero group), 40 (KC 20 full), 41, 45,
+  // 48 and 64 (32), 96 (48), 100 and 128 (64, 256 threads), every KC and rows per CTA (1, 2,
+  // 4) with partial last CTAs (B = 3, 5, 7), lane 1 of a pair idle (RB = 1) or running a row
+  // of its own (RB = 2, 4), T = 1 and T past the staged ring (kStages).
+  const double f32 = 2e-6;  // measured errors are about 1e-7
+  check<float>("float32", 1, 1, 1, 1, f32);
+  check<float>("float32", 6, 3, 1, 4, f32);
+  check<float>("float32", 5, 3, 7, 2, f32);
+  check<float>("float32", 7, 7, 7, 4, f32);
+  check<float>("float32", 6, 2, 20, 1, f32);
+  check<float>("float32", 5, 3, 33, 2, f32);
+  check<float>("float32", 7, 2, 33, 1, f32);
+  check<float>("float32", 6, 5, 37, 4, f32);
+  check<float>("float32", 5, 2, 40, 1, f32);
+  check<float>("float32", 6, 3, 41, 2, f32);
+  check<float>("float32", 5, 5, 45, 4, f32);
+  check<float>("float32", 4, 1, 48, 1, f32);
+  check<float>("float32", 3, 3, 64, 4, f32);
+  check<float>("float32", 4, 2, 96, 1, f32);
+  check<float>("float32", 3, 3, 128, 2, f32);
+  check<float>("float32", 2, 1, 128, 1, f32);
+  check<float>("float32", 2, 5, 128, 4, f32);
+  check<float>("float32", 5, 3, 100, 4, f32);
+  // Half types: the stored z, h, c, dz are rounded to the type, sums in float; odd S puts
+  // elements in both halves of their staged words.
+  check<c10::Half>("float16", 5, 3, 21, 2, 5e-3);
+  check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2);
+  check<c10::Half>("float16", 5, 3, 43, 1, 5e-3);
+  check<c10::Half>("float16", 3, 2, 128, 1, 5e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }
@@ -151,6 +145,6 @@ int main() {
 @needs_gxx
 def test_cta_sequence_kernels_emulated_on_cpu(tmp_path):
     """Compiles the cta path's kernels as host C++ and runs them on the CPU, so that the
-    register split of W_h, the threads' chunks, the partial sums, the rows each thread owns,
-    the parity double buffer and the staged-input ring fail here, GPU or not."""
+    register split of W_h over lane pairs (every KC), the pair exchange, the rows each lane
+    owns, the parity double buffer and the staged-input ring fail here, GPU or not."""
     run_emulator(EMULATOR, tmp_path)  # its per-configuration errors show when it fails

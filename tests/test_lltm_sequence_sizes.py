@@ -1,5 +1,5 @@
 """lltm.lltm_sequence at sizes that reach every kernel's edge cases (vector panels, row blocks,
-CTA lanes, partial last CTAs, both forward kernels of the cta path), through long recurrences,
+CTA lanes, partial last CTAs, every KC of the cta kernels), through long recurrences,
 and the CPU recurrence's guarantees (bitwise the same on any thread count; the baseline kernels
 of CPUs without AVX2). On CUDA each test runs on each path (the seq_path fixture of
 test_lltm_sequence.py)."""
@@ -69,8 +69,9 @@ def test_long_recurrence_float32(device, T, B, S):
 @pytest.mark.parametrize("B", [1, 7, 33])
 @pytest.mark.parametrize("S", [1, 33, 96, 129])
 def test_odd_sizes_float32(device, B, S):
-    # The cta kernels' lanes per column (S = 33: 5 chunks padded to 8; 96: 3 padded to 4),
-    # idle lanes (S = 1), rows per CTA and partial last CTAs (B = 7, 33); S = 129: past cta.
+    # The cta kernels' k split over a lane pair (S = 33: 9 float4 groups, 5 on lane 0 at
+    # KC = 20; 96: KC = 48), idle lanes (S = 1), rows per CTA and partial last CTAs (B = 7,
+    # 33); S = 129: past cta.
     T, F = 12, 3
     want, inputs = reference_results(T, B, F, S)
     got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
@@ -139,37 +140,23 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @auto_path_only
 @cuda_only
-@pytest.mark.parametrize("fwd,bwd", [("lanes", "chunks"), ("lanes", "lanes"),
-                                     ("chunks", "chunks")])
-def test_cuda_cta_kernels(monkeypatch, fwd, bwd):
-    # Both kernels of each direction of the cta path (LLTM_SEQUENCE_CTA_FORWARD / _BACKWARD):
-    # every KC of each (lanes 16, 32, 48, 64; chunks 8, 32), one, two and four rows per CTA
-    # (B = 300: 75 CTAs of 4) with partial last CTAs, float32 and float16 (the 2x rule).
+def test_cuda_cta_kernels(monkeypatch):
+    # The cta path's kernels at every KC (16, 20, 32, 48, 64: S = 7, 33 and 40, 64, 96, 128),
+    # one, two and four rows per CTA (B = 300 at S = 100: 75 CTAs of 4) with partial last
+    # CTAs, float32 and float16 (the 2x rule).
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
-    monkeypatch.setenv("LLTM_SEQUENCE_CTA_FORWARD", fwd)
-    monkeypatch.setenv("LLTM_SEQUENCE_CTA_BACKWARD", bwd)
-    for T, B, S in [(40, 3, 7), (30, 7, 33), (40, 2, 64), (64, 5, 96), (40, 9, 128),
-                    (20, 300, 100)]:
+    for T, B, S in [(40, 3, 7), (30, 7, 33), (30, 5, 40), (40, 2, 64), (64, 5, 96),
+                    (40, 9, 128), (20, 300, 100)]:
         want, inputs = reference_results(T, B, 5, S)
         got = run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs],
                   cotangents(T, B, S))
-        assert_close_to(got, want, F32_TOL, f"{fwd}/{bwd} T={T} B={B} S={S}")
-    T, B, F, S = 64, 4, 32, 96
-    want, inputs = reference_results(T, B, F, S)
-    half = [t.to("cuda", torch.float16) for t in inputs]
-    got = run(lltm.lltm_sequence, half, cotangents(T, B, S))
-    plain = run(reference_sequence, half, cotangents(T, B, S))
-    for name, g, p, w in zip(NAMES, got, plain, want):
-        ours, theirs = rel_err(g, w), rel_err(p, w)
-        assert ours <= max(2 * theirs, HALF_FLOOR[torch.float16]), (
-            f"{fwd}/{bwd} float16 {name}: ours {ours:.2e}, plain PyTorch {theirs:.2e}")
-
-
-@auto_path_only
-@cuda_only
-@pytest.mark.parametrize("direction", ["FORWARD", "BACKWARD"])
-def test_cuda_cta_kernel_variables(monkeypatch, direction):
-    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
-    monkeypatch.setenv(f"LLTM_SEQUENCE_CTA_{direction}", "sideways")
-    with pytest.raises(ValueError, match=f"LLTM_SEQUENCE_CTA_{direction} must be"):
-        lltm.lltm_sequence(*make_inputs(3, 2, 3, 4, "cuda"))
+        assert_close_to(got, want, F32_TOL, f"T={T} B={B} S={S}")
+    for T, B, F, S in [(64, 4, 32, 96), (64, 7, 16, 33)]:
+        want, inputs = reference_results(T, B, F, S)
+        half = [t.to("cuda", torch.float16) for t in inputs]
+        got = run(lltm.lltm_sequence, half, cotangents(T, B, S))
+        plain = run(reference_sequence, half, cotangents(T, B, S))
+        for name, g, p, w in zip(NAMES, got, plain, want):
+            ours, theirs = rel_err(g, w), rel_err(p, w)
+            assert ours <= max(2 * theirs, HALF_FLOOR[torch.float16]), (
+                f"S={S} float16 {name}: ours {ours:.2e}, plain PyTorch {theirs:.2e}")

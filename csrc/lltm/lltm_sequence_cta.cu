@@ -1,20 +1,13 @@
 // LLTM over a whole sequence, cta path: the launcher and the choice of batch rows per CTA.
 //
-// Two kernels per direction: "lanes" (lltm_sequence_cta_{forward,backward}_lanes.cuh: one
-// barrier per step) and "chunks" (lltm_sequence_cta_{forward,backward}.cuh: two barriers);
-// LLTM_SEQUENCE_CTA_FORWARD / LLTM_SEQUENCE_CTA_BACKWARD = lanes|chunks force one (tests,
-// benchmarks), read at every call as LLTM_SEQUENCE_PATH is. Unset: lanes, both directions
-// (faster at every size measured, benchmarks/results/lltm_sequence_cta_lanes_h100.md).
-// KC (and with it the chunks per column and the threads) follows from S alone (choose_kc,
-// lanes_kc).
+// One kernel per direction (lltm_sequence_cta_{forward,backward}.cuh); KC (choose_kc) and the
+// threads (two lanes a column) follow from S alone.
 // Rows per CTA RB in {1, 2, 4}: the CTAs are independent, so the fewest rows per CTA that let
 // every CTA be resident at once (ceil(B / RB) <= CTAs per SM x SMs, from the occupancy query)
 // give the shortest step: one row per CTA costs 3 S^2 FMAs a step on an SM. Beyond that, RB = 4
 // and the CTAs run in waves.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <tuple>
 #include <type_traits>
 
@@ -24,13 +17,11 @@
 #include "common/cuda_utils.cuh"
 #include "lltm/lltm_sequence_cta.cuh"
 #include "lltm/lltm_sequence_cta.h"
-#include "lltm/lltm_sequence_cta_backward_lanes.cuh"
 #include "lltm/lltm_sequence_cta_kernels.h"
 
 namespace lltm {
 namespace {
 
-using cta::make_plan;
 using cta::Plan;
 using torch::headeronly::ScalarType;
 
@@ -40,58 +31,25 @@ struct Config {
   int64_t ctas = 0;
 };
 
-// Which kernel runs a direction.
-enum class Kind { kForwardChunks, kForwardLanes, kBackwardChunks, kBackwardLanes };
-
-// The kernel of a direction that its variable (LLTM_SEQUENCE_CTA_FORWARD or _BACKWARD) asks for:
-// lanes (also when unset) or chunks.
-Kind kind_of(bool backward) {
-  const char* name = backward ? "LLTM_SEQUENCE_CTA_BACKWARD" : "LLTM_SEQUENCE_CTA_FORWARD";
-  const Kind lanes = backward ? Kind::kBackwardLanes : Kind::kForwardLanes;
-  const Kind chunks = backward ? Kind::kBackwardChunks : Kind::kForwardChunks;
-  const char* value = std::getenv(name);
-  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "lanes") == 0) return lanes;
-  FUSED_OPS_CHECK_VALUE(std::strcmp(value, "chunks") == 0, name,
-                        " must be 'lanes' or 'chunks' (or unset), got '", value, "'");
-  return chunks;
+const void* kernel_for(ScalarType dtype, int kc, int rb, bool backward) {
+  return backward ? cta::backward_kernel_for(dtype, kc, rb)
+                  : cta::forward_kernel_for(dtype, kc, rb);
 }
 
-const void* kernel_for(ScalarType dtype, int kc, int rb, Kind kind) {
-  switch (kind) {
-    case Kind::kForwardChunks:
-      return cta::forward_kernel_for(dtype, kc, rb);
-    case Kind::kForwardLanes:
-      return cta::forward_lanes_kernel_for(dtype, kc, rb);
-    case Kind::kBackwardChunks:
-      return cta::backward_kernel_for(dtype, kc, rb);
-    default:
-      return cta::backward_lanes_kernel_for(dtype, kc, rb);
-  }
+Plan plan_for(int state, int kc, int rb, bool backward) {
+  return backward ? cta::make_backward_plan(state, kc, rb)
+                  : cta::make_forward_plan(state, kc, rb);
 }
 
-Plan plan_for(int state, int kc, int rb, Kind kind) {
-  switch (kind) {
-    case Kind::kForwardChunks:
-      return make_plan(state, kc, rb, false);
-    case Kind::kForwardLanes:
-      return cta::make_lanes_plan(state, kc, rb);
-    case Kind::kBackwardChunks:
-      return make_plan(state, kc, rb, true);
-    default:
-      return cta::make_lanes_backward_plan(state, kc, rb);
-  }
-}
-
-Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, Kind kind) {
-  const bool lanes = kind == Kind::kForwardLanes || kind == Kind::kBackwardLanes;
-  const int kc = lanes ? cta::lanes_kc(state) : cta::choose_kc(state);
+Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, bool backward) {
+  const int kc = cta::choose_kc(state);
   if (kc == 0) return Config{};
   const cudaDeviceProp& prop = fused_ops::device_properties(device);
   Config best;
   for (int rb = 1; rb <= 4; rb *= 2) {
-    const void* kernel = kernel_for(dtype, kc, rb, kind);
+    const void* kernel = kernel_for(dtype, kc, rb, backward);
     if (kernel == nullptr) continue;
-    const Plan p = plan_for(state, kc, rb, kind);
+    const Plan p = plan_for(state, kc, rb, backward);
     const size_t smem = static_cast<size_t>(p.total) * 4;
     if (smem > prop.sharedMemPerBlockOptin) continue;
     cudaFuncAttributes attrs{};
@@ -115,14 +73,14 @@ Config choose_uncached(int device, ScalarType dtype, int64_t batch, int state, K
   return best;
 }
 
-// choose_uncached, cached per (device, dtype, kernel kind, batch, state).
-Config choose(int device, ScalarType dtype, int64_t batch, int64_t state, Kind kind) {
-  if (batch < 1 || state < 1 || state > cta::kMaxThreads || batch > (int64_t(1) << 33)) {
+// choose_uncached, cached per (device, dtype, direction, batch, state).
+Config choose(int device, ScalarType dtype, int64_t batch, int64_t state, bool backward) {
+  if (batch < 1 || state < 1 || state > cta::kMaxState || batch > (int64_t(1) << 33)) {
     return Config{};
   }
-  static fused_ops::Memo<std::tuple<int, ScalarType, Kind, int64_t, int64_t>, Config> memo;
-  return memo.get(std::make_tuple(device, dtype, kind, batch, state), [&] {
-    return choose_uncached(device, dtype, batch, static_cast<int>(state), kind);
+  static fused_ops::Memo<std::tuple<int, ScalarType, bool, int64_t, int64_t>, Config> memo;
+  return memo.get(std::make_tuple(device, dtype, backward, batch, state), [&] {
+    return choose_uncached(device, dtype, batch, static_cast<int>(state), backward);
   });
 }
 
@@ -141,7 +99,7 @@ template <typename T, typename Args>
 void launch(const Args& args, bool backward, cudaStream_t stream) {
   if (args.batch < 1 || args.state < 1 || args.steps < 1) return;
   const int device = fused_ops::current_device();
-  const Config c = choose(device, dtype_of<T>(), args.batch, args.state, kind_of(backward));
+  const Config c = choose(device, dtype_of<T>(), args.batch, args.state, backward);
   FUSED_OPS_CHECK(c.kernel != nullptr, "lltm_sequence: the cta kernels do not support batch ",
                   fused_ops::num(args.batch), ", state_size ", fused_ops::num(args.state),
                   " on this device (seq_cta_supported is false)");
@@ -159,8 +117,8 @@ bool seq_cta_supported(int device, ScalarType dtype, int64_t batch, int64_t stat
   if (dtype != ScalarType::Float && dtype != ScalarType::Half && dtype != ScalarType::BFloat16) {
     return false;
   }
-  return choose(device, dtype, batch, state, kind_of(false)).kernel != nullptr &&
-         choose(device, dtype, batch, state, kind_of(true)).kernel != nullptr;
+  return choose(device, dtype, batch, state, false).kernel != nullptr &&
+         choose(device, dtype, batch, state, true).kernel != nullptr;
 }
 
 template <typename T>

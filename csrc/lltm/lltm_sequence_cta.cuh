@@ -1,46 +1,36 @@
 // LLTM over a whole sequence: the single-CTA persistent kernels ("cta" path) for small states
 // (S <= 128), their launch plan and the device helpers both directions share. The math and the
 // buffers are lltm_sequence.h's; lltm_sequence_cta_forward.cuh and _backward.cuh hold the two
-// "chunks" kernels described below, lltm_sequence_cta_{forward,backward}_lanes.cuh the two
-// one-barrier "lanes" kernels that the launcher (lltm_sequence_cta.cu) runs unless
-// LLTM_SEQUENCE_CTA_FORWARD / _BACKWARD = chunks: the same CTA per batch slice and staged
-// inputs, each column's k range split over a lane pair of one warp instead of over warps.
+// kernels, lltm_sequence_cta.cu launches them.
 //
 // Why one CTA per batch slice: batch rows never interact in the recurrence, so a CTA that holds
-// ALL of W_h runs its rows for the whole sequence with two block barriers per step and no
+// ALL of W_h runs its rows for the whole sequence with one block barrier per step and no
 // inter-CTA traffic (the cluster kernels of lltm_sequence_persistent.cuh split W_h's columns
 // and pay a cluster barrier and a distributed-shared-memory all-gather per step).
 //
-// Layout. W_h (3S x S) lives in registers, as float: thread tid = q * Sp + col (Sp = S rounded up
-// to a warp, so the Q k-chunks q of a column sit in different warps and every warp has one q)
-// holds the 3 x KC values
-//   forward:  w[g][kk] = W_h[g S + col][q KC + kk]     (gate rows of column col, k chunk q)
-//   backward: w[g][kk] = W_h[g S + q KC + kk][col]     (column col of W_h, row chunk q per gate)
-// (zero outside W_h), KC in {8, 16, 32} the smallest with Sp * Q <= 512 threads, Q = the power
-// of 2 >= ceil(S / KC). S = 128: KC = 32, Q = 4, 512 threads x 96 weights, 128 registers each.
-// The step's left operand A (forward h_{t-1}, backward dz_t) is in shared memory, double
-// buffered by step parity, RB batch rows (the CTA's slice of the batch), each row split into
-// chunks of KC values at a stride of KC + 4 floats. A step:
-//   1. product: each thread sums its chunk (FP32 FMAs: float32-exact, fixed order; a warp reads
-//      one chunk, a broadcast) and stores its partial sums (forward 3 per row, one per gate;
-//      backward 1 per row, the gates added in-thread) into the partial buffer;
-//   2. __syncthreads;
-//   3. cell: thread (q, col) runs the pointwise cell of the rows r with r % Q == q (with RB <= Q
-//      the warps of q < RB: dense warps, the others wait): the column's Q partial sums added in
-//      q order (deterministic), then forward z = P + sum, cell_forward, h_t into the other A
-//      buffer; backward cell_backward, dz_t into it; the global outputs written; the carries
-//      (forward c, backward dc) stay in the thread's registers;
-//   4. __syncthreads: the other A buffer is complete, and the partial buffer is free again.
-// (The backward runs 3 then 1: its cell needs the previous step's product.) A is double
-// buffered by parity, so a step's writes never meet the reads of the step before.
+// Layout ("lanes"). W_h (3S x S) lives in registers, as float: the k range of each column is
+// split over the kLanes = 2 adjacent lanes of one warp, thread tid = col kLanes + j holding the
+// 3 x KC values
+//   forward:  w[g][i] = W_h[g S + col][k(j, i)]     (the gate rows of column col)
+//   backward: w[g][i] = W_h[g S + k(j, i)][col]     (column col over each gate's rows)
+//   k(j, i) = (i / 4 kLanes + j) 4 + i % 4,  i < KC
+// (zero past S): the lanes of a pair take alternate float4 groups, so that one warp's 16-byte
+// shared loads of a row touch 2 x 4 consecutive words, bank-conflict free, with no padding.
+// KC (choose_kc) is the smallest of kKcs whose kLanes KC covers S. The step's left operand
+// (forward h_{t-1}, backward dz_t) is in shared memory, kLanes KC floats per row (zero past S),
+// double buffered by step parity; each lane sums its half of the k range in registers, one
+// shuffle per (row pair, gate) adds the halves, and one block barrier per step publishes the
+// step's result (the kernels' files say how).
 // The step's global inputs (forward P_t, backward z_t, c_t, grad_hs[t+1]) do not depend on the
 // recurrence: each thread stages its own rows' values kAhead steps ahead with cp.async into a
 // private ring of kStages slots (no barrier needed: the thread that copies is the one that
 // reads), so no step waits for a global load.
 //
 // Precision: as the cluster kernels (lltm_sequence_persistent.cuh): sums and cell math in
-// float; z_t, h_t, c_t, dz_t rounded to T where stored and the recurrence continues from the
-// rounded h, c, dz; the backward's carries dh_rec, dc stay in float. Global offsets 64-bit.
+// float (products float32-exact, a fixed order of additions: deterministic); z_t, h_t, c_t,
+// dz_t rounded to T where stored and the recurrence continues from the rounded h, c, dz; the
+// backward's carries dh_rec, dc stay in float. The cell's math is branch-free (sigmoid_nb,
+// elu_nb below), within a few float ulps of lltm.h's. Global offsets 64-bit.
 //
 // tests/test_lltm_sequence_cta_emulation.py compiles these headers as host C++ under
 // tests/cuda_emulation.h (FUSED_OPS_EMULATE).
@@ -62,70 +52,68 @@
 
 namespace lltm::cta {
 
-constexpr int kMaxThreads = 512;  // S = 128 at 4 chunks per column; 128 registers each
+constexpr int kLanes = 2;         // lanes per column (a shuffle pair)
+constexpr int kMaxState = 128;    // W_h in the registers of one CTA: 192 floats a thread
+constexpr int kMaxThreads = kMaxState * kLanes;
 constexpr int kStages = 4;        // slots of the staged-input ring (a power of 2 > kAhead)
 constexpr int kAhead = 2;         // steps staged ahead of the one computed
+
+// The KCs the kernels are compiled for (lltm_sequence_cta_table.cuh), ascending; multiples of
+// 4 (float4 groups). KC = 20 so that S = 33 .. 40 does not pay for KC = 32 (S = 33: 9 float4
+// groups, 5 on lane 0: 37% fewer multiply-adds on each step's dependent FMA chains). No finer
+// steps: each KC is 9 kernels a direction, compiled for every GPU architecture of a wheel
+// (KC = 20 adds about a fifth to the cta files' compile time).
+constexpr int kKcs[] = {16, 20, 32, 48, 64};
+
+// KC for S: the smallest of kKcs with kLanes KC >= S (every float4 group of k < S on one of the
+// pair's lanes: lane 0 holds groups 0, 2, 4, ..., lane 1 groups 1, 3, 5, ...); 0 past
+// kMaxState. Host only (the launcher's choice).
+inline int choose_kc(int state) {
+  if (state < 1 || state > kMaxState) return 0;
+  for (int kc : kKcs) {
+    if (kLanes * kc >= state) return kc;
+  }
+  return 0;
+}
 
 // The launch and shared-memory layout of one direction. Offsets and total in 4-byte words.
 struct Plan {
   int state;    // S
   int kc;       // KC: values of each gate per thread
-  int q;        // Q: k chunks (threads) per column (power of 2, <= 16)
-  int cst;      // chunk stride of the A buffer: KC + 4
   int rb;       // RB: batch rows per CTA
-  int sp;       // Sp: S rounded up to a warp
-  int threads;  // Sp * Q
-  int ald;      // floats per batch row of one A buffer: Q cst (forward), 3 Q cst (backward)
+  int sp;       // Sp: S rounded up to whole warps of column pairs
+  int threads;  // Sp kLanes
+  int ald;      // floats per row of the operand buffer: kLanes KC
   int nv;       // staged values per (row, column, step): 3 (P) forward, 5 (z, c, grad_h) backward
-  int a_off, part_off, stage_off, total;
+  int a_off, stage_off, total;
 };
 
 LLTM_CTA_FN int round_up(int a, int m) { return (a + m - 1) / m * m; }
 
-LLTM_CTA_FN int pow2_at_least(int n) {
-  int p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
-// Q for (S, KC); at most 16 wherever choose_kc picks KC (Sp * Q <= 512 with Sp >= 32), which
-// the kernels' unrolled sums over the Q partial sums rely on.
-LLTM_CTA_FN int lanes_for(int state, int kc) { return pow2_at_least((state + kc - 1) / kc); }
-
-// KC for S: the smallest of 8, 16, 32 whose Sp * Q fits kMaxThreads (more threads, shorter
-// per-thread sums); 0: S does not fit one CTA (S > 128).
-LLTM_CTA_FN int choose_kc(int state) {
-  if (state < 1) return 0;
-  for (int kc = 8; kc <= 32; kc *= 2) {
-    if (round_up(state, 32) * lanes_for(state, kc) <= kMaxThreads) return kc;
-  }
-  return 0;
-}
-
-LLTM_CTA_FN Plan make_plan(int state, int kc, int rb, bool backward) {
+// The plan of the forward: h buffer [2][RB][ald], then the staged ring.
+LLTM_CTA_FN Plan make_forward_plan(int state, int kc, int rb) {
   Plan p{};
   p.state = state;
   p.kc = kc;
-  p.q = lanes_for(state, kc);
-  p.cst = kc + 4;
   p.rb = rb;
-  p.sp = round_up(state, 32);
-  p.threads = p.sp * p.q;
-  p.ald = (backward ? 3 : 1) * p.q * p.cst;
-  p.nv = backward ? 5 : 3;
+  p.sp = round_up(state, 32 / kLanes);
+  p.threads = p.sp * kLanes;
+  p.ald = kLanes * kc;
+  p.nv = 3;
   p.a_off = 0;
-  p.part_off = 2 * rb * p.ald;
-  p.stage_off = p.part_off + p.q * rb * (backward ? 1 : 3) * p.sp;
+  p.stage_off = 2 * rb * p.ald;
   p.total = p.stage_off + kStages * rb * p.nv * state;
   return p;
 }
 
-// Where value k (k < S) of a row sits in its A row: chunk k / KC at stride cst.
-LLTM_CTA_FN int a_pos(const Plan& p, int k) { return k / p.kc * p.cst + k % p.kc; }
-
-// The partial sum of (chunk q, row r, value v) of column col: v = gate (forward), 0 (backward).
-LLTM_CTA_FN int part_pos(const Plan& p, int q, int r, int v, int col) {
-  return ((q * p.rb + r) * (p.nv == 3 ? 3 : 1) + v) * p.sp + col;
+// The plan of the backward: the forward's, with 3 dz rows per batch row (the buffer is
+// [2][RB][3][ald]) and 5 staged values (z_t, c_t, grad_hs[t+1]).
+LLTM_CTA_FN Plan make_backward_plan(int state, int kc, int rb) {
+  Plan p = make_forward_plan(state, kc, rb);
+  p.nv = 5;
+  p.stage_off = 2 * rb * 3 * p.ald;
+  p.total = p.stage_off + kStages * rb * p.nv * state;
+  return p;
 }
 
 // The staged word of (slot, row r, value v, column col).
@@ -206,28 +194,33 @@ LLTM_CTA_DEV float4v load4(const float* p) {
 #endif
 }
 
-// acc[r][g] += sum over kk < KC of w[g][kk] * a[r ald + g gst + kk] for r < RB: a is this
-// thread's chunk of row 0 of the A buffer, rows ald apart; PER_GATE: each gate reads its own
-// chunk, gst apart (backward: dz of the 3 gates), else all three read the same (forward: h).
-// In kk order: float32-exact products, a fixed order of additions (deterministic).
-template <int KC, int RB, bool PER_GATE>
-LLTM_CTA_DEV void chunk_dot(const float (&w)[3][KC], const float* a, int ald, int gst,
-                            float (&acc)[RB][3]) {
-#pragma unroll
-  for (int kk = 0; kk < KC; kk += 4) {
-#pragma unroll
-    for (int r = 0; r < RB; ++r) {
-      float4v v = load4(a + r * ald + kk);
-#pragma unroll
-      for (int g = 0; g < 3; ++g) {
-        if (PER_GATE && g > 0) v = load4(a + r * ald + g * gst + kk);
-        acc[r][g] = fmaf(w[g][kk], v.x, acc[r][g]);
-        acc[r][g] = fmaf(w[g][kk + 1], v.y, acc[r][g]);
-        acc[r][g] = fmaf(w[g][kk + 2], v.z, acc[r][g]);
-        acc[r][g] = fmaf(w[g][kk + 3], v.w, acc[r][g]);
-      }
-    }
-  }
+
+// The cell's math without branches (the accurate library division and the elu's conditional
+// expm1f compile to branches and a called slow path, which cost the step's critical path
+// branch-resolution stalls). sigmoid(z) from e = exp(-|z|) in (0, 1]: 1 / (1 + e) for z >= 0,
+// e / (1 + e) below, the reciprocal of a number in [1, 2] by the approximate reciprocal and one
+// Newton step (within an ulp; no overflow, no special cases). Against lltm.h's cell math:
+// within a few ulps of float (expf's 2 ulps dominate), the same formulas otherwise.
+LLTM_CTA_DEV float rcp_1_2(float d) {
+#if defined(FUSED_OPS_EMULATE)
+  return 1.f / d;
+#else
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fmaf(r, fmaf(-d, r, 1.f), r);
+#endif
+}
+
+LLTM_CTA_DEV float sigmoid_nb(float z) {
+  const float e = expf(-fabsf(z));
+  const float r = rcp_1_2(1.f + e);
+  return z >= 0.f ? r : e * r;
+}
+
+// elu(z): expm1f computed for every z (not in a branch) and selected.
+LLTM_CTA_DEV float elu_nb(float z) {
+  const float em = expm1f(z);
+  return z > 0.f ? z : em;
 }
 
 }  // namespace lltm::cta

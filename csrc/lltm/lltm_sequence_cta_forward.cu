@@ -1,5 +1,5 @@
-// LLTM over a whole sequence, cta path: the forward kernels' instantiations (float, half,
-// bfloat16 x KC in {8, 16, 32} x RB in {1, 2, 4}; lltm_sequence_cta_table.cuh) behind
+// LLTM over a whole sequence, cta path: the forward kernel's instantiations (float, half,
+// bfloat16 x KC in kKcs x RB in {1, 2, 4}; lltm_sequence_cta_table.cuh) behind
 // forward_kernel_for (lltm_sequence_cta_kernels.h). One file per direction: two compilations
 // that run in parallel.
 #include "lltm/lltm_sequence_cta_forward.cuh"

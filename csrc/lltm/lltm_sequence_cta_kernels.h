@@ -10,12 +10,8 @@ namespace lltm::cta {
 
 // The kernel of (dtype, KC, RB) (lltm_sequence_cta_{forward,backward}.cuh), as the pointer
 // cudaLaunchKernel takes; nullptr for a combination that has none (another dtype, KC not in
-// {8, 16, 32}, RB not in {1, 2, 4}).
+// kKcs of lltm_sequence_cta.cuh, RB not in {1, 2, 4}).
 const void* forward_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
 const void* backward_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
-// The one-barrier kernels (lltm_sequence_cta_{forward,backward}_lanes.cuh), KC in
-// {16, 32, 48, 64}.
-const void* forward_lanes_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
-const void* backward_lanes_kernel_for(torch::headeronly::ScalarType dtype, int kc, int rb);
 
 }  // namespace lltm::cta

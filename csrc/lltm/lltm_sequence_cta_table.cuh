@@ -1,12 +1,14 @@
 // LLTM over a whole sequence, cta path: the (dtype, KC, RB) -> kernel table that each
 // instantiation file (lltm_sequence_cta_forward.cu, lltm_sequence_cta_backward.cu) builds for
 // its direction. Kernel<T, KC, RB>::ptr() names one kernel; the table instantiates all of
-// float, half, bfloat16 x KC in {8, 16, 32} x RB in {1, 2, 4}.
+// float, half, bfloat16 x KC in kKcs (lltm_sequence_cta.cuh) x RB in {1, 2, 4}.
 #pragma once
 
 #include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
+
+#include "lltm/lltm_sequence_cta.cuh"
 
 namespace lltm::cta {
 
@@ -24,17 +26,14 @@ const void* kernel_by_rb(int rb) {
   }
 }
 
-template <template <typename, int, int> class Kernel, typename T>
+// The kernel of (kc, rb) among KCs I..: the first of kKcs[I..] equal to kc.
+template <template <typename, int, int> class Kernel, typename T, size_t I = 0>
 const void* kernel_by_kc(int kc, int rb) {
-  switch (kc) {
-    case 8:
-      return kernel_by_rb<Kernel, T, 8>(rb);
-    case 16:
-      return kernel_by_rb<Kernel, T, 16>(rb);
-    case 32:
-      return kernel_by_rb<Kernel, T, 32>(rb);
-    default:
-      return nullptr;
+  if constexpr (I == sizeof(kKcs) / sizeof(kKcs[0])) {
+    return nullptr;
+  } else {
+    if (kc == kKcs[I]) return kernel_by_rb<Kernel, T, kKcs[I]>(rb);
+    return kernel_by_kc<Kernel, T, I + 1>(kc, rb);
   }
 }
 

@@ -155,7 +155,7 @@ int main() {
   check<float, 2048, kThreads, true>(1, 3, 2000, 0.1, 0, 2, 1e-6);
   check<float, 4096, 16, true>(2, 1, 4096, 0.1, 0, 1, 1e-6);
   check<float, 8192, kThreads, true>(1, 3, 4097, 0.1, 1, 1, 1e-6);
-  check<float, 16384, kThreads>(1, 1, 16384, 0.1, 0, 1, 1e-6);
+  check<float, 16384, kThreads, true>(1, 1, 16384, 0.1, 0, 1, 1e-6);
   check<float, 16384, 32>(1, 1, 9001, 0.1, 1, 1, 1e-6);
   check<c10::Half, 128, kThreads>(3, 3, 65, 0.3, 1, 2, 1e-3);
   check<c10::Half, 1024, kThreads, true>(1, 3, 1000, 0.3, 0, 3, 1e-3);

@@ -1,7 +1,9 @@
 """The on-chip FFT kernels of csrc/rwkv/timex_fft_kernels.cuh, run on the CPU
 (tests/cuda_emulation.h: a thread per CUDA thread, a barrier per __syncthreads) against a
 float64 direct reference, so that stage, split/merge and load/store index errors fail here,
-GPU or not."""
+GPU or not. The kernels read the fused twiddle table (stage and split twiddles in warp
+order), as the GPU's launchers run them; where a check asks, they also run on the plain
+table and must give the same bits."""
 
 from conftest import needs_gxx, run_emulator
 
@@ -44,8 +46,9 @@ double row_err(const std::vector<double>& got, const std::vector<double>& want, 
 // B, C, T (M = fft_length(T), given as a template argument so that the program instantiates
 // only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
 // (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
-// butterflies); ctas: wgrad's CTAs (fewer than C: a CTA does several channels).
-template <typename S, int M, int MAXT>
+// butterflies); ctas: wgrad's CTAs (fewer than C: a CTA does several channels). PLAIN: also
+// run every kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
+template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   if (fft_length(T) != M) {
     std::printf("FAIL: T=%d is not of length M=%d\n", T, M);
@@ -67,21 +70,42 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
       gw2(gw.size(), guard);
   std::vector<cf32> spec(size_t(C) * M), scratch(size_t(ctas) * 2 * M);
   using Sh = Shape<M, MAXT>;
-  {
+  std::vector<cf32> fused(fused_table_size<Sh>());
+  launch(1, 8, 0, [&] { fused_twiddle_kernel<Sh>(fused.data()); });
+  // Its split part: the plain table's entries k kMaxM / M, to the bit.
+  bool plain_same = std::memcmp(fused.data() + staged_size<Sh>(), tw.data(), sizeof(cf32)) == 0;
+  for (int i = 1; i <= M / 2; ++i) {
+    plain_same &= std::memcmp(&fused[staged_size<Sh>() + i], &tw[i * (kMaxM / M)],
+                              sizeof(cf32)) == 0;
+  }
+  // The kernels on table t (STAGED: the fused table).
+  const auto run = [&](auto staged, const cf32* t, std::vector<S>& out_, std::vector<S>& gk_,
+                       std::vector<S>& gw_, std::vector<S>& gw2_) {
+    constexpr bool kStaged = decltype(staged)::value;
     launch(C, Sh::THREADS, Sh::SMEM,
-           [&] { spectrum_kernel<S, Sh>(w.data(), T, true, spec.data(), tw.data()); });
+           [&] { spectrum_kernel<S, Sh, kStaged>(w.data(), T, true, spec.data(), t); });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
-      conv_kernel<S, Sh, false>(kp, spec.data(), out.data() + offset, C, T, float(eps),
-                                tw.data());
+      conv_kernel<S, Sh, false, kStaged>(kp, spec.data(), out_.data() + offset, C, T,
+                                         float(eps), t);
     });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
-      conv_kernel<S, Sh, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f, tw.data());
+      conv_kernel<S, Sh, true, kStaged>(gp, spec.data(), gk_.data() + offset, C, T, 0.f, t);
     });
-    for (auto* dst : {&gw, &gw2}) {
+    for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
-        wgrad_kernel<S, Sh>(gp, kp, dst->data(), B, C, T, scratch.data(), tw.data());
+        wgrad_kernel<S, Sh, kStaged>(gp, kp, dst->data(), B, C, T, scratch.data(), t);
       });
     }
+  };
+  run(std::true_type{}, fused.data(), out, gk, gw, gw2);
+  if constexpr (PLAIN) {
+    std::vector<S> out_p(out.size(), guard), gk_p(gk.size(), guard), gw_p(gw.size(), guard),
+        gw2_p(gw.size(), guard);
+    run(std::false_type{}, tw.data(), out_p, gk_p, gw_p, gw2_p);
+    const auto same_bits = [](const std::vector<S>& a, const std::vector<S>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0;
+    };
+    plain_same &= same_bits(out, out_p) && same_bits(gk, gk_p) && same_bits(gw, gw_p);
   }
   bool guards = true;
   std::vector<double> o(n), dk(n), dw(gw.size());
@@ -98,12 +122,14 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
                e3 = row_err(dw, gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same;
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && plain_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d M=%d threads=%d offset=%d ctas=%d: out %.2e grad_k "
-              "%.2e grad_w %.2e%s%s\n",
+              "%.2e grad_w %.2e%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e1, e2, e3,
-              guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)");
+              PLAIN ? " (plain table too)" : "", guards ? "" : " (wrote outside the output)",
+              same ? "" : " (grad_w differs)",
+              plain_same ? "" : " (the plain table's results differ)");
   std::fflush(stdout);
 }
 
@@ -111,29 +137,31 @@ int main() {
   launch(1, 8, 0, [&] { twiddle_kernel(tw.data()); });
   // Every M from 1 (T = 1) to 16384, the GPU's shapes (MAXT = kThreads: 16 values per
   // thread, radix 16 and a last stage of radix 2, 4 or 8 where log2 M % 4 != 0) and smaller
-  // CTAs (several butterflies per thread and stage), odd B and C, eps != 0, misaligned rows.
+  // CTAs (several butterflies per thread and stage), odd B and C, eps != 0, misaligned rows;
+  // the plain table too (PLAIN) at every last-stage radix, with 1 and several butterflies
+  // per thread and stage, in each type.
   check<float, 1, kThreads>(1, 1, 1, 0.5, 0, 1, 1e-6);
   check<float, 2, kThreads>(3, 1, 2, 0.5, 0, 1, 1e-6);
   check<float, 4, kThreads>(1, 3, 3, -0.25, 1, 2, 1e-6);
   check<float, 8, kThreads>(2, 3, 5, 0.5, 0, 3, 1e-6);
   check<float, 16, kThreads>(3, 1, 9, 0.5, 1, 1, 1e-6);
-  check<float, 32, kThreads>(1, 3, 17, 0.5, 0, 2, 1e-6);
+  check<float, 32, kThreads, true>(1, 3, 17, 0.5, 0, 2, 1e-6);
   check<float, 64, kThreads>(3, 3, 63, 0.5, 0, 2, 1e-6);
-  check<float, 128, kThreads>(3, 5, 65, 1.0, 1, 3, 1e-6);
+  check<float, 128, kThreads, true>(3, 5, 65, 1.0, 1, 3, 1e-6);
   check<float, 256, kThreads>(2, 1, 200, 0.5, 0, 1, 1e-6);
-  check<float, 512, 4>(1, 3, 300, 0.5, 1, 1, 1e-6);
+  check<float, 512, 4, true>(1, 3, 300, 0.5, 1, 1, 1e-6);
   check<float, 1024, kThreads>(3, 3, 1000, 0.1, 0, 2, 1e-6);
-  check<float, 1024, 8>(1, 3, 1000, 0.1, 1, 3, 1e-6);
-  check<float, 2048, kThreads>(1, 3, 2000, 0.1, 0, 2, 1e-6);
-  check<float, 4096, 16>(2, 1, 4096, 0.1, 0, 1, 1e-6);
-  check<float, 8192, kThreads>(1, 3, 4097, 0.1, 1, 1, 1e-6);
-  check<float, 16384, kThreads>(1, 1, 16384, 0.1, 0, 1, 1e-6);
+  check<float, 1024, 8, true>(1, 3, 1000, 0.1, 1, 3, 1e-6);
+  check<float, 2048, kThreads, true>(1, 3, 2000, 0.1, 0, 2, 1e-6);
+  check<float, 4096, 16, true>(2, 1, 4096, 0.1, 0, 1, 1e-6);
+  check<float, 8192, kThreads, true>(1, 3, 4097, 0.1, 1, 1, 1e-6);
+  check<float, 16384, kThreads, true>(1, 1, 16384, 0.1, 0, 1, 1e-6);
   check<float, 16384, 32>(1, 1, 9001, 0.1, 1, 1, 1e-6);
   check<c10::Half, 128, kThreads>(3, 3, 65, 0.3, 1, 2, 1e-3);
-  check<c10::Half, 1024, kThreads>(1, 3, 1000, 0.3, 0, 3, 1e-3);
+  check<c10::Half, 1024, kThreads, true>(1, 3, 1000, 0.3, 0, 3, 1e-3);
   check<c10::Half, 8192, 64>(1, 1, 4097, 0.3, 0, 1, 1e-3);
   check<c10::BFloat16, 64, kThreads>(3, 1, 63, 0.3, 0, 1, 8e-3);
-  check<c10::BFloat16, 2048, 32>(1, 3, 2048, 0.3, 1, 2, 8e-3);
+  check<c10::BFloat16, 2048, 32, true>(1, 3, 2048, 0.3, 1, 2, 8e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }
@@ -144,5 +172,5 @@ int main() {
 def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh as host C++ and checks spectrum, conv (both
     directions) and wgrad for M = 1 .. 16384 against float64 direct sums; grad_w twice, to
-    the bit."""
+    the bit; the fused twiddle table's results to the bit of the plain table's."""
     run_emulator(EMULATOR, tmp_path)

@@ -1,6 +1,7 @@
 // RWKV TimeX: host side of the fused on-chip FFT convolution (timex_fft_fused.h). Per call:
-// the twiddle table (256 KiB, one small kernel: a buffer from torch's caching allocator each
-// call keeps the op free of device-global state and capturable in a CUDA graph), the
+// the twiddle table of the row length (twiddle_bytes(T), one small kernel: a buffer from
+// torch's caching allocator each call keeps the op free of device-global state and
+// capturable in a CUDA graph), the
 // spectra of W = w reversed (C rows), then one kernel per output (forward: out; backward:
 // grad_k, then grad_w summed over b inside its kernel).
 #include "rwkv/timex_fft_fused.h"
@@ -31,9 +32,11 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-Tensor twiddles(const Tensor& like, cudaStream_t stream) {
-  Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes()), like);
-  FUSED_OPS_CUDA_CHECK(launch_twiddles(as<cf32>(tw), stream));
+// The fused table of rows of length T (the stage and split twiddles in the order the
+// kernels' warps read them: timex_fft_math.cuh).
+Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream) {
+  Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes(T)), like);
+  FUSED_OPS_CUDA_CHECK(launch_twiddles(T, as<cf32>(tw), stream));
   return tw;
 }
 
@@ -51,7 +54,7 @@ Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
 template <typename scalar_t>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const Tensor tw = twiddles(k, stream);
+  const Tensor tw = twiddles(T, k, stream);
   const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
   Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
@@ -65,7 +68,7 @@ template <typename scalar_t>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
                                           cudaStream_t stream) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const Tensor tw = twiddles(k, stream);
+  const Tensor tw = twiddles(T, k, stream);
   const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
   Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(g.const_data_ptr<scalar_t>(), as<const cf32>(spec),

@@ -93,8 +93,10 @@ struct RowStore {
   }
 };
 
-// tw[m] = e^{-2 pi i m / kTwiddles}: any grid, any block size (the table every kernel reads).
-// A template only so that the header may be included by several translation units.
+// tw[m] = e^{-2 pi i m / kTwiddles}: any grid, any block size. The plain table: the kernels
+// below read it where STAGED is false (the emulation tests compare both tables to the bit);
+// the cluster launcher's table of the same entries (cluster_twiddle_kernel) is checked
+// against it. A template only so that the header may be included by several translation units.
 template <int = 0>
 TIMEX_FFT_KERNEL(256) twiddle_kernel(cf32* __restrict__ tw) {
   for (int m = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); m < kTwiddles;
@@ -103,9 +105,21 @@ TIMEX_FFT_KERNEL(256) twiddle_kernel(cf32* __restrict__ tw) {
   }
 }
 
+// The fused table of Sh (fused_table_size, timex_fft_math.cuh), what the launchers below pass
+// as tw (STAGED = true): any grid, any block size.
+template <class Sh>
+TIMEX_FFT_KERNEL(256) fused_twiddle_kernel(cf32* __restrict__ tw) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+       i < fused_table_size<Sh>(); i += static_cast<int>(gridDim.x * blockDim.x)) {
+    tw[i] = fused_table_value<Sh>(i);
+  }
+}
+
 // spec[r] = packed half spectrum (timex_fft_math.cuh) of row r of x (rows of T elements,
-// read reversed where asked: the spectrum of W = w flipped), one CTA per row.
-template <typename scalar_t, class Sh>
+// read reversed where asked: the spectrum of W = w flipped), one CTA per row. tw: the fused
+// table of Sh where STAGED (fused_twiddle_kernel), else the plain one (twiddle_kernel); the
+// same for every kernel below, and the same bits either way.
+template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __restrict__ spec,
                 const cf32* __restrict__ tw) {
@@ -113,11 +127,11 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x;
   const scalar_t* row = x + r * T;
-  fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)},
-                       SmemStore{sm});
+  fft<Sh, false, true, 1, STAGED>(
+      sm, tw, RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)}, SmemStore{sm});
   TIMEX_FFT_SYNC();
   cf32* s = spec + r * Sh::M;
-  split_pairs<Sh>(sm, tw, [s](int k, int j, cf32 pk, cf32 pj) {
+  split_pairs<Sh, STAGED>(sm, tw, [s](int k, int j, cf32 pk, cf32 pj) {
     s[k] = pk;
     s[j] = pj;
   });
@@ -125,7 +139,7 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 
 // out[b, c] = eps + IDFT(X^ S[c])  (CORRELATE: X^ conj(S[c])), first T values, for the rows
 // x[b, c] of x (B, C, T); spec (C, M) from spectrum_kernel. One CTA per row, rows b * C + c.
-template <typename scalar_t, class Sh, bool CORRELATE>
+template <typename scalar_t, class Sh, bool CORRELATE, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw) {
@@ -133,23 +147,25 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x;
   const scalar_t* row = x + r * T;
-  fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)},
-                       SmemStore{sm});
+  fft<Sh, false, true, 1, STAGED>(
+      sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, SmemStore{sm});
   TIMEX_FFT_SYNC();
   const cf32* s = spec + (r % C) * Sh::M;
-  split_pairs<Sh>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
-    merge<Sh>(sm, tw, k, j, product<CORRELATE>(k, pk, s[k]), product<CORRELATE>(j, pj, s[j]));
+  split_pairs<Sh, STAGED>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
+    merge<Sh, STAGED>(sm, tw, k, j, product<CORRELATE>(k, pk, s[k]),
+                      product<CORRELATE>(j, pj, s[j]));
   });
   TIMEX_FFT_SYNC();
   scalar_t* o = out + r * T;
-  fft<Sh, true, false>(sm, tw, SmemLoad{sm}, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+  fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
+                                  RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
 }
 
 // grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): CTA i does channels
 // i, i + gridDim.x, ..., each b in order: g's row to spectrum G (kept in scratch), k's row to
 // K, acc += G conj(K) (in scratch until the last b), then the inverse. scratch: 2M complex
 // floats per CTA (wgrad_scratch_bytes).
-template <typename scalar_t, class Sh>
+template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
              scalar_t* __restrict__ grad_w, int B, int C, int T, cf32* __restrict__ scratch,
@@ -164,18 +180,18 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
       TIMEX_FFT_SYNC();  // the previous pass's reads of sm are done
-      fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)},
-                           SmemStore{sm});
+      fft<Sh, false, true, 1, STAGED>(
+          sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)}, SmemStore{sm});
       TIMEX_FFT_SYNC();
-      split_pairs<Sh>(sm, tw, [gs](int f, int j, cf32 pf, cf32 pj) {
+      split_pairs<Sh, STAGED>(sm, tw, [gs](int f, int j, cf32 pf, cf32 pj) {
         gs[f] = pf;
         gs[j] = pj;
       });
       TIMEX_FFT_SYNC();
-      fft<Sh, false, true>(sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)},
-                           SmemStore{sm});
+      fft<Sh, false, true, 1, STAGED>(
+          sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)}, SmemStore{sm});
       TIMEX_FFT_SYNC();
-      split_pairs<Sh>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
+      split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
         cf32 af = product<true>(f, gs[f], pf), aj = product<true>(j, gs[j], pj);
         if (b > 0) {
           af = acc[f] + af;
@@ -185,14 +201,14 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
           acc[f] = af;
           acc[j] = aj;
         } else {
-          merge<Sh>(sm, tw, f, j, af, aj);
+          merge<Sh, STAGED>(sm, tw, f, j, af, aj);
         }
       });
     }
     TIMEX_FFT_SYNC();
     scalar_t* o = grad_w + int64_t{c} * T;
-    fft<Sh, true, false>(sm, tw, SmemLoad{sm},
-                         RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+    fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
+                                    RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
   }
 }
 
@@ -215,12 +231,23 @@ inline void with_length(int M, const F& f) {
 #ifndef TIMEX_EMULATE
 
 // ---- Host launchers: raw device pointers, the caller's stream and scratch. Each returns
-// the launch's cudaError_t. Requires supported(T) and B * C <= INT_MAX.
+// the launch's cudaError_t. Requires supported(T) and B * C <= INT_MAX. tw: the fused table
+// of the row length T (launch_twiddles), which every launcher's kernel reads (STAGED).
 
-// The twiddle table (twiddle_bytes(), 256 KiB): fill once per device, reuse for every call.
-inline size_t twiddle_bytes() { return sizeof(cf32) * kTwiddles; }
-inline cudaError_t launch_twiddles(cf32* tw, cudaStream_t stream) {
-  twiddle_kernel<><<<kTwiddles / 256, 256, 0, stream>>>(tw);
+// The fused table of length T: twiddle_bytes(T) (173 KiB at M = 16384, 11 KiB at 1024).
+inline size_t twiddle_bytes(int64_t T) {
+  size_t n = 0;
+  with_length(fft_length(T), [&](auto m) {
+    n = sizeof(cf32) * fused_table_size<Shape<decltype(m)::value, kThreads>>();
+  });
+  return n;
+}
+inline cudaError_t launch_twiddles(int64_t T, cf32* tw, cudaStream_t stream) {
+  if (!supported(T)) return cudaErrorInvalidValue;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    fused_twiddle_kernel<Sh><<<(fused_table_size<Sh>() + 255) / 256, 256, 0, stream>>>(tw);
+  });
   return cudaGetLastError();
 }
 
@@ -254,7 +281,7 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, bool rev
   cudaError_t err = cudaErrorInvalidValue;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    err = detail::launch(spectrum_kernel<scalar_t, Sh>, static_cast<int>(rows), Sh::THREADS,
+    err = detail::launch(spectrum_kernel<scalar_t, Sh, true>, static_cast<int>(rows), Sh::THREADS,
                          Sh::SMEM, stream, x, static_cast<int>(T), reversed, spec, tw);
   });
   return err;
@@ -273,9 +300,9 @@ cudaError_t launch_conv(const scalar_t* x, const cf32* spec, scalar_t* out, int6
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     const int grid = static_cast<int>(B * C), t = static_cast<int>(T), c = static_cast<int>(C);
-    err = correlate ? detail::launch(conv_kernel<scalar_t, Sh, true>, grid, Sh::THREADS,
+    err = correlate ? detail::launch(conv_kernel<scalar_t, Sh, true, true>, grid, Sh::THREADS,
                                      Sh::SMEM, stream, x, spec, out, c, t, eps, tw)
-                    : detail::launch(conv_kernel<scalar_t, Sh, false>, grid, Sh::THREADS,
+                    : detail::launch(conv_kernel<scalar_t, Sh, false, true>, grid, Sh::THREADS,
                                      Sh::SMEM, stream, x, spec, out, c, t, eps, tw);
   });
   return err;
@@ -288,7 +315,7 @@ int wgrad_ctas(int64_t C, int64_t T, int sm_count) {
   int per_sm = 1;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    const auto kernel = wgrad_kernel<scalar_t, Sh>;
+    const auto kernel = wgrad_kernel<scalar_t, Sh, true>;
     if (Sh::SMEM > 48 * 1024) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM);
     }
@@ -316,7 +343,7 @@ cudaError_t launch_wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w,
   cudaError_t err = cudaErrorInvalidValue;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    err = detail::launch(wgrad_kernel<scalar_t, Sh>, static_cast<int>(std::min<int64_t>(ctas, C)),
+    err = detail::launch(wgrad_kernel<scalar_t, Sh, true>, static_cast<int>(std::min<int64_t>(ctas, C)),
                          Sh::THREADS, Sh::SMEM, stream, g, k, grad_w, static_cast<int>(B),
                          static_cast<int>(C), static_cast<int>(T), scratch, tw);
   });

@@ -22,10 +22,12 @@
 // Shared memory holds M complex floats at padded index n + n/16 (8-byte words): the first
 // stage's writes (NS = 1: stride R between threads) then hit 16 distinct bank pairs per
 // half-warp instead of one; runs of >= 16 consecutive indices stay conflict free.
-// Twiddles come from a table of e^{-2 pi i m / 32768} computed in double (twiddle_kernel):
+// Twiddles are entries of the table of e^{-2 pi i m / 32768} computed in double (twiddle_value):
 // every split twiddle is one entry (correctly rounded), every stage twiddle one entry or the
 // product of two, so the error of the transform is that of its float arithmetic, not of
 // sin/cos approximations (max |err| / max |ref| of a whole convolution at M = 16384: 3e-7).
+// The kernels read them from a table of those entries in the order a warp reads them (the
+// staged and fused tables below); the plain table (twiddle_kernel) gives the same bits.
 #pragma once
 
 #include <cmath>
@@ -219,6 +221,31 @@ TIMEX_FFT_DEVICE cf32 staged_value(int i) {
   return twiddle_value(slot < nlo ? (slot + 1) * k0 : 4 * (slot - nlo + 1) * k0);
 }
 
+// The one-CTA kernels' table (timex_fft_kernels.cuh, fused_twiddle_kernel): the staged table
+// of Sh, then the split/merge twiddles W_{2M}^k = tw[k kMaxM / M] for k in [0, M/2], so that a
+// warp's split pass, consecutive k, reads consecutive entries (from the plain table: k kMaxM/M
+// apart, up to 32 sectors per load for M < 4096).
+template <class Sh>
+TIMEX_FFT_HD constexpr int fused_table_size() {
+  return staged_size<Sh>() + Sh::M / 2 + 1;
+}
+// Entry i < fused_table_size<Sh>(): the same bits as the plain table's entry it stands for.
+template <class Sh>
+TIMEX_FFT_DEVICE cf32 fused_table_value(int i) {
+  constexpr int kStaged = staged_size<Sh>();
+  return i < kStaged ? staged_value<Sh>(i) : twiddle_value((i - kStaged) * (kMaxM / Sh::M));
+}
+// W_{2M}^k (0 <= k <= M/2) from the fused table (STAGED) or the plain one.
+template <class Sh, bool STAGED>
+TIMEX_FFT_DEVICE cf32 pair_twiddle(const cf32* __restrict__ tw, int k) {
+  if constexpr (STAGED) {
+    constexpr int kStaged = staged_size<Sh>();
+    return tw[kStaged + k];
+  } else {
+    return tw[k * (kMaxM / Sh::M)];
+  }
+}
+
 // One Stockham stage of radix R after NS (see the top of the file). load(n) -> cf32 reads
 // input n, store(n, v) writes output n. ZERO_HIGH: the input is a real row's packed z, whose
 // entries n >= M/2 are zero (2n >= M >= T): not read. SYNC_MID: a barrier between the reads
@@ -307,8 +334,9 @@ TIMEX_FFT_DEVICE void fft(cf32* sm, const cf32* __restrict__ tw, const Load& loa
 // Turns Z = DFT_M(z) in sm into the packed half spectrum, pair by pair: visit(k, j, Pk, Pj)
 // for each k in [0, M/2] that this thread owns, j = M - k (j = 0 for k = 0, where Pk = Pj =
 // P[0] = (X[0], X[M]); j = k for k = M/2). The owner of k is the only thread that touches
-// sm at k and j in this pass, so visit may write there (merge does).
-template <class Sh, typename Visit>
+// sm at k and j in this pass, so visit may write there (merge does). STAGED: tw is the fused
+// table (fused_table_size), else the plain one.
+template <class Sh, bool STAGED, typename Visit>
 TIMEX_FFT_DEVICE void split_pairs(const cf32* sm, const cf32* __restrict__ tw, const Visit& visit) {
   constexpr int M = Sh::M;
   for (int k = static_cast<int>(threadIdx.x); k <= M / 2; k += Sh::THREADS) {
@@ -320,7 +348,7 @@ TIMEX_FFT_DEVICE void split_pairs(const cf32* sm, const cf32* __restrict__ tw, c
       const int j = M - k;
       const cf32 zk = sm[pad(k)], zj = sm[pad(j)];
       const cf32 sum = scale(zk + conj(zj), 0.5f), diff = zk - conj(zj);
-      const cf32 t = tw[k * (kMaxM / M)] * cf32{diff.y * 0.5f, -diff.x * 0.5f};
+      const cf32 t = pair_twiddle<Sh, STAGED>(tw, k) * cf32{diff.y * 0.5f, -diff.x * 0.5f};
       visit(k, j, sum + t, conj(sum - t));
     }
   }
@@ -334,8 +362,9 @@ TIMEX_FFT_DEVICE cf32 product(int k, cf32 a, cf32 b) {
 }
 
 // The inverse of split_pairs for one pair, with 1/N folded in: writes conj(U[k]), conj(U[j])
-// to sm, whose forward DFT_M conjugated is the real row y as y[2n] + i y[2n+1].
-template <class Sh>
+// to sm, whose forward DFT_M conjugated is the real row y as y[2n] + i y[2n+1]. STAGED as in
+// split_pairs.
+template <class Sh, bool STAGED>
 TIMEX_FFT_DEVICE void merge(cf32* sm, const cf32* __restrict__ tw, int k, int j, cf32 yk,
                             cf32 yj) {
   constexpr float h = 1.0f / (2 * Sh::M);
@@ -344,7 +373,7 @@ TIMEX_FFT_DEVICE void merge(cf32* sm, const cf32* __restrict__ tw, int k, int j,
     return;
   }
   const cf32 e = scale(yk + conj(yj), h);
-  const cf32 o = scale(mul_conj(yk - conj(yj), tw[k * (kMaxM / Sh::M)]), h);
+  const cf32 o = scale(mul_conj(yk - conj(yj), pair_twiddle<Sh, STAGED>(tw, k)), h);
   sm[pad(k)] = {e.x - o.y, -(e.y + o.x)};  // conj(e + i o)
   sm[pad(j)] = {e.x + o.y, e.y - o.x};     // conj(conj(e) + i conj(o))
 }

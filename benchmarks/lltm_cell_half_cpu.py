@@ -4,9 +4,10 @@ fast as float32 or faster).
 Per size, in one process and alternating rounds (benchmarks/timing.py: medians_ms): the op's
 forward (lltm_forward) and backward (lltm_backward, every gradient) below autograd, and the
 training step through autograd (lltm_cell forward, then torch.autograd.grad of both outputs
-with respect to every input), for float32 and for each half type twice: the default CPU GEMMs
-(LLTM_CPU_PATH=fused: W read in its half type, lltm_cpu_gemm_avx2.cpp) and the previous path
-(LLTM_CPU_PATH=library: W converted to float per call, ATen's float GEMMs); and eager PyTorch's
+with respect to every input), for float32 and for each half type three times: the op's own choice (LLTM_CPU_PATH=auto), the
+fused GEMMs forced (LLTM_CPU_PATH=fused: W read in its half type, lltm_cpu_gemm_avx2.cpp) and
+the library's (LLTM_CPU_PATH=library: W converted to float per call, ATen's float GEMMs); and
+eager PyTorch's
 cell (lltm.reference) in the same dtype as the usual alternative. Ratios: time over float32's
 (ours) in the same run.
 Usage: python -m benchmarks.lltm_cell_half_cpu [--sizes 16,32,128 256,256,1024] [--rounds 9]
@@ -80,7 +81,8 @@ def main():
         variants = [variant("ours float32", torch.float32, None, B, F, S)]
         for dt in (torch.bfloat16, torch.float16):
             n = str(dt).split(".")[-1]
-            variants.append(variant(f"ours {n}", dt, "fused", B, F, S))
+            variants.append(variant(f"ours {n}", dt, "auto", B, F, S))
+            variants.append(variant(f"ours {n}, fused GEMMs", dt, "fused", B, F, S))
             variants.append(variant(f"ours {n}, library GEMMs", dt, "library", B, F, S))
         for dt in (torch.float32, torch.bfloat16, torch.float16):
             variants.append(variant(f"eager PyTorch {str(dt).split('.')[-1]}", dt, None, B, F, S,

@@ -137,6 +137,22 @@ def test_half_types_against_float64(device, dtype, shape):
     check_half_type_against_float64(device, dtype, shape)
 
 
+@pytest.mark.parametrize("path", ["fused", "library"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_half_type_gemm_paths(monkeypatch, path, dtype):
+    # Both of the CPU's GEMM paths for the half types, forced (auto takes the library's for
+    # the forward only past a size none of the shapes above reach).
+    monkeypatch.setenv("LLTM_CPU_PATH", path)
+    check_half_type_against_float64("cpu", dtype, (7, 5, 33))
+
+
+def test_cpu_path_env_must_be_known(monkeypatch):
+    monkeypatch.setenv("LLTM_CPU_PATH", "fast")
+    args = [t.detach().to(torch.bfloat16) for t in make_inputs(2, 3, 4, "cpu")]
+    with pytest.raises(ValueError, match="LLTM_CPU_PATH must be"):
+        lltm.lltm_cell(*args)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_type_backward_masks(device, dtype):
     # Each gradient of lltm_backward in a half type is the same under every output mask (the

@@ -167,15 +167,20 @@ bool is_half(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BF
 
 // Which GEMMs a float16 / bfloat16 cell runs: kFused, lltm_cpu_gemm_avx2.cpp's (W read in its
 // half type; AVX2 CPUs), or kLibrary, W and X converted to float tensors and ATen's float GEMMs
-// (CPUs without AVX2). LLTM_CPU_PATH=fused|library|auto forces one (read at every call: tests
-// and benchmarks set it between calls). On the 2-core AMD EPYC the fused kernels beat the
-// library's at every size measured, (16, 32, 128) to (256, 256, 1024)
-// (benchmarks/results/lltm_cpu_half.md).
+// (CPUs without AVX2). auto: fused, except the forward where X in float (B x (S + F)) is past
+// kFusedForwardMaxX values: there MKL's blocked GEMM, converting W once, is the faster
+// (measured on the 2-core AMD EPYC, benchmarks/results/lltm_cpu_half.md: forward at
+// (256, 256, 1024) 1.08-1.10x float32's time through the library against 1.23-1.27x fused; at
+// (64, 128, 256), X 24576 values, fused 0.87-0.97x against 1.26-1.42x). LLTM_CPU_PATH=
+// fused|library|auto forces one (read at every call: tests and benchmarks set it between
+// calls).
 enum class HalfGemms { kFused, kLibrary };
+constexpr int64_t kFusedForwardMaxX = 65536;
 
-HalfGemms half_gemms() {
+HalfGemms half_gemms(bool forward, int64_t B, int64_t K) {
   const char* v = std::getenv("LLTM_CPU_PATH");
-  HalfGemms choice = HalfGemms::kFused;
+  HalfGemms choice =
+      forward && B * K > kFusedForwardMaxX ? HalfGemms::kLibrary : HalfGemms::kFused;
   if (v != nullptr && *v != '\0' && std::strcmp(v, "auto") != 0) {
     if (std::strcmp(v, "fused") == 0) {
       choice = HalfGemms::kFused;
@@ -371,7 +376,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, con
   Tensor X = new_empty({B, S + F}, input);  // [old_h, input] in the op's dtype (saved)
   copy_into_columns(X, 0, old_h);
   copy_into_columns(X, S, input);
-  const Tensor gates32 = half_gemms() == HalfGemms::kFused && B > 0
+  const Tensor gates32 = half_gemms(true, B, S + F) == HalfGemms::kFused && B > 0
                              ? gates_half(X, as_contiguous(weights), as_contiguous(bias), sizes)
                              : fused_ops::aten::linear(as_float(X), as_float(weights),
                                                        as_float(bias));
@@ -415,7 +420,7 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
     });
   }
   auto skipped = [&] { return new_empty({0}, new_cell); };
-  if (half_gemms() == HalfGemms::kFused && B > 0 && S > 0) {
+  if (half_gemms(false, B, S + F) == HalfGemms::kFused && B > 0 && S > 0) {
     Tensor d_input = skipped(), d_weights = skipped(), d_bias = skipped(), d_old_h = skipped();
     backward_gemms_half(d_gates, as_contiguous(X), as_contiguous(weights), mask, sizes, d_input,
                         d_weights, d_bias, d_old_h);

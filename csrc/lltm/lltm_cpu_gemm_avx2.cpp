@@ -7,7 +7,9 @@
 // and d_W rounded in a pass of its own. Here W is converted where it is used (a block of its
 // rows into an L1 buffer, or a vector at a time), and d_W is rounded as it is stored.
 // The loop nests and register blocks are documented at each kernel. See common/avx2_target.h
-// for how this file alone gets AVX2; lltm.cpp calls it only where fused_ops::cpu_has_avx2().
+// for how this file alone gets AVX2; lltm_cpu_half.cpp calls it only where
+// fused_ops::cpu_has_avx2() (and, for the forward, below the size where MKL's float GEMM on a
+// converted W wins).
 #include "common/avx2_target.h"
 
 #include <stdexcept>
@@ -50,11 +52,11 @@ inline void store_first(typename E::T* dst, V v, int64_t left, E e) {
 // Dot products along k, the layout both operands have in memory. Per block of kGateRows rows of
 // W: the rows converted to float into `scratch` (kGateRows x K8, zero-padded; 5 KiB at K = 160:
 // it stays in L1 while every batch row passes over it), then kBatchRows x kGateRows vector
-// accumulators per pair of batch rows (8 + 4 weight vectors + 1 of x: 13 of 16 registers), each
-// reduced across its lanes once at the end. The batch rows go in chunks whose part of x (at most
-// kChunkFloats: 256 KiB) stays in L2 while every block of W passes over it; each chunk converts
-// W's blocks again (one conversion per element of W per chunk, against `chunk` multiply-adds).
-// Without chunks x was streamed from L3 once per block: (256, 256, 1024) 1.05x float32's time.
+// accumulators per block of kBatchRows batch rows (12, plus 3 vectors of x and 1 of W: all 16
+// registers), each reduced across its lanes once at the end. The batch rows go in chunks whose
+// part of x (at most kChunkFloats: 256 KiB) stays in L2 while every block of W passes over it
+// (without chunks x would be read from L3 once per block); each chunk converts W's blocks again
+// (one conversion per element of W per chunk, against `chunk` multiply-adds).
 constexpr int kGateRows = 4;
 constexpr int kBatchRows = 3;
 constexpr int64_t kChunkFloats = 65536;

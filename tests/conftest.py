@@ -49,6 +49,12 @@ def rel_err(out, ref):
 TESTS = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(TESTS), "csrc")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
+# Thread-block clusters (the LLTM sequence's cluster kernels, TimeX's fft_cluster): sm_90 and
+# newer. A hardware condition, decided before the test runs, so that a path that raises on
+# hardware that has them fails instead of skipping.
+needs_sm90 = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+    reason="needs an sm_90 or newer GPU (thread-block clusters)")
 
 
 def run_emulator(source, tmp_path):

@@ -3,7 +3,7 @@ RWKV_TIMEX_ALGO, against float64 references, and the choice between them."""
 
 import pytest
 import torch
-from conftest import DEVICES, rel_err
+from conftest import DEVICES, needs_sm90, rel_err
 
 import rwkv_ops
 from rwkv_ops.reference import timex_conv1d, timex_fftconv
@@ -250,12 +250,10 @@ def errors(got, want):
     return [max_rel(a, b) for a, b in zip(got, want)]
 
 
-@cuda_only
+@needs_sm90
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("T", LONG_LENGTHS)
 def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("thread-block clusters need sm_90")
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     w, k, g = make(2, 3, T, "cuda", dtype)
     assert rwkv_ops.timex_algorithm(k) == "fft_cluster"
@@ -284,12 +282,10 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
         assert torch.equal(a, b)
 
 
-@cuda_only
+@needs_sm90
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
     cluster does several channels), misaligned (odd) T, and CUDA graph capture at T = 40001."""
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("thread-block clusters need sm_90")
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     for shape in [(1, 1, 40001), (2, 300, 17000)]:
         w, k, g = make(*shape, "cuda", torch.float32)
@@ -315,7 +311,7 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
         assert torch.equal(a, b)
 
 
-@cuda_only
+@needs_sm90
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 3, 32768), (1, 2, 65536), (2, 5, 20011), (3, 1, 40001),
                                    (1, 70, 32768)])
@@ -325,8 +321,6 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
     its L2 prefetch and barriers: the same bits as the spectrum + conv kernels (split), out and
     the W spectra kept for the backward; float32-accurate against float64 on fresh inputs; a
     bad value raises."""
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("thread-block clusters need sm_90")
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     B, C, T = shape
     w = (torch.randn(C, T, device="cuda") / T**0.5).to(dtype)

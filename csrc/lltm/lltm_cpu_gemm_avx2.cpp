@@ -140,6 +140,25 @@ constexpr int64_t kChunkRows = 64;
 static_assert(kTileCols == kHalfGemmTileCols && kGateRows == kHalfGemmRows);
 static_assert(d_x_half_scratch(0) == kChunkRows * kTileCols);
 
+// The micro-kernel of d_X and d_W: acc[i][v] += a[i][j] * p[j][8 v .. 8 v + 8] for j < count,
+// p a contiguous count x 16 float panel (d_X: a chunk of W's tile; d_W: a tile of x), a[i]
+// kTileRows rows of scalars (d_gates' rows, or its transposed columns), one broadcast per row
+// and j: 2 loads and 6 broadcasts feed 12 multiply-adds.
+__attribute__((always_inline)) inline void rank1_updates(V (&acc)[kTileRows][2],
+                                                         const float* const (&a)[kTileRows],
+                                                         const float* p, int64_t count) {
+  for (int64_t j = 0; j < count; ++j) {
+    const V p0 = _mm256_loadu_ps(p + j * kTileCols);
+    const V p1 = _mm256_loadu_ps(p + j * kTileCols + kLanes);
+    #pragma GCC unroll 8
+    for (int i = 0; i < kTileRows; ++i) {
+      const V av = _mm256_broadcast_ss(a[i] + j);
+      acc[i][0] = fma(av, p0, acc[i][0]);
+      acc[i][1] = fma(av, p1, acc[i][1]);
+    }
+  }
+}
+
 template <typename E, typename IO0, typename IO1>
 void d_x_tile(const typename E::T* w, int64_t K, const float* d_gates, int64_t B, int64_t N,
               typename E::T* out, int64_t ld_out, const IO0& io0, const IO1& io1, float* sums,
@@ -168,16 +187,7 @@ void d_x_tile(const typename E::T* w, int64_t K, const float* d_gates, int64_t B
         acc[i][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(s);
         acc[i][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(s + kLanes);
       }
-      for (int64_t n = 0; n < rows_n; ++n) {
-        const V w0 = _mm256_loadu_ps(chunk + n * kTileCols);
-        const V w1 = _mm256_loadu_ps(chunk + n * kTileCols + kLanes);
-        #pragma GCC unroll 8
-        for (int i = 0; i < kTileRows; ++i) {
-          const V gv = _mm256_broadcast_ss(g[i] + n);
-          acc[i][0] = fma(gv, w0, acc[i][0]);
-          acc[i][1] = fma(gv, w1, acc[i][1]);
-        }
-      }
+      rank1_updates(acc, g, chunk, rows_n);
       #pragma GCC unroll 8
       for (int i = 0; i < kTileRows; ++i) {
         if (i >= rows) continue;
@@ -252,16 +262,7 @@ void d_w_rows(const float* x, const float* d_gates, int64_t B, int64_t K, int64_
       V acc[kTileRows][2];
       #pragma GCC unroll 8
       for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
-      for (int64_t b = 0; b < B; ++b) {
-        const V x0 = _mm256_loadu_ps(x_t + b * kTileCols);
-        const V x1 = _mm256_loadu_ps(x_t + b * kTileCols + kLanes);
-        #pragma GCC unroll 8
-        for (int r = 0; r < kTileRows; ++r) {
-          const V gv = _mm256_broadcast_ss(g[r] + b);
-          acc[r][0] = fma(gv, x0, acc[r][0]);
-          acc[r][1] = fma(gv, x1, acc[r][1]);
-        }
-      }
+      rank1_updates(acc, g, x_t, B);
       #pragma GCC unroll 8
       for (int r = 0; r < kTileRows; ++r) {
         if (r < rows) {

@@ -1,5 +1,5 @@
 // The CPU emulation tests of the LLTM sequence's CUDA kernels (tests/test_lltm_sequence_emulation.py,
-// tests/test_lltm_sequence_cta_emulation.py): their random inputs with guard elements, the
+// tests/test_lltm_sequence_cta_emulation.py, tests/test_lltm_sequence_step_emulation.py): their random inputs with guard elements, the
 // guard check, and the recurrence of csrc/lltm/lltm_sequence.h in float64 that both compare the
 // kernels with. One emulator program includes it once (after cuda_emulation.h and the kernels'
 // headers, which bring lltm.h's cell_forward / cell_backward and as_double).
@@ -22,6 +22,31 @@ std::vector<S> random_vector(size_t n, double scale, size_t guard = 0) {
 }
 
 const size_t kGuard = 16;
+
+// Random inputs of one recurrence, every buffer but W_h followed by kGuard guard elements (the
+// outputs' catch overruns; the inputs' stand where a 2-byte element's staged word reaches):
+// w (3S x S), gates (T, B, 3S: the projection P), hs and cells ((T+1, B, S), h0 and c0 first),
+// grad_hs (T+1, B, S), grad_c (B, S), and d_h0 / d_c0 (B, S) set to -1.
+template <typename S>
+struct SeqInputs {
+  std::vector<S> w, gates, hs, cells, grad_hs, grad_c, d_h0, d_c0;
+};
+
+template <typename S>
+SeqInputs<S> seq_inputs(int T, int B, int S_) {
+  const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
+  SeqInputs<S> in;
+  in.w = random_vector<S>(3 * size_t(S_) * S_, 1.0 / std::sqrt(double(S_)));
+  in.gates = random_vector<S>(n3, 0.5, kGuard);
+  in.hs = random_vector<S>(nh, 1.0, kGuard);
+  in.cells = random_vector<S>(nh, 1.0, kGuard);
+  in.grad_hs = random_vector<S>(nh, 1.0, kGuard);
+  in.grad_c = random_vector<S>(nb, 1.0, kGuard);
+  in.d_h0 = random_vector<S>(0, 1.0, nb + kGuard);
+  in.d_c0 = random_vector<S>(0, 1.0, nb + kGuard);
+  for (size_t i = 0; i < nb; ++i) in.d_h0[i] = in.d_c0[i] = static_cast<S>(-1.0);
+  return in;
+}
 
 // The first n elements as double; false if an element after them lost its guard value.
 template <typename S>

@@ -25,15 +25,7 @@ int failures = 0;
 template <typename S, bool MMA = false>
 void check(const char* name, int T, int B, int S_, int nc, int bc, int threads, double tol) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
-  const double ws = 1.0 / std::sqrt(double(S_));
-  auto w = random_vector<S>(3 * size_t(S_) * S_, ws);
-  auto gates = random_vector<S>(n3, 0.5, kGuard);
-  auto hs = random_vector<S>(nh, 1.0, kGuard);
-  auto cells = random_vector<S>(nh, 1.0, kGuard);
-  auto grad_hs = random_vector<S>(nh, 1.0);
-  auto grad_c = random_vector<S>(nb, 1.0);
-  auto d_h0 = random_vector<S>(0, 1.0, nb + kGuard), d_c0 = random_vector<S>(0, 1.0, nb + kGuard);
-  for (size_t i = 0; i < nb; ++i) d_h0[i] = d_c0[i] = static_cast<S>(-1.0);
+  auto [w, gates, hs, cells, grad_hs, grad_c, d_h0, d_c0] = seq_inputs<S>(T, B, S_);
 
   // float64 reference from the same (rounded) inputs (lltm_sequence_reference.h).
   const SeqReference ref = sequence_reference(w, gates, hs, cells, grad_hs, grad_c, T, B, S_);

@@ -55,16 +55,11 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     ++failures;
     return;
   }
-  std::normal_distribution<double> normal;
   const size_t n = size_t(B) * C * T;
-  std::vector<S> w(size_t(C) * T), k(n + offset + 2), g(n + offset + 2);
-  for (auto& x : w) x = static_cast<S>(normal(rng) / std::sqrt(double(T)));
-  for (auto& x : k) x = static_cast<S>(normal(rng));
-  for (auto& x : g) x = static_cast<S>(normal(rng));
-  const S* kp = k.data() + offset;
-  const S* gp = g.data() + offset;
-  std::vector<double> out_ref, gk_ref, gw_ref;
-  timex_reference(w.data(), kp, gp, B, C, T, eps, out_ref, gk_ref, gw_ref);
+  auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 2);
+  auto &w = in.w, &k = in.k, &g = in.g;
+  const S *kp = in.kp, *gp = in.gp;
+  const auto &out_ref = in.out_ref, &gk_ref = in.gk_ref, &gw_ref = in.gw_ref;
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);

@@ -1,12 +1,15 @@
 // TimeX in float64, the definition looped: the reference of the emulation tests that run
-// the CUDA kernels on the CPU (test_rwkv.py, test_rwkv_fft_emulation.py).
+// the CUDA kernels on the CPU (test_rwkv.py, test_rwkv_fft_emulation.py,
+// test_rwkv_fft_cluster_emulation.py), and their random inputs (timex_inputs).
 //   out[b, c, t]      = eps + sum_{u <= t} w[c, T-1-(t-u)] k[b, c, u]
 //   grad_k[b, c, u]   = sum_{t >= u} w[c, T-1-(t-u)] g[b, c, t]
 //   grad_w[c, T-1-s]  = sum_b sum_{t >= s} g[b, c, t] k[b, c, t-s]
 // w (C, T), k and g (B, C, T) contiguous; the outputs are resized and overwritten.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <random>
 #include <vector>
 
 #include "cuda_emulation.h"
@@ -37,4 +40,32 @@ void timex_reference(const S* w, const S* k, const S* g, int B, int C, int T, do
       }
     }
   }
+}
+
+// Fresh inputs of one check and their float64 results: w (C, T) scaled by 1/sqrt(T); k and g
+// (B, C, T) starting `offset` elements into buffers with `pad` spare elements after them (the
+// kernels' misaligned rows); kp and gp their first elements.
+template <typename S>
+struct TimexInputs {
+  std::vector<S> w, k, g;
+  const S* kp;
+  const S* gp;
+  std::vector<double> out_ref, gk_ref, gw_ref;
+};
+
+template <typename S, typename Rng>
+TimexInputs<S> timex_inputs(Rng& rng, int B, int C, int T, double eps, int offset, int pad) {
+  std::normal_distribution<double> normal;
+  const size_t n = size_t(B) * C * T;
+  TimexInputs<S> in;
+  in.w.resize(size_t(C) * T);
+  in.k.resize(n + offset + pad);
+  in.g.resize(n + offset + pad);
+  for (auto& x : in.w) x = static_cast<S>(normal(rng) / std::sqrt(double(T)));
+  for (auto& x : in.k) x = static_cast<S>(normal(rng));
+  for (auto& x : in.g) x = static_cast<S>(normal(rng));
+  in.kp = in.k.data() + offset;
+  in.gp = in.g.data() + offset;
+  timex_reference(in.w.data(), in.kp, in.gp, B, C, T, eps, in.out_ref, in.gk_ref, in.gw_ref);
+  return in;
 }

@@ -430,11 +430,11 @@ def test_cuda_cta_forced_unsupported(monkeypatch):
             lltm.lltm_sequence(*inputs)
 
 
-@cuda_only
-def test_cuda_graph_capture_forward_and_backward():
-    T, B, F, S = 16, 4, 8, 32
-    inputs = [t.requires_grad_() for t in make_inputs(T, B, F, S, "cuda")]
-    g_out = torch.randn(T, B, S, device="cuda")
+def check_graph_capture(dtype, S, T=16, B=4, F=8):
+    """A forward and backward captured in one CUDA graph: its replay gives the eager call's
+    output and gradients, bitwise (on whichever path LLTM_SEQUENCE_PATH picks)."""
+    inputs = [t.requires_grad_() for t in make_inputs(T, B, F, S, "cuda", dtype)]
+    g_out = torch.randn(T, B, S, device="cuda", dtype=dtype)
 
     def step():
         for t in inputs:
@@ -464,6 +464,11 @@ def test_cuda_graph_capture_forward_and_backward():
     assert torch.equal(static_out, eager_out)
     for name, a, b in zip(ARGS, static_grads, eager_grads):
         assert torch.equal(a, b), name
+
+
+@cuda_only
+def test_cuda_graph_capture_forward_and_backward():
+    check_graph_capture(torch.float32, 32)
 
 
 @auto_path_only

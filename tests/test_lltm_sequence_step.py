@@ -12,8 +12,8 @@ test_step_forward_cluster_backward checks."""
 import pytest
 import torch
 from conftest import needs_sm90, rel_err
-from test_lltm_sequence import (ARGS, HALF_FLOOR, NAMES, check_half, cotangents, make_inputs,
-                                reference_results, reference_sequence, run)
+from test_lltm_sequence import (HALF_FLOOR, NAMES, check_graph_capture, check_half, cotangents,
+                                make_inputs, reference_results, reference_sequence, run)
 
 import lltm
 
@@ -63,38 +63,7 @@ def test_step_backward_deterministic(monkeypatch, dtype, tile):
 
 @pytest.mark.parametrize("dtype", HALF)
 def test_step_graph_capture_forward_and_backward(dtype):
-    T, B, F, S = 16, 4, 8, 64
-    inputs = [t.requires_grad_() for t in make_inputs(T, B, F, S, "cuda", dtype)]
-    g_out = torch.randn(T, B, S, device="cuda", dtype=dtype)
-
-    def step():
-        for t in inputs:
-            t.grad = None
-        output, (h_n, c_n) = lltm.lltm_sequence(*inputs)
-        ((output * g_out).sum() + h_n.sum() + c_n.sum()).backward()
-        return output.detach()
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up outside the graph
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    eager_out = step()
-    eager_grads = [t.grad.clone() for t in inputs]
-    graph = torch.cuda.CUDAGraph()
-    for t in inputs:
-        t.grad = None
-    with torch.cuda.graph(graph):
-        static_out = step()
-    static_grads = [t.grad for t in inputs]
-    for grad in static_grads:  # the replay must write them again
-        grad.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(static_out, eager_out)
-    for name, a, b in zip(ARGS, static_grads, eager_grads):
-        assert torch.equal(a, b), name
+    check_graph_capture(dtype, 64)
 
 
 @pytest.mark.parametrize("dtype,S", [(torch.float32, 64), (torch.float16, 33)])

@@ -48,7 +48,17 @@ def rel_err(out, ref):
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(TESTS), "csrc")
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
+
+
+def emulation_test(fn):
+    """A test that compiles kernel headers from csrc/ as host C++ (g++, C++20) and runs the
+    kernels on the CPU: marked `emulation`, since it tests the source tree rather than an
+    installed build (.ci/build_wheel.sh leaves these out of its runs against the wheel; the
+    source-tree run of tests/run.sh has them)."""
+    no_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
+    return pytest.mark.emulation(no_gxx(fn))
+
+
 # Thread-block clusters (the LLTM sequence's cluster kernels, TimeX's fft_cluster): sm_90 and
 # newer. A hardware condition, decided before the test runs, so that a path that raises on
 # hardware that has them fails instead of skipping.

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from conftest import DEVICES, needs_gxx, rel_err, run_emulator
+from conftest import DEVICES, emulation_test, rel_err, run_emulator
 from test_lltm import (check_backward_output_masks, check_half_type_against_float64,
                        make_inputs, outputs_and_grads)
 
@@ -434,7 +434,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_small_path_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/lltm/lltm_cuda_small.cuh as host C++ and runs its kernels on the CPU (a
     thread per CUDA thread) with every backward output mask, so that tiling, staging and

@@ -2,7 +2,7 @@
 (csrc/lltm/lltm_sequence_cta*.cuh): the kernels compile as host C++ under tests/cuda_emulation.h
 (a thread per CUDA thread, the block barrier, the staged copies done at once)
 and the forward and backward recurrences are checked against float64, GPU or not."""
-from conftest import needs_gxx, run_emulator
+from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
 // Runs the forward and backward kernels of the cta path (csrc/lltm/lltm_sequence_cta_*.cuh) on
@@ -133,7 +133,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_cta_sequence_kernels_emulated_on_cpu(tmp_path):
     """Compiles the cta path's kernels as host C++ and runs them on the CPU, so that the
     register split of W_h over lane pairs (every KC), the pair exchange, the rows each lane

@@ -2,7 +2,7 @@
 the kernels compile as host C++ under tests/cuda_emulation.h, every CTA of a cluster runs at
 once (a thread per CUDA thread, the cluster barrier and distributed shared memory emulated), and
 the forward and backward recurrences are checked against float64, GPU or not."""
-from conftest import needs_gxx, run_emulator
+from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
 // Runs the forward and backward kernels of csrc/lltm/lltm_sequence_persistent.cuh on the CPU
@@ -132,7 +132,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_persistent_sequence_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/lltm/lltm_sequence_persistent.cuh as host C++ and runs its cluster kernels on
     the CPU, so that the column and batch-row split, the distributed-shared-memory exchange,

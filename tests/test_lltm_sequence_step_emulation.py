@@ -4,7 +4,7 @@ tests/cuda_emulation.h (a thread per CUDA thread, ldmatrix and mma.sync emulated
 fragment layouts, the asynchronous copies done at once) and run step by step with the
 launcher's own per-step pointers, and the forward and backward recurrences are checked against
 float64, GPU or not."""
-from conftest import needs_gxx, run_emulator
+from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
 // Runs the step kernels of csrc/lltm/lltm_sequence_step_forward.cuh / _backward.cuh with the
@@ -96,7 +96,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_step_sequence_kernels_emulated_on_cpu(tmp_path):
     """Compiles the step kernels as host C++ and runs them on the CPU, so that the tile
     indexing (rows, the 3 gate groups, column and k tails, the pipeline's stages) and the

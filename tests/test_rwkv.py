@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import DEVICES, needs_gxx, rel_err, run_emulator
+from conftest import DEVICES, emulation_test, rel_err, run_emulator
 
 import rwkv_ops
 from rwkv_ops.reference import timex_conv1d, timex_formula
@@ -499,7 +499,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_cuda_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_kernels.cuh as host C++ (a thread per CUDA thread, a barrier
     per __syncthreads, synchronous copies) and runs the configurations timex_cuda.cu picks,

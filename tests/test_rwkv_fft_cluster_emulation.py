@@ -4,7 +4,7 @@ of a cluster at once, the cluster barrier and distributed shared memory emulated
 float64 direct reference, so that the four-step split, the cross-CTA frequency pairs and the
 combine fail here, GPU or not."""
 
-from conftest import needs_gxx, run_emulator
+from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
 #include <cstdio>
@@ -166,7 +166,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
     (both directions) and wgrad for clusters of 1 to 8 CTAs, up to M = 65536, against float64

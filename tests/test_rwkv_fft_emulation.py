@@ -5,7 +5,7 @@ GPU or not. The kernels read the fused twiddle table (stage and split twiddles i
 order), as the GPU's launchers run them; where a check asks, they also run on the plain
 table and must give the same bits."""
 
-from conftest import needs_gxx, run_emulator
+from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
 #include <cstdio>
@@ -163,7 +163,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh as host C++ and checks spectrum, conv (both
     directions) and wgrad for M = 1 .. 16384 against float64 direct sums; grad_w twice, to

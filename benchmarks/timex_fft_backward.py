@@ -1,7 +1,6 @@
 """TimeX's FFT backward alone, per shape and dtype: the backward op (timex_backward: W's
 spectra, then the backward kernel) against the same backward starting from the W spectra that
-the forward kept (timex_backward_kept, what eager autograd runs; also without the backward
-kernels' L2 prefetch hints), and the forward op, in
+the forward kept (timex_backward_kept, what eager autograd runs), and the forward op, in
 alternating rounds (CUDA-event medians, benchmarks/timing.py); with the memory the kept
 spectra hold from forward to backward and each call's kernels (profiler, device time).
 
@@ -19,8 +18,6 @@ from benchmarks.timing import cuda_kernels, environment, input_sets, medians_ms
 SHAPES = [(1, 1024, 16384), (2, 768, 6000), (4, 1024, 4096), (16, 512, 1024)]
 DTYPES = [torch.float32, torch.bfloat16]
 ops = torch.ops.rwkv_ops
-# The backward kernels' L2 prefetch hints off (one-CTA and cluster kernels; same results).
-NO_PREFETCH = {"RWKV_TIMEX_FFT_PREFETCH": "0", "RWKV_TIMEX_CLUSTER_PREFETCH": "0"}
 
 
 def measure(B, C, T, dtype, budget):
@@ -33,34 +30,18 @@ def measure(B, C, T, dtype, budget):
     size = torch.finfo(dtype).bits // 8
     sets = input_sets(make, size * (C * T + 2 * B * C * T), "cuda")
     kept = [ops.timex_forward_keep(w, k, 0.0) for w, k, _ in sets]
-    def bwd_kept(i):
-        s = sets[i % len(sets)]
-        return ops.timex_backward_kept(s[2], *s[:2], *kept[i % len(sets)][1:])
-
-    def bwd_kept_no_prefetch(i):
-        old = {name: os.environ.get(name) for name in NO_PREFETCH}
-        os.environ.update(NO_PREFETCH)
-        try:
-            return bwd_kept(i)
-        finally:
-            for name, value in old.items():
-                os.environ.pop(name, None)
-                if value is not None:
-                    os.environ[name] = value
-
     fns = {
         "fwd": lambda i: ops.timex_forward(sets[i % len(sets)][0], sets[i % len(sets)][1], 0.0),
         "bwd": lambda i: ops.timex_backward(sets[i % len(sets)][2], *sets[i % len(sets)][:2]),
-        "bwd kept": bwd_kept,
-        "bwd kept, no prefetch": bwd_kept_no_prefetch,
+        "bwd kept": lambda i: ops.timex_backward_kept(
+            sets[i % len(sets)][2], *sets[i % len(sets)][:2], *kept[i % len(sets)][1:]),
     }
     w, k, g = sets[0]
-    same = all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in
-               zip(fns["bwd"](0), fns["bwd kept"](0), fns["bwd kept, no prefetch"](0)))
+    same = all(torch.equal(a, b) for a, b in zip(fns["bwd"](0), fns["bwd kept"](0)))
     times = medians_ms(list(fns.values()), "cuda", warmup=3, reps=50, budget_s=budget, rounds=3)
     kz, wz = kept[0][1:]
     kept_mib = (kz.numel() * kz.element_size() + wz.numel() * wz.element_size()) / 2**20
-    kernels = {name: cuda_kernels(fn) for name, fn in fns.items() if "prefetch" not in name}
+    kernels = {name: cuda_kernels(fn) for name, fn in fns.items()}
     return rwkv_ops.timex_algorithm(k), dict(zip(fns, times)), kept_mib, same, kernels
 
 
@@ -84,8 +65,7 @@ def main(argv=None):
     commit = os.environ.get("FUSED_OPS_COMMIT") or env.get("commit")
     lines = [f"TimeX FFT backward: {env.get('device')}, torch {env['torch']}, commit {commit}",
              "", "| dtype | (B, C, T) | algorithm | fwd op ms | bwd op ms | bwd kept ms | "
-             "bwd kept, no prefetch ms | kept MiB | same bits | kernels (ms per call) |",
-             "|" + " --- |" * 10]
+             "kept MiB | same bits | kernels (ms per call) |", "|" + " --- |" * 9]
     for dtype in DTYPES:
         for B, C, T in shapes:
             algo, t, mib, same, kernels = measure(B, C, T, dtype, args.budget)
@@ -93,8 +73,7 @@ def main(argv=None):
                                                     for n, (c, ms) in kern.items())
                            for name, kern in kernels.items())
             lines.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {algo} | {t['fwd']:.3f} | "
-                         f"{t['bwd']:.3f} | {t['bwd kept']:.3f} | {t['bwd kept, no prefetch']:.3f} | "
-                         f"{mib:.0f} | {same} | {ks} |")
+                         f"{t['bwd']:.3f} | {t['bwd kept']:.3f} | {mib:.0f} | {same} | {ks} |")
             print(lines[-1], flush=True)
             torch.cuda.empty_cache()
     text = "\n".join(lines) + "\n"

@@ -91,7 +91,7 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   std::vector<S> gk3(k.size(), guard), gw3(gw.size(), guard);
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_backward_kernel<S, CS>(gp, kp, spec.data(), gk3.data() + offset, gw3.data(), B, C,
-                                   T, true, scratch.data(), staged.data(), twc.data());
+                                   T, scratch.data(), staged.data(), twc.data());
   });
   const bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
                           std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;

@@ -91,7 +91,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, kStaged>(gp, kp, spec.data(), gk_.data() + offset, dst->data(),
-                                        B, C, T, 1, false, true, gs.data(), acc.data(), t);
+                                        B, C, T, 1, false, gs.data(), acc.data(), t);
       });
     }
   };
@@ -102,8 +102,8 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     for (bool reduce : {false, true}) {
       launch(reduce ? C : splits * C, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_split.data() + offset,
-                                     gw_split.data(), B, C, T, splits, reduce, true,
-                                     gs.data(), acc.data(), fused.data());
+                                     gw_split.data(), B, C, T, splits, reduce, gs.data(),
+                                     acc.data(), fused.data());
       });
     }
   };

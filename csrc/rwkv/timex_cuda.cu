@@ -149,16 +149,18 @@ int direct_table_index(torch::headeronly::ScalarType t) {
 // The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
 // thread-block cluster per row where its length is close to the library's), else the library
 // FFT path. The cluster kernels pad the row to a power of two M >= 32768; the library to the
-// next 2^a 3^b 5^c 7^d. Measured on the H100 (benchmarks/results/timex_tensor_cores_h100.md,
-// forward + backward through autograd): at equal lengths (T = 32768: 1.49 against 1.79 ms at
-// (1, 512); T = 65536: forward 6% faster, forward + backward 3% slower) the cluster kernels;
-// at T = 20000 (M 32768 against 20000) and 49152 (65536 against 49152) the library. So the
-// cluster kernels where their M is at most 5/4 of the library's.
+// next 2^a 3^b 5^c 7^d. Measured on the H100, forward + both gradients through eager autograd
+// with each path's spectra kept from the forward (benchmarks/results/
+// timex_fft_backward_h100.md; an earlier table that set 5/4 here ran the forced forward but
+// auto's backward): the cluster kernels at equal lengths (T = 32768, 65536) and at T = 49152
+// (M 65536 against 49152: bfloat16 0.75 against 1.02 ms at (1, 128)); about even at T = 20000
+// (32768 against 20000, within 4%). So the cluster kernels where their M is at most 3/2 of
+// the library's.
 fft::Kernel fastest_fft(const Tensor& k) {
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
   const int64_t T = k.size(2);
   if (T > fft::kFusedMaxT && fft::cluster_supported(k) &&
-      4 * fft::cluster_spectrum_length(T) <= 5 * fft::fft_half_length(T)) {
+      2 * fft::cluster_spectrum_length(T) <= 3 * fft::fft_half_length(T)) {
     return fft::Kernel::kFftCluster;
   }
   return fft::Kernel::kFftLibrary;

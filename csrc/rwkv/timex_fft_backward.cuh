@@ -23,15 +23,13 @@ namespace rwkv::fft {
 // spec (C, M): W^ from spectrum_kernel. gs: M complex floats per CTA (G of the current row).
 // acc: M complex floats per CTA (splits = 1; not read at B = 1) or per item (splits > 1: the
 // partial sums that the reduce launch reads, one CTA per channel). STAGED as in
-// timex_fft_kernels.cuh. prefetch: hints for L2 (same results) that ask for each k row while
-// the g row's two transforms before it run, and for the next g row (the next b, else the
-// first of this CTA's next item, with that item's W^) while the k row's transform runs.
+// timex_fft_kernels.cuh.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,
-                bool prefetch, cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
+                cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
                 const cf32* __restrict__ tw) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -66,7 +64,6 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       const int64_t r = int64_t{b} * C + c;
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
-      if (prefetch) prefetch_row_l2(krow, T, 0, 1);
       TIMEX_FFT_SYNC();  // the previous pass's reads of sm are done
       fft<Sh, false, true, 1, STAGED>(
           sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)}, SmemStore{sm});
@@ -81,17 +78,6 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       scalar_t* o = grad_k + r * T;
       fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
                                       RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
-      if (prefetch) {
-        const int next = item + static_cast<int>(gridDim.x);
-        if (b + 1 < b1) {
-          prefetch_row_l2(grow + int64_t{C} * T, T, 0, 1);
-        } else if (next < items) {
-          const int nc = next / splits;
-          const int64_t nb = int64_t{next % splits} * B / splits;
-          prefetch_row_l2(g + (nb * C + nc) * T, T, 0, 1);
-          prefetch_row_l2(spec + int64_t{nc} * Sh::M, Sh::M, 0, 1);
-        }
-      }
       TIMEX_FFT_SYNC();
       fft<Sh, false, true, 1, STAGED>(
           sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)}, SmemStore{sm});
@@ -166,8 +152,8 @@ BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int sm_count) {
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
-                            const BackwardPlan& plan, bool prefetch, cf32* scratch,
-                            const cf32* tw, cudaStream_t stream) {
+                            const BackwardPlan& plan, cf32* scratch, const cf32* tw,
+                            cudaStream_t stream) {
   if (!supported(T) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -179,10 +165,10 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     cf32* acc = scratch + plan.gs_elems;
     err = detail::launch(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k,
-                         grad_w, b, c, t, plan.splits, false, prefetch, scratch, acc, tw);
+                         grad_w, b, c, t, plan.splits, false, scratch, acc, tw);
     if (err == cudaSuccess && plan.splits > 1) {
       err = detail::launch(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k, grad_w,
-                           b, c, t, plan.splits, true, false, scratch, acc, tw);
+                           b, c, t, plan.splits, true, scratch, acc, tw);
     }
   });
   return err;

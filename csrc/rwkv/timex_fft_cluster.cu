@@ -138,9 +138,8 @@ bool fused_forward_for(int64_t B, int64_t C, int64_t R) {
 }
 
 // Switches of the fused forward, kept to measure them (the same results either way), read at
-// every call: RWKV_TIMEX_CLUSTER_PREFETCH = 0: no L2 prefetch (in the one-pass backward
-// kernel too); 1: of the cluster's own k rows only; else also of the rows of the channel
-// `resident clusters` ahead.
+// every call: RWKV_TIMEX_CLUSTER_PREFETCH = 0: no L2 prefetch; 1: of the cluster's own k rows
+// only; else also of the rows of the channel `resident clusters` ahead.
 // RWKV_TIMEX_CLUSTER_RELAXED = 0: cluster_sync for the "reads done" barriers too.
 int prefetch_level() {
   const char* v = std::getenv("RWKV_TIMEX_CLUSTER_PREFETCH");
@@ -259,8 +258,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
                g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
-               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
-               prefetch_level() > 0, as<cf32>(scratch), twp, twcp);
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
+               twp, twcp);
     return {grad_w, grad_k};
   }
   launch<CS>(cluster_conv_kernel<scalar_t, CS, true>, B * C, stream,

@@ -140,15 +140,12 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
 // per b, G = DFT(g row) once serves grad_k[b, c] = IDFT(G conj(S[c])) (inverse and combine
 // right away) and the running sum of G conj(K) for grad_w; 3 transforms per (b, c) row
 // instead of the 4 of cluster_conv_kernel + cluster_wgrad_kernel. spec (C, M) from
-// cluster_spectrum_kernel; scratch as cluster_wgrad_kernel's. prefetch: hints for L2 (same
-// results) as backward_kernel's (timex_fft_backward.cuh): each k row while the g row's two
-// transforms run, the next g row (the next b, else the cluster's next channel's first, with
-// its W^) while the k row's transform runs; each CTA of the cluster asks for its share.
+// cluster_spectrum_kernel; scratch as cluster_wgrad_kernel's.
 template <typename scalar_t, class CS>
 TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                         const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
-                        scalar_t* __restrict__ grad_w, int B, int C, int T, bool prefetch,
+                        scalar_t* __restrict__ grad_w, int B, int C, int T,
                         cf32* __restrict__ scratch, const cf32* __restrict__ tw,
                         const cf32* __restrict__ twc) {
   using Sh = typename CS::Local;
@@ -165,7 +162,6 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       const int64_t r = int64_t{b} * C + c;
       const scalar_t* grow = g + r * T;
       const scalar_t* krow = k + r * T;
-      if (prefetch) prefetch_row_l2(krow, T, rank, CS::P);
       cluster_sync();  // the previous pass's reads of every CTA's shared memory are done
       fft<Sh, false, false, 1, true>(
           sm, tw,
@@ -184,12 +180,6 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       cluster_sync();
       scalar_t* o = grad_k + r * T;
       cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
-      if (prefetch && b + 1 < B) {
-        prefetch_row_l2(grow + int64_t{C} * T, T, rank, CS::P);
-      } else if (prefetch && c + clusters < C) {
-        prefetch_row_l2(g + int64_t{c + clusters} * T, T, rank, CS::P);
-        prefetch_row_l2(spec + int64_t{c + clusters} * CS::M, CS::M, rank, CS::P);
-      }
       cluster_sync();
       fft<Sh, false, false, 1, true>(
           sm, tw,

@@ -10,8 +10,6 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -70,13 +68,6 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   return out;
 }
 
-// RWKV_TIMEX_FFT_PREFETCH = 0: the backward kernel without its L2 prefetch hints (the same
-// results), kept to measure them; read at every call.
-bool backward_prefetch() {
-  const char* v = std::getenv("RWKV_TIMEX_FFT_PREFETCH");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 template <typename scalar_t>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
                                           cudaStream_t stream, const Tensor* kept) {
@@ -91,7 +82,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
       grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, plan,
-      backward_prefetch(), as<cf32>(scratch), as<const cf32>(tw), stream));
+      as<cf32>(scratch), as<const cf32>(tw), stream));
   return {grad_w, grad_k};
 }
 

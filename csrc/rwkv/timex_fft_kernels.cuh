@@ -92,24 +92,6 @@ struct RowStore {
   }
 };
 
-// A hint for L2 to fetch row[0, n) ahead of its use: the lines i = part (mod parts) of its
-// 128-byte lines (the CTAs of a cluster share a row; one CTA: part 0 of 1), spread over the
-// threads. Every address lies in the row; no effect on results (none at all in the
-// emulation).
-template <typename S>
-TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsigned parts) {
-#if !defined(TIMEX_EMULATE)
-  const char* p = reinterpret_cast<const char*>(row);
-  const int64_t lines = (int64_t{n} * static_cast<int64_t>(sizeof(S)) + 127) / 128;
-  for (int64_t i = part + int64_t{parts} * threadIdx.x; i < lines;
-       i += int64_t{parts} * blockDim.x) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
-  }
-#else
-  (void)row, (void)n, (void)part, (void)parts;
-#endif
-}
-
 // tw[m] = e^{-2 pi i m / kTwiddles}: any grid, any block size. The plain table: the kernels
 // below read it where STAGED is false (the emulation tests compare both tables to the bit);
 // the cluster launcher's table of the same entries (cluster_twiddle_kernel) is checked

@@ -13,7 +13,9 @@
 // whose partial sum of G conj(K) stays in scratch, and a second launch (reduce) sums a
 // channel's partials in s order and does the inverse. Every sum runs in a fixed order (b
 // within an item, then s), so the result is deterministic; each scratch entry is written and
-// read only by the thread that owns its frequency pair (split_pairs), no atomics.
+// read only by the thread that owns its frequency pair (split_pairs), no atomics. The scratch
+// stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132 SMs),
+// as much again for the running sums where B > 1.
 #pragma once
 
 #include "rwkv/timex_fft_kernels.cuh"
@@ -138,7 +140,8 @@ BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int sm_count) {
   });
   const int64_t resident = int64_t{sm_count} * std::max(per_sm, 1);
   BackwardPlan p;
-  p.splits = C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
+  p.splits =
+      C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
   const int64_t items = C * p.splits;
   p.ctas = static_cast<int>(std::max<int64_t>(1, std::min(items, resident)));
   const size_t M = fft_length(T);

@@ -217,7 +217,7 @@ def kernel_note(size, w, k, grad, flops):
             causal = "true>" in name or "Lb1E" in name
             short = ("fused FFT conv" if "fft::conv_kernel" in name
                      else "fused FFT spectra of W" if "fft::spectrum_kernel" in name
-                     else "fused FFT grad_w" if "fft::wgrad_kernel" in name
+                     else "fused FFT backward" if "fft::backward_kernel" in name
                      else "FFT twiddle table" if "fft::twiddle_kernel" in name
                      else "FFT pack" if "pack_kernel" in name
                      else "FFT product" if "product_kernel" in name

@@ -15,6 +15,7 @@ timed in the same alternating rounds, in a second table.
 """
 
 import argparse
+import contextlib
 import os
 
 import torch
@@ -37,20 +38,31 @@ def fftconv_upcast(w, k, eps):
     return timex_fftconv(w.float(), k.float(), eps).to(w.dtype)
 
 
+@contextlib.contextmanager
+def env_vars(env):
+    """These environment variables set (RWKV_TIMEX_ALGO=...) for the block, then restored."""
+    old = {name: os.environ.pop(name, None) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+
+
 def forced(**env):
-    """timex with these environment variables set for the call (RWKV_TIMEX_ALGO=...)."""
+    """timex with these environment variables set for the call; fn.env holds them, so that a
+    caller also sets them around the backward (autograd runs it after the call returns, and
+    the op picks its algorithm again there: with the forward's setting gone, the backward of
+    a forced forward would run auto's algorithm)."""
 
     def fn(w, k, eps):
-        old = {name: os.environ.pop(name, None) for name in env}
-        os.environ.update(env)
-        try:
+        with env_vars(env):
             return rwkv_ops.timex(w, k, eps)
-        finally:
-            for name, value in old.items():
-                os.environ.pop(name, None)
-                if value is not None:
-                    os.environ[name] = value
 
+    fn.env = env
     return fn
 
 
@@ -66,8 +78,9 @@ def error(fn, w, k, g):
     out64 = timex_fftconv(w64, k64, EPS)
     want = [out64.detach(), *torch.autograd.grad(out64, [w64, k64], g[:, c].double())]
     wc, kc = (t.detach()[..., c, :].clone().requires_grad_() for t in (w, k))
-    out = fn(wc, kc, EPS)
-    got = [out.detach(), *torch.autograd.grad(out, [wc, kc], g[:, c])]
+    with env_vars(getattr(fn, "env", {})):
+        out = fn(wc, kc, EPS)
+        got = [out.detach(), *torch.autograd.grad(out, [wc, kc], g[:, c])]
     return max(max_rel(a, b) for a, b in zip(got, want))
 
 
@@ -107,8 +120,9 @@ def measure_shape(B, C, T, dtype, budget, compare=None):
 
         def total(i, fn=fn):
             s = sets[i % len(sets)]
-            out = fn(s[0], s[1], EPS)
-            return torch.autograd.grad(out, [s[0], s[1]], s[2])
+            with env_vars(getattr(fn, "env", {})):  # the backward too runs the forced path
+                out = fn(s[0], s[1], EPS)
+                return torch.autograd.grad(out, [s[0], s[1]], s[2])
 
         fwd_fns.append(fwd)
         total_fns.append(total)

@@ -198,10 +198,11 @@ def test_forced_algorithm_is_reported(forced):
         assert got in ("fft_fused", "fft_library")
     if device == "cuda" and algo in ("fft", "fft_fused", "fft_cluster"):
         # Past one CTA: the cluster kernels where their M (a power of two >= 32768) is at most
-        # 5/4 of the library's (2^a 3^b 5^c 7^d), else the library; forced, any T <= 65536.
+        # 3/2 of the library's (2^a 3^b 5^c 7^d), else the library; forced, any T <= 65536.
         sm90 = torch.cuda.get_device_capability()[0] >= 9
-        for T, cluster in [(16385, False), (20000, False), (32768, True), (32769, False),
-                           (49152, False), (60000, True), (65536, True), (65537, False)]:
+        for T, cluster in [(16385, False), (20000, False), (22050, True), (32768, True),
+                           (32769, False), (40000, False), (44100, True), (49152, True),
+                           (60000, True), (65536, True), (65537, False)]:
             long = torch.empty(1, 1, T, device=device)
             want = sm90 and (cluster or (algo == "fft_cluster" and T <= 65536))
             assert rwkv_ops.timex_algorithm(long) == ("fft_cluster" if want else "fft_library"), T
@@ -227,20 +228,50 @@ def test_eager_training_path_keeps_spectra(forced):
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
-    # The library FFT keeps the spectra of k and W; the cluster kernels W's alone.
+    # The library FFT keeps the spectra of k and W; the fused and cluster kernels W's alone.
     algo = rwkv_ops.timex_algorithm(k)
     assert (kz.numel() > 0) == (algo == "fft_library")
-    assert (wz.numel() > 0) == (algo in ("fft_library", "fft_cluster"))
+    assert (wz.numel() > 0) == (algo in ("fft_library", "fft_fused", "fft_cluster"))
     if algo == "fft_library":
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
-    if algo == "fft_cluster":
+    if algo == "fft_fused":
+        assert wz.shape == (5, 1024) and wz.dtype == torch.complex64
+    if algo in ("fft_fused", "fft_cluster"):
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
 
 
+@cuda_only
+@pytest.mark.parametrize("shape", [(2, 300, 16384), (5, 60, 16384), (3, 400, 4097),
+                                   (16, 7, 1024), (1, 1, 999)])
+def test_fused_backward_work_splits(shape, monkeypatch):
+    """The one-CTA backward kernel (csrc/rwkv/timex_fft_backward.cuh) in each of its work
+    splits on the H100: more channels than resident CTAs (a CTA loops over channels), b in
+    uneven ranges (5 rows in 2 items: partial sums and the reduce launch), one row per item,
+    B = C = 1 at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
+    float32 FFT convolution, and within 2e-6), deterministic, and the eager path (W's spectra
+    kept from the forward) the same bits as the ops."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
+    w, k, g = make(*shape, "cuda", torch.float32)
+    assert rwkv_ops.timex_algorithm(k) == "fft_fused"
+    got = ours(w, k, g, 0.2)
+    want = reference(w, k, g, 0.2)
+    w32, k32 = (t.detach().clone().requires_grad_() for t in (w, k))
+    out = timex_fftconv(w32, k32, 0.2)
+    peer = [out.detach(), *torch.autograd.grad(out, [w32, k32], g)]
+    for name, e, p in zip(["out", "grad_w", "grad_k"], errors(got, want), errors(peer, want)):
+        assert e <= max(2 * p, 1e-7) and e < 2e-6, (shape, name, e, p)
+    for a, b in zip(ours(w, k, g, 0.2), got):
+        assert torch.equal(a, b)
+    wg, kg = (t.clone().requires_grad_() for t in (w, k))
+    out = rwkv_ops.timex(wg, kg, 0.2)
+    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
+        assert torch.equal(a, b)
+
+
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
-# takes them where their M is at most 5/4 of the library FFT's, e.g. T = 32768, 60000, 65536),
+# takes them where their M is at most 3/2 of the library FFT's, e.g. T = 32768, 49152, 65536),
 # in every dtype they take, at odd, prime and power-of-two lengths.
 LONG_LENGTHS = [16385, 20011, 32768, 32769, 49999, 65536]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs

@@ -1,4 +1,5 @@
-"""The on-chip FFT kernels of csrc/rwkv/timex_fft_kernels.cuh, run on the CPU
+"""The on-chip FFT kernels of csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh, run on
+the CPU
 (tests/cuda_emulation.h: a thread per CUDA thread, a barrier per __syncthreads) against a
 float64 direct reference, so that stage, split/merge and load/store index errors fail here,
 GPU or not. The kernels read the fused twiddle table (stage and split twiddles in warp
@@ -18,7 +19,7 @@ EMULATOR = r"""
 #define TIMEX_FFT_KERNEL(threads) void
 #define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
 #define TIMEX_FFT_SYNC() emu_syncthreads()
-#include "rwkv/timex_fft_kernels.cuh"
+#include "rwkv/timex_fft_backward.cuh"
 
 using namespace rwkv::fft;
 
@@ -46,8 +47,11 @@ double row_err(const std::vector<double>& got, const std::vector<double>& want, 
 // B, C, T (M = fft_length(T), given as a template argument so that the program instantiates
 // only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
 // (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
-// butterflies); ctas: wgrad's CTAs (fewer than C: a CTA does several channels). PLAIN: also
-// run every kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
+// butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
+// several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1
+// from B = 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w
+// within tol. PLAIN: also run every
+// kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
 template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   if (fft_length(T) != M) {
@@ -63,7 +67,9 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);
-  std::vector<cf32> spec(size_t(C) * M), scratch(size_t(ctas) * 2 * M);
+  std::vector<cf32> spec(size_t(C) * M), gs(size_t(std::max(ctas, B * C)) * M),
+      acc(size_t(std::max(ctas, B * C)) * M);
+  std::vector<S> gk_split(k.size(), guard), gw_split(gw.size(), guard);
   using Sh = Shape<M, MAXT>;
   std::vector<cf32> fused(fused_table_size<Sh>());
   launch(1, 8, 0, [&] { fused_twiddle_kernel<Sh>(fused.data()); });
@@ -80,19 +86,37 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     launch(C, Sh::THREADS, Sh::SMEM,
            [&] { spectrum_kernel<S, Sh, kStaged>(w.data(), T, true, spec.data(), t); });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
-      conv_kernel<S, Sh, false, kStaged>(kp, spec.data(), out_.data() + offset, C, T,
-                                         float(eps), t);
-    });
-    launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
-      conv_kernel<S, Sh, true, kStaged>(gp, spec.data(), gk_.data() + offset, C, T, 0.f, t);
+      conv_kernel<S, Sh, kStaged>(kp, spec.data(), out_.data() + offset, C, T, float(eps), t);
     });
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
-        wgrad_kernel<S, Sh, kStaged>(gp, kp, dst->data(), B, C, T, scratch.data(), t);
+        backward_kernel<S, Sh, kStaged>(gp, kp, spec.data(), gk_.data() + offset, dst->data(),
+                                        B, C, T, 1, false, gs.data(), acc.data(), t);
+      });
+    }
+  };
+  // splits ranges of b (B - 1 from B = 3 on: items of one and of two rows), one CTA per (c, s)
+  // item, then the reduce launch, one CTA per channel.
+  const int splits = B > 2 ? B - 1 : B;
+  const auto run_split = [&] {
+    for (bool reduce : {false, true}) {
+      launch(reduce ? C : splits * C, Sh::THREADS, Sh::SMEM, [&] {
+        backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_split.data() + offset,
+                                     gw_split.data(), B, C, T, splits, reduce, gs.data(),
+                                     acc.data(), fused.data());
       });
     }
   };
   run(std::true_type{}, fused.data(), out, gk, gw, gw2);
+  double e_split = 0;
+  bool split_same = true;
+  if (B > 1) {
+    run_split();
+    split_same = std::memcmp(gk.data(), gk_split.data(), gk.size() * sizeof(S)) == 0;
+    std::vector<double> d(gw.size());
+    for (size_t i = 0; i < gw.size(); ++i) d[i] = as_double(gw_split[i]);
+    e_split = row_err(d, gw_ref, T);
+  }
   if constexpr (PLAIN) {
     std::vector<S> out_p(out.size(), guard), gk_p(gk.size(), guard), gw_p(gw.size(), guard),
         gw2_p(gw.size(), guard);
@@ -117,14 +141,16 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
                e3 = row_err(dw, gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && plain_same;
+  const bool ok = e1 < tol && e2 < tol && e3 < tol && e_split < tol && guards && same &&
+                  plain_same && split_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d M=%d threads=%d offset=%d ctas=%d: out %.2e grad_k "
-              "%.2e grad_w %.2e%s%s%s%s\n",
+              "%.2e grad_w %.2e (split over b: %.2e)%s%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e1, e2, e3,
-              PLAIN ? " (plain table too)" : "", guards ? "" : " (wrote outside the output)",
-              same ? "" : " (grad_w differs)",
-              plain_same ? "" : " (the plain table's results differ)");
+              e_split, PLAIN ? " (plain table too)" : "",
+              guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)",
+              plain_same ? "" : " (the plain table's results differ)",
+              split_same ? "" : " (grad_k differs with splits)");
   std::fflush(stdout);
 }
 
@@ -165,7 +191,8 @@ int main() {
 
 @emulation_test
 def test_fft_kernels_emulated_on_cpu(tmp_path):
-    """Compiles csrc/rwkv/timex_fft_kernels.cuh as host C++ and checks spectrum, conv (both
-    directions) and wgrad for M = 1 .. 16384 against float64 direct sums; grad_w twice, to
-    the bit; the fused twiddle table's results to the bit of the plain table's."""
+    """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
+    checks spectrum, conv and the backward kernel (one pass per channel and split over b with
+    the reduce launch) for M = 1 .. 16384 against float64 direct sums; grad_w twice, to the
+    bit; the fused twiddle table's results to the bit of the plain table's."""
     run_emulator(EMULATOR, tmp_path)

@@ -149,16 +149,18 @@ int direct_table_index(torch::headeronly::ScalarType t) {
 // The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
 // thread-block cluster per row where its length is close to the library's), else the library
 // FFT path. The cluster kernels pad the row to a power of two M >= 32768; the library to the
-// next 2^a 3^b 5^c 7^d. Measured on the H100 (benchmarks/results/timex_tensor_cores_h100.md,
-// forward + backward through autograd): at equal lengths (T = 32768: 1.49 against 1.79 ms at
-// (1, 512); T = 65536: forward 6% faster, forward + backward 3% slower) the cluster kernels;
-// at T = 20000 (M 32768 against 20000) and 49152 (65536 against 49152) the library. So the
-// cluster kernels where their M is at most 5/4 of the library's.
+// next 2^a 3^b 5^c 7^d. Measured on the H100, forward + both gradients through eager autograd
+// with each path's spectra kept from the forward (benchmarks/results/
+// timex_fft_backward_h100.md; an earlier table that set 5/4 here ran the forced forward but
+// auto's backward): the cluster kernels at equal lengths (T = 32768, 65536) and at T = 49152
+// (M 65536 against 49152: bfloat16 0.75 against 1.02 ms at (1, 128)); about even at T = 20000
+// (32768 against 20000, within 4%). So the cluster kernels where their M is at most 3/2 of
+// the library's.
 fft::Kernel fastest_fft(const Tensor& k) {
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
   const int64_t T = k.size(2);
   if (T > fft::kFusedMaxT && fft::cluster_supported(k) &&
-      4 * fft::cluster_spectrum_length(T) <= 5 * fft::fft_half_length(T)) {
+      2 * fft::cluster_spectrum_length(T) <= 3 * fft::fft_half_length(T)) {
     return fft::Kernel::kFftCluster;
   }
   return fft::Kernel::kFftLibrary;
@@ -254,21 +256,24 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 }
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
-// timex_backward_kept; where the cluster kernels run, an empty kz and W's spectra (their
-// frequency order) as wz; else two empty tensors.
+// timex_backward_kept; where the fused or cluster kernels run, an empty kz and W's spectra
+// (their frequency order) as wz: C M complex floats (M = the power of two >= T, at least
+// 32768 for the cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward
+// to the backward, which then skips their transforms; else two empty tensors.
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
-  if (algo != fft::Kernel::kFftLibrary && algo != fft::Kernel::kFftCluster) {
+  if (algo == fft::Kernel::kDirect) {
     return {forward_cuda(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
   }
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
-  if (algo == fft::Kernel::kFftCluster) {
+  if (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused) {
     Tensor wz;
-    Tensor out = fft::cluster_forward(wc, kc, eps, stream, &wz);
+    Tensor out = algo == fft::Kernel::kFftFused ? fft::fused_forward(wc, kc, eps, stream, &wz)
+                                                : fft::cluster_forward(wc, kc, eps, stream, &wz);
     return {out, fft::no_spectra(k), wz};
   }
   std::tuple<Tensor, Tensor> keep;
@@ -286,11 +291,18 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   const auto ctype = k.scalar_type() == torch::headeronly::ScalarType::Double
                          ? torch::headeronly::ScalarType::ComplexDouble
                          : torch::headeronly::ScalarType::ComplexFloat;
-  // The cluster kernels' kept W spectra (kz empty): used where the cluster kernels run now.
-  if (k.numel() != 0 && kz.numel() == 0 && wz.numel() != 0 &&
-      choose_cuda(k) == fft::Kernel::kFftCluster) {
-    FUSED_OPS_CHECK_VALUE(wz.dim() == 2 && wz.size(0) == k.size(1) &&
-                              wz.size(1) == fft::cluster_spectrum_length(k.size(2)) &&
+  // The fused or cluster kernels' kept W spectra (kz empty): used where those kernels run now.
+  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  if (kz.numel() == 0 && wz.numel() != 0 &&
+      (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused)) {
+    const bool fused = algo == fft::Kernel::kFftFused;
+    const int64_t M = fused ? fft::fused_spectrum_length(k.size(2))
+                            : fft::cluster_spectrum_length(k.size(2));
+    // Kept by the other of the two (RWKV_TIMEX_ALGO changed between forward and backward).
+    const int64_t other = fused ? fft::cluster_spectrum_length(k.size(2))
+                                : fft::fused_spectrum_length(k.size(2));
+    if (wz.dim() == 2 && wz.size(1) == other && other != M) return backward_cuda(grad_out, w, k);
+    FUSED_OPS_CHECK_VALUE(wz.dim() == 2 && wz.size(0) == k.size(1) && wz.size(1) == M &&
                               wz.scalar_type() == ctype && wz.is_contiguous(),
                           "timex_backward_kept: wz must be the spectra that timex_forward_keep "
                           "returned for these w and k, got shape ", fused_ops::shape_str(wz));
@@ -298,8 +310,10 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
     fused_ops::check_kernel_image(k);
     const fused_ops::DeviceGuard guard(k.get_device_index());
     const cudaStream_t stream = fused_ops::current_stream(k);
-    return fft::cluster_backward(torch::stable::contiguous(grad_out), torch::stable::contiguous(w),
-                                 torch::stable::contiguous(k), stream, &wz);
+    const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
+    const Tensor kc = torch::stable::contiguous(k);
+    return fused ? fft::fused_backward(gc, wc, kc, stream, &wz)
+                 : fft::cluster_backward(gc, wc, kc, stream, &wz);
   }
   if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cuda(grad_out, w, k);
   FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),

@@ -2,8 +2,9 @@
 // the twiddle table of the row length (twiddle_bytes(T), one small kernel: a buffer from
 // torch's caching allocator each call keeps the op free of device-global state and
 // capturable in a CUDA graph), the
-// spectra of W = w reversed (C rows), then one kernel per output (forward: out; backward:
-// grad_k, then grad_w summed over b inside its kernel).
+// spectra of W = w reversed (C rows; the backward takes the forward's where the caller kept
+// them), then the forward's conv kernel or the backward kernel (both gradients, each g row
+// transformed once: timex_fft_backward.cuh).
 #include "rwkv/timex_fft_fused.h"
 
 #include <torch/csrc/stable/ops.h>
@@ -14,7 +15,7 @@
 
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
-#include "rwkv/timex_fft_kernels.cuh"
+#include "rwkv/timex_fft_backward.cuh"
 
 namespace rwkv::fft {
 namespace {
@@ -40,11 +41,13 @@ Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream) {
   return tw;
 }
 
-// The spectra of W (w reversed in time): C rows of M complex floats.
+// The spectra of W (w reversed in time): C rows of M complex floats (a complex tensor, so
+// that the forward can keep it for the backward as the cluster kernels' is kept).
 template <typename scalar_t>
 Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = bytes(static_cast<int64_t>(spectrum_bytes(C, T)), w);
+  Tensor spec = torch::stable::empty({C, static_cast<int64_t>(fft_length(T))},
+                                     ScalarType::ComplexFloat, std::nullopt, w.device());
   FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T,
                                                  /*reversed=*/true, as<cf32>(spec),
                                                  as<const cf32>(tw), stream));
@@ -52,39 +55,40 @@ Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
 }
 
 template <typename scalar_t>
-Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const Tensor tw = twiddles(T, k, stream);
   const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
   Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                                              out.mutable_data_ptr<scalar_t>(), B, C, T,
-                                             static_cast<float>(eps), /*correlate=*/false,
-                                             as<const cf32>(tw), stream));
+                                             static_cast<float>(eps), as<const cf32>(tw), stream));
+  if (keep != nullptr) *keep = spec;
   return out;
 }
 
 template <typename scalar_t>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, const Tensor* kept) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const Tensor tw = twiddles(T, k, stream);
-  const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
+  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, tw, stream);
   Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-  FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
-                                             grad_k.mutable_data_ptr<scalar_t>(), B, C, T, 0.f,
-                                             /*correlate=*/true, as<const cf32>(tw), stream));
-  const int ctas = wgrad_ctas<scalar_t>(C, T, fused_ops::device_properties(k).multiProcessorCount);
-  const Tensor scratch = bytes(static_cast<int64_t>(wgrad_scratch_bytes(ctas, T)), k);
   Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
-  FUSED_OPS_CUDA_CHECK(launch_wgrad<scalar_t>(g.const_data_ptr<scalar_t>(),
-                                              k.const_data_ptr<scalar_t>(),
-                                              grad_w.mutable_data_ptr<scalar_t>(), B, C, T,
-                                              as<cf32>(scratch), ctas, as<const cf32>(tw), stream));
+  const BackwardPlan plan = backward_plan<scalar_t>(
+      B, C, T, fused_ops::device_properties(k).multiProcessorCount);
+  const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
+  FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
+      g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+      grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, plan,
+      as<cf32>(scratch), as<const cf32>(tw), stream));
   return {grad_w, grad_k};
 }
 
 }  // namespace
+
+int64_t fused_spectrum_length(int64_t T) { return supported(T) ? fft_length(T) : 0; }
 
 bool fused_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
@@ -93,22 +97,23 @@ bool fused_supported(const Tensor& k) {
              fused_ops::device_properties(k).sharedMemPerBlockOptin;
 }
 
-Tensor fused_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream) {
+Tensor fused_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep) {
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      out = forward_typed<scalar_t>(w, k, eps, stream);
+      out = forward_typed<scalar_t>(w, k, eps, stream, keep);
     }
   });
   return out;
 }
 
 std::tuple<Tensor, Tensor> fused_backward(const Tensor& g, const Tensor& w, const Tensor& k,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, const Tensor* kept) {
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_backward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      grads = backward_typed<scalar_t>(g, w, k, stream);
+      grads = backward_typed<scalar_t>(g, w, k, stream, kept);
     }
   });
   return grads;

@@ -21,15 +21,21 @@ constexpr int64_t kFusedMaxT = 16384;
 // (136 KiB at T = 16384) within the device's per-block limit.
 bool fused_supported(const fused_ops::Tensor& k);
 
-// out = eps + the causal convolution; w, k contiguous, fused_supported(k).
+// out = eps + the causal convolution; w, k contiguous, fused_supported(k). keep: where not
+// null, receives W's spectra (C, M) complex float (M = fused_spectrum_length(T): the packed
+// half spectra of timex_fft_math.cuh), for fused_backward's kept.
 fused_ops::Tensor fused_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k, double eps,
-                                cudaStream_t stream);
+                                cudaStream_t stream, fused_ops::Tensor* keep = nullptr);
 
-// (grad_w, grad_k); g, w, k contiguous, B >= 1, fused_supported(k).
-std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(const fused_ops::Tensor& g,
-                                                                const fused_ops::Tensor& w,
-                                                                const fused_ops::Tensor& k,
-                                                                cudaStream_t stream);
+// (grad_w, grad_k); g, w, k contiguous, B >= 1, fused_supported(k). kept: W's spectra from
+// fused_forward's keep for these w and T (checked by the caller), or null to compute them.
+std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
+    const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
+    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr);
+
+// M of the one-CTA kernels for rows of T: the complex values per row of the kept spectra (0
+// past their longest row).
+int64_t fused_spectrum_length(int64_t T);
 
 // The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over 2
 // or 4 CTAs (M = max(32768, the power of two >= T)); float32 or a half type, sm_90 or newer

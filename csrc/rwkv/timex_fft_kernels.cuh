@@ -4,19 +4,18 @@
 // Per channel c, with W[d] = w[c, T-1-d] and M = the smallest power of two >= T, N = 2M
 // (>= 2T - 1, so that circular convolution of the zero-padded rows is linear):
 //   out[b, t]    = eps + sum_{u <= t} W[t-u] k[b, u]       = IDFT(K W^)[t]          (conv)
-//   grad_k[b, n] = sum_{t >= n} W[t-n] g[b, t]             = IDFT(G conj(W^))[n]    (conv)
-//   grad_w[T-1-s] = sum_b sum_{t >= s} g[b, t] k[b, t-s]   = IDFT(sum_b G conj(K))[s] (wgrad)
-// with X^ the length-N real DFT of a row; W^ is made once per call (spectrum). Inputs are
-// float, half or bfloat16, converted to float on load; everything on chip is float; outputs
-// are rounded to the input type once. float64 goes elsewhere (timex_fft.h, cuFFT).
+//   grad_k[b, n] = sum_{t >= n} W[t-n] g[b, t]             = IDFT(G conj(W^))[n]    (backward)
+//   grad_w[T-1-s] = sum_b sum_{t >= s} g[b, t] k[b, t-s]   = IDFT(sum_b G conj(K))[s] (backward)
+// with X^ the length-N real DFT of a row; W^ is made once per call (spectrum) or kept from
+// the forward. Inputs are float, half or bfloat16, converted to float on load; everything on
+// chip is float; outputs are rounded to the input type once. float64 goes elsewhere
+// (timex_fft.h, cuFFT). This file: the forward's kernels, the pieces the backward kernel
+// (timex_fft_backward.cuh) shares, and the launchers.
 //
 // Memory: every kernel takes smem_bytes(M) of dynamic shared memory (136 KiB at M = 16384:
 // fits sm_80's 163 KiB and sm_90's 227 KiB per block; 1 CTA per SM there, 3 at M = 8192 on
 // sm_90). Global traffic: conv reads its row once and writes it once, plus the M complex
-// floats of W^ (L2-resident across the B rows of a channel); wgrad reads g and k once and
-// keeps a running spectrum sum per CTA in scratch (2M complex floats, L2-resident: each
-// entry is read and written by the one thread that owns its frequency, in b order, so the
-// sum is deterministic, with no atomics).
+// floats of W^ (L2-resident across the B rows of a channel).
 #pragma once
 
 #include <cstdint>
@@ -137,9 +136,9 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
   });
 }
 
-// out[b, c] = eps + IDFT(X^ S[c])  (CORRELATE: X^ conj(S[c])), first T values, for the rows
-// x[b, c] of x (B, C, T); spec (C, M) from spectrum_kernel. One CTA per row, rows b * C + c.
-template <typename scalar_t, class Sh, bool CORRELATE, bool STAGED>
+// out[b, c] = eps + IDFT(X^ S[c]), first T values, for the rows x[b, c] of x (B, C, T); spec
+// (C, M) from spectrum_kernel. One CTA per row, rows b * C + c.
+template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw) {
@@ -152,64 +151,12 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
   TIMEX_FFT_SYNC();
   const cf32* s = spec + (r % C) * Sh::M;
   split_pairs<Sh, STAGED>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
-    merge<Sh, STAGED>(sm, tw, k, j, product<CORRELATE>(k, pk, s[k]),
-                      product<CORRELATE>(j, pj, s[j]));
+    merge<Sh, STAGED>(sm, tw, k, j, product<false>(k, pk, s[k]), product<false>(j, pj, s[j]));
   });
   TIMEX_FFT_SYNC();
   scalar_t* o = out + r * T;
   fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
                                   RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
-}
-
-// grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): CTA i does channels
-// i, i + gridDim.x, ..., each b in order: g's row to spectrum G (kept in scratch), k's row to
-// K, acc += G conj(K) (in scratch until the last b), then the inverse. scratch: 2M complex
-// floats per CTA (wgrad_scratch_bytes).
-template <typename scalar_t, class Sh, bool STAGED>
-TIMEX_FFT_KERNEL(Sh::THREADS)
-wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
-             scalar_t* __restrict__ grad_w, int B, int C, int T, cf32* __restrict__ scratch,
-             const cf32* __restrict__ tw) {
-  TIMEX_FFT_SHARED(raw);
-  cf32* sm = reinterpret_cast<cf32*>(raw);
-  cf32* gs = scratch + int64_t{blockIdx.x} * 2 * Sh::M;
-  cf32* acc = gs + Sh::M;
-  for (int c = static_cast<int>(blockIdx.x); c < C; c += static_cast<int>(gridDim.x)) {
-    for (int b = 0; b < B; ++b) {
-      const int64_t r = int64_t{b} * C + c;
-      const scalar_t* grow = g + r * T;
-      const scalar_t* krow = k + r * T;
-      TIMEX_FFT_SYNC();  // the previous pass's reads of sm are done
-      fft<Sh, false, true, 1, STAGED>(
-          sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)}, SmemStore{sm});
-      TIMEX_FFT_SYNC();
-      split_pairs<Sh, STAGED>(sm, tw, [gs](int f, int j, cf32 pf, cf32 pj) {
-        gs[f] = pf;
-        gs[j] = pj;
-      });
-      TIMEX_FFT_SYNC();
-      fft<Sh, false, true, 1, STAGED>(
-          sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)}, SmemStore{sm});
-      TIMEX_FFT_SYNC();
-      split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
-        cf32 af = product<true>(f, gs[f], pf), aj = product<true>(j, gs[j], pj);
-        if (b > 0) {
-          af = acc[f] + af;
-          aj = acc[j] + aj;
-        }
-        if (b + 1 < B) {
-          acc[f] = af;
-          acc[j] = aj;
-        } else {
-          merge<Sh, STAGED>(sm, tw, f, j, af, aj);
-        }
-      });
-    }
-    TIMEX_FFT_SYNC();
-    scalar_t* o = grad_w + int64_t{c} * T;
-    fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
-                                    RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
-  }
 }
 
 // f(std::integral_constant<int, M>{}) for the run-time power of two M in [1, kMaxM].
@@ -251,11 +198,6 @@ inline cudaError_t launch_twiddles(int64_t T, cf32* tw, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The spectra of `rows` rows of length T: spectrum_bytes(rows, T) = rows * M complex floats.
-inline size_t spectrum_bytes(int64_t rows, int64_t T) {
-  return sizeof(cf32) * static_cast<size_t>(rows) * fft_length(T);
-}
-
 namespace detail {
 // Sets the kernel's dynamic shared memory limit (per device, so on every call) and launches.
 template <typename Kernel, typename... Args>
@@ -287,65 +229,19 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, bool rev
   return err;
 }
 
-// out (B, C, T) = eps + causal convolution of x (B, C, T) with the W whose spectra spec (C, M)
-// holds (forward: x = k), or, where correlate, the anti-causal correlation (grad_k: x = g,
-// eps = 0).
+// out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
+// holds.
 template <typename scalar_t>
-cudaError_t launch_conv(const scalar_t* x, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
-                        int64_t T, float eps, bool correlate, const cf32* tw,
-                        cudaStream_t stream) {
+cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
+                        int64_t T, float eps, const cf32* tw, cudaStream_t stream) {
   if (!supported(T) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    const int grid = static_cast<int>(B * C), t = static_cast<int>(T), c = static_cast<int>(C);
-    err = correlate ? detail::launch(conv_kernel<scalar_t, Sh, true, true>, grid, Sh::THREADS,
-                                     Sh::SMEM, stream, x, spec, out, c, t, eps, tw)
-                    : detail::launch(conv_kernel<scalar_t, Sh, false, true>, grid, Sh::THREADS,
-                                     Sh::SMEM, stream, x, spec, out, c, t, eps, tw);
-  });
-  return err;
-}
-
-// CTAs for launch_wgrad: min(C, what the device keeps resident at once), so that the scratch
-// stays small and in L2; at least 1.
-template <typename scalar_t>
-int wgrad_ctas(int64_t C, int64_t T, int sm_count) {
-  int per_sm = 1;
-  with_length(fft_length(T), [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
-    const auto kernel = wgrad_kernel<scalar_t, Sh, true>;
-    if (Sh::SMEM > 48 * 1024) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM);
-    }
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
-        cudaSuccess) {
-      per_sm = 1;
-    }
-  });
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(C, int64_t{sm_count} * std::max(per_sm, 1))));
-}
-// 2M complex floats per CTA.
-inline size_t wgrad_scratch_bytes(int ctas, int64_t T) {
-  return sizeof(cf32) * 2 * static_cast<size_t>(ctas) * fft_length(T);
-}
-
-// grad_w (C, T) from g, k (B, C, T), summed over b in order (deterministic); scratch of
-// wgrad_scratch_bytes(ctas, T) with ctas from wgrad_ctas.
-template <typename scalar_t>
-cudaError_t launch_wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int64_t B,
-                         int64_t C, int64_t T, cf32* scratch, int ctas, const cf32* tw,
-                         cudaStream_t stream) {
-  if (!supported(T) || B > INT_MAX || C > INT_MAX || ctas < 1) return cudaErrorInvalidValue;
-  if (C == 0) return cudaSuccess;
-  if (B == 0) return cudaMemsetAsync(grad_w, 0, sizeof(scalar_t) * C * T, stream);
-  cudaError_t err = cudaErrorInvalidValue;
-  with_length(fft_length(T), [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
-    err = detail::launch(wgrad_kernel<scalar_t, Sh, true>, static_cast<int>(std::min<int64_t>(ctas, C)),
-                         Sh::THREADS, Sh::SMEM, stream, g, k, grad_w, static_cast<int>(B),
-                         static_cast<int>(C), static_cast<int>(T), scratch, tw);
+    err = detail::launch(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C), Sh::THREADS,
+                         Sh::SMEM, stream, k, spec, out, static_cast<int>(C),
+                         static_cast<int>(T), eps, tw);
   });
   return err;
 }

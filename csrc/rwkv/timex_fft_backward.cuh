@@ -1,0 +1,182 @@
+// RWKV TimeX at long T, one CTA per row: both gradients in one kernel that transforms each
+// g row once (the formulas and the building blocks are timex_fft_kernels.cuh's):
+//   grad_k[b, n]  = IDFT(G conj(W^))[n]
+//   grad_w[T-1-s] = IDFT(sum_b G_b conj(K_b))[s]
+// Per (b, c) row: G = DFT(g row) (kept in scratch), grad_k's inverse right away, K = DFT(k
+// row), acc += G conj(K): 3 transforms instead of the 4 of a conv kernel for grad_k plus a
+// wgrad kernel that transforms g again; per channel one more inverse for grad_w.
+//
+// Work items: channel c's batch rows split into `splits` consecutive ranges, item i = c *
+// splits + s (b in [s B / splits, (s + 1) B / splits)). splits = 1 where the channels fill the
+// resident CTAs: a CTA loops over its items (i, i + gridDim.x, ...) and ends each channel with
+// grad_w's inverse. splits > 1 where they do not (few channels, several b): one item per CTA,
+// whose partial sum of G conj(K) stays in scratch, and a second launch (reduce) sums a
+// channel's partials in s order and does the inverse. Every sum runs in a fixed order (b
+// within an item, then s), so the result is deterministic; each scratch entry is written and
+// read only by the thread that owns its frequency pair (split_pairs), no atomics. The scratch
+// stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132 SMs),
+// as much again for the running sums where B > 1.
+#pragma once
+
+#include "rwkv/timex_fft_kernels.cuh"
+
+namespace rwkv::fft {
+
+// spec (C, M): W^ from spectrum_kernel. gs: M complex floats per CTA (G of the current row).
+// acc: M complex floats per CTA (splits = 1; not read at B = 1) or per item (splits > 1: the
+// partial sums that the reduce launch reads, one CTA per channel). STAGED as in
+// timex_fft_kernels.cuh.
+template <typename scalar_t, class Sh, bool STAGED>
+TIMEX_FFT_KERNEL(Sh::THREADS)
+backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
+                const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
+                scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,
+                cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
+                const cf32* __restrict__ tw) {
+  TIMEX_FFT_SHARED(raw);
+  cf32* sm = reinterpret_cast<cf32*>(raw);
+  if (reduce) {  // grad_w of channel blockIdx.x from its `splits` partial sums, in s order
+    const int c = static_cast<int>(blockIdx.x);
+    const cf32* part = acc_all + int64_t{c} * splits * Sh::M;
+    for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
+      const int j = f == 0 ? 0 : Sh::M - f;
+      cf32 af = part[f], aj = part[j];
+      for (int s = 1; s < splits; ++s) {
+        af = af + part[int64_t{s} * Sh::M + f];
+        aj = aj + part[int64_t{s} * Sh::M + j];
+      }
+      merge<Sh, STAGED>(sm, tw, f, j, af, aj);
+    }
+    TIMEX_FFT_SYNC();
+    scalar_t* o = grad_w + int64_t{c} * T;
+    fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
+                                    RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+    return;
+  }
+  cf32* gs = gs_all + int64_t{blockIdx.x} * Sh::M;
+  const int items = C * splits;
+  for (int item = static_cast<int>(blockIdx.x); item < items;
+       item += static_cast<int>(gridDim.x)) {
+    const int c = item / splits, s = item % splits;
+    const int b0 = static_cast<int>(int64_t{s} * B / splits);
+    const int b1 = static_cast<int>(int64_t{s + 1} * B / splits);
+    cf32* acc = acc_all + int64_t{splits == 1 ? static_cast<int>(blockIdx.x) : item} * Sh::M;
+    const cf32* w_hat = spec + int64_t{c} * Sh::M;
+    for (int b = b0; b < b1; ++b) {
+      const int64_t r = int64_t{b} * C + c;
+      const scalar_t* grow = g + r * T;
+      const scalar_t* krow = k + r * T;
+      TIMEX_FFT_SYNC();  // the previous pass's reads of sm are done
+      fft<Sh, false, true, 1, STAGED>(
+          sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)}, SmemStore{sm});
+      TIMEX_FFT_SYNC();
+      split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
+        gs[f] = pf;
+        gs[j] = pj;
+        merge<Sh, STAGED>(sm, tw, f, j, product<true>(f, pf, w_hat[f]),
+                          product<true>(j, pj, w_hat[j]));
+      });
+      TIMEX_FFT_SYNC();
+      scalar_t* o = grad_k + r * T;
+      fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
+                                      RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
+      TIMEX_FFT_SYNC();
+      fft<Sh, false, true, 1, STAGED>(
+          sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)}, SmemStore{sm});
+      TIMEX_FFT_SYNC();
+      // The channel's last row (splits = 1) merges the sum for grad_w's inverse; every other
+      // row keeps it in acc.
+      const bool keep = splits > 1 || b + 1 < b1;
+      split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
+        cf32 af = product<true>(f, gs[f], pf), aj = product<true>(j, gs[j], pj);
+        if (b > b0) {
+          af = acc[f] + af;
+          aj = acc[j] + aj;
+        }
+        if (keep) {
+          acc[f] = af;
+          acc[j] = aj;
+        } else {
+          merge<Sh, STAGED>(sm, tw, f, j, af, aj);
+        }
+      });
+    }
+    if (splits == 1) {
+      TIMEX_FFT_SYNC();
+      scalar_t* o = grad_w + int64_t{c} * T;
+      fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
+                                      RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+    }
+  }
+}
+
+#ifndef TIMEX_EMULATE
+
+// How launch_backward runs: ctas of the first launch, splits (see the top of the file), and
+// the scratch it needs (scratch_bytes: gs per CTA, then acc per CTA or per item).
+struct BackwardPlan {
+  int ctas = 1, splits = 1;
+  size_t gs_elems = 0, acc_elems = 0;
+  size_t scratch_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
+};
+
+// resident: the CTAs of backward_kernel that the device keeps at once (the occupancy query
+// per SM times sm_count). splits = 1 where C >= resident; else as many ranges of b as keep
+// the C * splits items within the resident CTAs (at most B, at least 1).
+template <typename scalar_t>
+BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int sm_count) {
+  int per_sm = 1;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    const auto kernel = backward_kernel<scalar_t, Sh, true>;
+    if (Sh::SMEM > 48 * 1024) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM);
+    }
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+  });
+  const int64_t resident = int64_t{sm_count} * std::max(per_sm, 1);
+  BackwardPlan p;
+  p.splits =
+      C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
+  const int64_t items = C * p.splits;
+  p.ctas = static_cast<int>(std::max<int64_t>(1, std::min(items, resident)));
+  const size_t M = fft_length(T);
+  p.gs_elems = M * p.ctas;
+  p.acc_elems = p.splits > 1 ? M * items : B > 1 ? M * p.ctas : 0;
+  return p;
+}
+
+// grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
+// of plan.scratch_bytes() with plan from backward_plan. B >= 1.
+template <typename scalar_t>
+cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
+                            scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
+                            const BackwardPlan& plan, cf32* scratch, const cf32* tw,
+                            cudaStream_t stream) {
+  if (!supported(T) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  if (C == 0) return cudaSuccess;
+  cudaError_t err = cudaErrorInvalidValue;
+  with_length(fft_length(T), [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    const auto kernel = backward_kernel<scalar_t, Sh, true>;
+    const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
+    cf32* acc = scratch + plan.gs_elems;
+    err = detail::launch(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k,
+                         grad_w, b, c, t, plan.splits, false, scratch, acc, tw);
+    if (err == cudaSuccess && plan.splits > 1) {
+      err = detail::launch(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k, grad_w,
+                           b, c, t, plan.splits, true, scratch, acc, tw);
+    }
+  });
+  return err;
+}
+
+#endif  // TIMEX_EMULATE
+
+}  // namespace rwkv::fft

@@ -525,11 +525,11 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
     const bool g2 = unpack(gk, offset, n, dk);
     report(what, rel_err(dk, in.gk_ref), g2);
   };
-  toeplitz(ToeplitzHalfConfig<4, 1, 2, 4, 64, 4>{});
-  toeplitz(ToeplitzHalfConfig<4, 2, 2, 4, 64, 4>{});
-  toeplitz(ToeplitzHalfConfig<4, 8, 1, 4, 64, 4>{});
-  toeplitz(ToeplitzHalfConfig<2, 8, 1, 4, 64, 4>{});
-  using WCfg = WgradHalfConfig<4, 4, 4, 4>;
+  toeplitz(ToeplitzHalfConfig<4, 1, 2, 4, 128, 4>{});
+  toeplitz(ToeplitzHalfConfig<4, 2, 2, 4, 128, 4>{});
+  toeplitz(ToeplitzHalfConfig<4, 8, 2, 4, 256, 4>{});
+  toeplitz(ToeplitzHalfConfig<2, 8, 2, 4, 256, 4>{});
+  using WCfg = WgradHalfConfig<4, 4, 16, 4>;
   std::vector<S> gw(size_t(C) * T + 16, guard);
   launch(C * cdiv(T, 16 * (WCfg::NDB - 1)), WCfg::THREADS, WCfg::SMEM_BYTES, [&] {
     wgrad_half_kernel<S, WCfg>(in.gp, in.kp, gw.data() + 8, B, C, T, vec);

@@ -400,3 +400,20 @@ def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
         assert torch.equal(a, b)
     for a, b in zip(outs, want):
         assert not torch.equal(a, b)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_half_crossover(dtype, monkeypatch):
+    """auto: the tensor-core direct kernels up to T = 1024 (timex_cuda.cu kDirectMaxT), the
+    fused FFT after; both agree within the dtype's bound on each side."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    for T, algo in ((1024, "direct"), (1025, "fft_fused")):
+        w, k, g = make(2, 3, T, "cuda", dtype)
+        assert rwkv_ops.timex_algorithm(k) == algo, T
+        auto = ours(w, k, g, 0.2)
+        monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft" if algo == "direct" else "direct")
+        other = ours(w, k, g, 0.2)
+        monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+        for a, b in zip(auto, other):
+            assert rel_err(a, b) < 2 * HALF_TOL[dtype], T

@@ -161,10 +161,13 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by dtype; longer rows
 // go to the FFT (the fused on-chip kernels up to T = 16384, cuFFT beyond). The direct
 // kernels' cost grows as T^2, the FFT's as T log T. Measured on the H100, forward + backward
-// with 256 to 32768 rows (benchmarks/results/timex_crossover_h100.md): in float32 and
-// bfloat16 the direct kernels win up to T = 768 and the fused FFT from 1024 on at every row
-// count; in float64 (FMA direct kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
-constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 768,
+// op time: float32 (benchmarks/results/timex_crossover_h100.md, 256 to 32768 rows) the direct
+// kernels win up to T = 768 and the fused FFT from 1024 on at every row count; float16 and
+// bfloat16 (bf16/fp16 tensor-core kernels, timex_crossover_half_h100.md, (B, C) = (1, 256),
+// (4, 1024), (16, 512), (32, 1024)) the direct kernels up to T = 1024 at every row count, the
+// fused FFT from 1536 on with 4096 rows or more (2048 with 256); in float64 (FMA direct
+// kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
+constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 1024,
                                    /*float64*/ 256};
 
 int direct_table_index(torch::headeronly::ScalarType t) {

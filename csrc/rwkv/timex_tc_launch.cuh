@@ -13,27 +13,30 @@
 namespace rwkv {
 namespace kernels {
 
-// Toeplitz (forward and grad_k): 4 warps, chunks of 64 reduction indices; per warp 8 * NT = 32
+// Toeplitz (forward and grad_k): 4 warps, two 16-row tiles per warp, per tile 8 * NT = 32
 // columns (16 for up to 2 rows) filled with batch rows and time folds: 32 rows; 16 rows x 2
-// folds; 4 rows x 8 folds (3 to 8 rows); 2 rows x 8 folds (1 and 2 rows). Two 16-row tiles
-// per warp, one with 8 folds (a warp then spans 128 outputs, a block 512).
-// grad_w: 4 lag blocks of 16 per warp, 4 warps (16 lag blocks per block), 4 slots per stage.
+// folds; 4 rows x 8 folds (3 to 8 rows); 2 rows x 8 folds (1 and 2 rows). Chunks of 128
+// reduction indices, 256 with 8 folds (a block then spans 1024 outputs).
+// grad_w: 4 lag blocks of 16 per warp, 4 warps (16 lag blocks per block), 16 slots per stage.
+// The fastest of the tilings tried on the H100 at (16, 512, 1024), (4, 1024, 4096),
+// (32, 1024, 1024) and (1, 256, 2048) (chunks of 64, 128, 256; 2 or 4 tiles per warp; 4, 8
+// or 16 slots; 2 lag blocks per warp x 8 warps): benchmarks/results/timex_half_direct_h100.md.
 struct HalfTiles {
   template <typename F>
   static void toeplitz(int B, F&& f) {
     if (B > 16) {
-      f(ToeplitzHalfConfig<4, 1, 2, 4, 64, 4>{});
+      f(ToeplitzHalfConfig<4, 1, 2, 4, 128, 4>{});
     } else if (B > 8) {
-      f(ToeplitzHalfConfig<4, 2, 2, 4, 64, 4>{});
+      f(ToeplitzHalfConfig<4, 2, 2, 4, 128, 4>{});
     } else if (B > 2) {
-      f(ToeplitzHalfConfig<4, 8, 1, 4, 64, 4>{});
+      f(ToeplitzHalfConfig<4, 8, 2, 4, 256, 4>{});
     } else {
-      f(ToeplitzHalfConfig<2, 8, 1, 4, 64, 4>{});
+      f(ToeplitzHalfConfig<2, 8, 2, 4, 256, 4>{});
     }
   }
   template <typename F>
   static void wgrad(F&& f) {
-    f(WgradHalfConfig<4, 4, 4, 4>{});
+    f(WgradHalfConfig<4, 4, 16, 4>{});
   }
 };
 

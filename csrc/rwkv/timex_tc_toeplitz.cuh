@@ -50,7 +50,9 @@ struct ToeplitzHalfConfig {
   static constexpr int K_ROW = K_LEN + 8;
   static constexpr int K_BUF = BB * K_ROW;
   static constexpr int WL = TT - LEAD + UC;  // W values that a chunk's pairs start at
-  static constexpr int W0_LEN = WL + 8;      // copy 0 reads one past them; 8: alignment
+  // Copy 0 reads one value past them; its length is 32 mod 64 elements, so that copy 1 lies 16
+  // banks on and the lanes reading either copy (about 8 words each) do not share a bank.
+  static constexpr int W0_LEN = WL + 2 + ((32 - (WL + 2) % 64) + 64) % 64;
   static constexpr int W_BUF = W0_LEN + WL;  // copy 1 follows copy 0
   static constexpr int W_PER_THREAD = cdiv(W_BUF, THREADS);
   static constexpr int SMEM_BYTES = 2 * (K_BUF + W_BUF) * 2;

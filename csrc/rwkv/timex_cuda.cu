@@ -164,9 +164,9 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // op time: float32 (benchmarks/results/timex_crossover_h100.md, 256 to 32768 rows) the direct
 // kernels win up to T = 768 and the fused FFT from 1024 on at every row count; float16 and
 // bfloat16 (bf16/fp16 tensor-core kernels, timex_crossover_half_h100.md, (B, C) = (1, 256),
-// (4, 1024), (16, 512), (32, 1024)) the direct kernels up to T = 1024 at every row count, the
-// fused FFT from 1536 on with 4096 rows or more (2048 with 256); in float64 (FMA direct
-// kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
+// (4, 1024), (16, 512), (32, 1024)) the direct kernels win up to T = 2048, 768, 1536 and 1024:
+// at 1024 by 8% to 40%, except with (4, 1024), where the fused FFT is 3% faster; in float64
+// (FMA direct kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
 constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 1024,
                                    /*float64*/ 256};
 

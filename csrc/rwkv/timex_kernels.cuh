@@ -452,8 +452,7 @@ TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
                    scalar_t* __restrict__ out, int B, int C, int T, float eps, bool vec_w,
                    bool vec_in) {
-  static_assert(std::is_same_v<scalar_t, float>, "3xTF32 for float32; the half types run "
-                                                "timex_tc_toeplitz.cuh");
+  constexpr bool SPLIT = std::is_same_v<scalar_t, float>;  // 3xTF32 (only float32 runs here)
   constexpr int NT = Cfg::NT, UC = Cfg::UC, J = Cfg::J, TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB;
   constexpr int K_ROW = Cfg::K_ROW, K_LEAD = CAUSAL ? Cfg::K_LEAD : 0;
   constexpr int TA = Cfg::W_LEN - UC;  // times spanned by the block's A rows
@@ -521,7 +520,7 @@ toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ 
       const int j = 8 * s + q;  // this lane's input (column of A, row of B), relative to nc0
       // A[r][j] = W[t - n] (causal) or W[n - t]: the staged window holds it at
       // TA - 1 - r + j (causal) or UC - 1 - j + r, r = A row time relative to ot0 + K_LEAD.
-      constexpr auto operand = fused_ops::split_tf32;
+      constexpr auto operand = fused_ops::tf32_operand<SPLIT>;
       uint32_t ab[2][4], as[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
@@ -542,8 +541,10 @@ toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ 
         operand(kn[4], bb[1], bs[1]);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          mma_tf32(part[m][n], ab[m], bs);
-          mma_tf32(part[m][n], as[m], bb);
+          if constexpr (SPLIT) {
+            mma_tf32(part[m][n], ab[m], bs);
+            mma_tf32(part[m][n], as[m], bb);
+          }
           mma_tf32(part[m][n], ab[m], bb);
         }
       }

@@ -225,7 +225,8 @@ toeplitz_half_kernel(const scalar_t* __restrict__ w_, const scalar_t* __restrict
         const int t = ow0 + 16 * (J * i + col / BB) + g + 8 * (e >> 1);
         const int b = b0 + col % BB;
         if (t < T && b < B) {
-          out[static_cast<int64_t>(b) * C * T + chan + t] = static_cast<scalar_t>(acc[i][n][e] + eps);
+          out[static_cast<int64_t>(b) * C * T + chan + t] =
+              static_cast<scalar_t>(acc[i][n][e] + eps);
         }
       }
     }

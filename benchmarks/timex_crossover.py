@@ -3,7 +3,7 @@ csrc/rwkv/timex.cpp kCpuDirectMaxT): forward + backward op time of each algorith
 with RWKV_TIMEX_ALGO, by length T, batch rows B*C and dtype. Prints a markdown table and,
 per (dtype, rows), the longest T at which the direct kernels are still the faster ones.
 
-    python -m benchmarks.timex_crossover [--device cuda|cpu] [--out FILE.md] [--long]
+    python -m benchmarks.timex_crossover [--device cuda|cpu] [--out FILE.md] [--long | --half]
 """
 
 import argparse
@@ -25,16 +25,21 @@ ALGOS = {"cuda": ["direct", "fft", "fft_library"], "cpu": ["direct", "fft"]}
 LONG = {"lengths": [12288, 16384, 16385, 24576, 32768, 49152, 65536], "rows": [(1, 256)],
         "dtypes": [torch.float32, torch.bfloat16, torch.float16],
         "algos": ["fft_fused", "fft_cluster", "fft_library"]}
+# --half: the bfloat16/float16 crossover (CUDA): the tensor-core direct kernels against the
+# one-CTA fused FFT that auto takes from the crossover on.
+HALF = {"lengths": [512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
+        "rows": [(1, 256), (4, 1024), (16, 512), (32, 1024)],
+        "dtypes": [torch.bfloat16, torch.float16], "algos": ["direct", "fft_fused"]}
 
 
-def time_algo(algo, w, k, g, device):
+def time_algo(algo, w, k, g, device, budget_s=0.3):
     os.environ["RWKV_TIMEX_ALGO"] = algo
 
     def call(i):
         torch.ops.rwkv_ops.timex_forward(w, k, 0.0)
         return torch.ops.rwkv_ops.timex_backward(g, w, k)
 
-    return median_ms(call, device, warmup=2, reps=20, budget_s=0.3)
+    return median_ms(call, device, warmup=2, reps=20, budget_s=budget_s)
 
 
 def main(argv=None):
@@ -43,11 +48,17 @@ def main(argv=None):
     parser.add_argument("--out", help="also write the table to this markdown file")
     parser.add_argument("--long", action="store_true",
                         help="the FFT kernels around T = 16384 (LONG) instead of direct vs FFT")
+    parser.add_argument("--half", action="store_true",
+                        help="bfloat16/float16: direct vs the fused FFT (HALF)")
+    parser.add_argument("--budget", type=float, default=0.3, help="seconds per measurement")
     args = parser.parse_args(argv)
     device = args.device
     if args.long:
         LENGTHS[device], ROWS[device] = LONG["lengths"], LONG["rows"]
         DTYPES[device], ALGOS[device] = LONG["dtypes"], LONG["algos"]
+    if args.half:
+        LENGTHS[device], ROWS[device] = HALF["lengths"], HALF["rows"]
+        DTYPES[device], ALGOS[device] = HALF["dtypes"], HALF["algos"]
     lines = [f"TimeX forward + backward op time, ms (median), {device}"
              + (f" {torch.cuda.get_device_name()}" if device == "cuda" else "")
              + f", torch {torch.__version__}", "",
@@ -62,13 +73,15 @@ def main(argv=None):
                     w = torch.randn(C, T, device=device, dtype=dtype) / T**0.5
                     k = torch.randn(B, C, T, device=device, dtype=dtype)
                     g = torch.randn(B, C, T, device=device, dtype=dtype)
-                    times = {a: time_algo(a, w, k, g, device) for a in ALGOS[device]}
+                    times = {a: time_algo(a, w, k, g, device, args.budget)
+                             for a in ALGOS[device]}
                     best = min(times, key=times.get)
                     if best == "direct":
                         last_direct = T
                     lines.append(f"| {str(dtype)[6:]} | ({B}, {C}) | {T} | "
                                  + " | ".join(f"{times[a]:.3f}" for a in ALGOS[device])
                                  + f" | {best} |")
+                    print(lines[-1], flush=True)
                 if not args.long:
                     summary.append(f"{str(dtype)[6:]} (B, C) = ({B}, {C}): direct fastest up "
                                    f"to T = {last_direct}")

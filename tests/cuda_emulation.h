@@ -221,6 +221,26 @@ inline void emu_ldmatrix(uint32_t* r, int count, const void* row) {
   for (int i = 0; i < count; ++i) std::memcpy(&r[i], rows[8 * i + g] + 4 * q, 4);
 }
 
+// ldmatrix.sync.aligned.m8n8.x{count}.trans.shared.b16 for the calling warp (every lane calls
+// it): lane l gives the address of row l % 8 of matrix l / 8 (16 bytes); lane (g = lane / 4,
+// q = lane % 4) gets in r[i] element g of row 2q (low half) and of row 2q + 1 (high half) of
+// matrix i: the matrix transposed.
+inline void emu_ldmatrix_trans(uint32_t* r, int count, const void* row) {
+  EmuWarp& w = *emu_warp;
+  thread_local int slot = 0;
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  const unsigned char* (&rows)[32] = w.rows[slot];
+  slot ^= 1;
+  rows[lane] = static_cast<const unsigned char*>(row);
+  w.barrier.arrive_and_wait();
+  for (int i = 0; i < count; ++i) {
+    uint16_t lo, hi;
+    std::memcpy(&lo, rows[8 * i + 2 * q] + 2 * g, 2);
+    std::memcpy(&hi, rows[8 * i + 2 * q + 1] + 2 * g, 2);
+    r[i] = uint32_t(lo) | (uint32_t(hi) << 16);
+  }
+}
+
 // The 16-bit element e (0: low half, 1: high) of a packed register, as float.
 template <typename T>
 float emu_half_of(uint32_t v, int e) {

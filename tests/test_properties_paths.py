@@ -281,8 +281,9 @@ def test_lltm_sequence_nonfinite_like_reference(device, T, B, F, S, dtype, path,
 # ---- TimeX across the algorithm crossovers -------------------------------------------------
 
 # The crossover lengths (csrc/rwkv/timex.cpp: CPU 512 float and half types, 256 float64;
-# csrc/rwkv/timex_cuda.cu: CUDA 768, 256 float64), the fused kernels' power-of-two steps and
-# their maximum 16384, the library FFT's 7-smooth lengths (4097 -> 4116).
+# csrc/rwkv/timex_cuda.cu: CUDA 768 float32, 1024 half types, 256 float64), the fused
+# kernels' power-of-two steps and their maximum 16384, the library FFT's 7-smooth lengths
+# (4097 -> 4116).
 CROSS_T = [255, 256, 257, 511, 512, 513, 767, 768, 769, 1023, 1024, 1025]
 LONG_T = [4097, 16383, 16384, 16385]
 lengths = st.one_of(st.integers(1, 40), st.sampled_from(CROSS_T), st.sampled_from(LONG_T))
@@ -303,7 +304,8 @@ def expected_algorithm(device, dtype, T, algo):
     fused = dtype != torch.float64 and T <= 16384 and smem <= optin
     fastest = "fft_fused" if fused else "fft_library"
     if algo == "auto":
-        return "direct" if T <= (256 if dtype == torch.float64 else 768) else fastest
+        direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 768)
+        return "direct" if T <= direct_max else fastest
     return {"direct": "direct", "fft": fastest, "fft_library": "fft_library"}[algo]
 
 

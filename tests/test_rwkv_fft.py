@@ -374,3 +374,77 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
     monkeypatch.setenv("RWKV_TIMEX_CLUSTER_FORWARD", "both")
     with pytest.raises(ValueError, match="RWKV_TIMEX_CLUSTER_FORWARD must be"):
         torch.ops.rwkv_ops.timex_forward(w, k, 0.3)
+
+
+# ---- bfloat16 / float16 direct kernels on tensor cores (timex_tc_*.cuh, sm_80 and newer) ----
+
+# Bounds on the relative error (2-norm) against float64 on the same rounded inputs.
+HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
+HALF_SHAPES = [(1, 1, 1), (1, 1, 300), (2, 1, 1024), (3, 5, 261), (5, 3, 777), (17, 3, 1000),
+               (20, 2, 136), (33, 2, 520), (9, 4, 2050), (4, 3, 4100)]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", HALF_SHAPES)
+def test_cuda_half_direct_against_float64(dtype, shape, monkeypatch):
+    """Forced direct: out, grad_w and grad_k within HALF_TOL of float64 and within 2x the
+    error of plain PyTorch (conv1d) in the same dtype; the backward bitwise deterministic.
+    Odd B, C and T (element-wise staging), B = C = 1, each batch-size configuration."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
+    w, k, g = make(*shape, "cuda", dtype)
+    want = reference(w, k, g, 0.3)
+    got = ours(w, k, g, 0.3)
+    w_lo, k_lo = (t.detach().clone().requires_grad_() for t in (w, k))
+    plain_out = timex_conv1d(w_lo, k_lo, 0.3)
+    plain = [plain_out, *torch.autograd.grad(plain_out, [w_lo, k_lo], g)]
+    for name, a, p, b in zip(["out", "grad_w", "grad_k"], got, plain, want):
+        assert a.dtype == dtype and a.shape == b.shape, name
+        err = rel_err(a, b)
+        assert err < HALF_TOL[dtype], (name, shape, err)
+        assert err <= 2 * rel_err(p, b) + 1e-3, (name, shape, err, rel_err(p, b))
+    again = ours(w, k, g, 0.3)
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
+    w, k, g = make(3, 4, 1000, "cuda", dtype)
+    want = ours(w, k, g, 0.1)
+    static = [t.clone() for t in (w, k, g)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ours(*static, 0.1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = ours(*static, 0.1)
+    for t, src in zip(static, make(3, 4, 1000, "cuda", dtype)):
+        t.copy_(src * 0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, ours(*static, 0.1)):
+        assert torch.equal(a, b)
+    for a, b in zip(outs, want):
+        assert not torch.equal(a, b)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_half_crossover(dtype, monkeypatch):
+    """auto: the tensor-core direct kernels up to T = 1024 (timex_cuda.cu kDirectMaxT), the
+    fused FFT after; both agree within the dtype's bound on each side."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    for T, algo in ((1024, "direct"), (1025, "fft_fused")):
+        w, k, g = make(2, 3, T, "cuda", dtype)
+        assert rwkv_ops.timex_algorithm(k) == algo, T
+        auto = ours(w, k, g, 0.2)
+        monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft" if algo == "direct" else "direct")
+        other = ours(w, k, g, 0.2)
+        monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+        for a, b in zip(auto, other):
+            assert rel_err(a, b) < 2 * HALF_TOL[dtype], T

@@ -19,6 +19,7 @@
 #include "rwkv/timex_fft_cuda.cuh"
 #include "rwkv/timex_fft_fused.h"
 #include "rwkv/timex_kernels.cuh"
+#include "rwkv/timex_tc_launch.cuh"
 
 FUSED_OPS_PYTHON_MODULE(_C_cuda)
 
@@ -66,7 +67,7 @@ void toeplitz(const Tensor& w, const Tensor& in, Tensor& out, double eps,
   FUSED_OPS_LAUNCH_CHECK();
 }
 
-// The tensor-core kernel (float32, float16, bfloat16).
+// The tensor-core kernel for float32 (3xTF32).
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 void toeplitz_tc(const Tensor& w, const Tensor& in, Tensor& out, double eps,
                  cudaStream_t stream) {
@@ -82,14 +83,30 @@ void toeplitz_tc(const Tensor& w, const Tensor& in, Tensor& out, double eps,
   FUSED_OPS_LAUNCH_CHECK();
 }
 
-// sm_80 and newer take the tensor-core kernel (float32, float16, bfloat16) where Tiles has one
-// for the batch size and length; everything else the FMA kernel.
+// bfloat16 and float16 on sm_80 and newer: the kernels of timex_tc_*.cuh (bf16/fp16 MMAs)
+// for all three products. Elsewhere (and float64) the FMA kernels, float32 on sm_80 and newer
+// the 3xTF32 kernel where Tiles has one for the batch size and length.
+template <typename scalar_t>
+constexpr bool kHalfType = sizeof(scalar_t) == 2;
+
+inline bool half_tensor_cores(const Tensor& t) {
+  return fused_ops::device_properties(t).major >= 8;
+}
+
 template <typename scalar_t, bool CAUSAL>
 void toeplitz_for_batch(const Tensor& w, const Tensor& in, Tensor& out, double eps,
                         cudaStream_t stream) {
   using Tiles = kernels::Tiles<fused_ops::opmath_t<scalar_t>>;
   const int B = static_cast<int>(in.size(0)), T = static_cast<int>(in.size(2));
-  if constexpr (!std::is_same_v<scalar_t, double>) {
+  if constexpr (kHalfType<scalar_t>) {
+    if (half_tensor_cores(in)) {
+      half_tc_launch::toeplitz<scalar_t, CAUSAL>(
+          w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(),
+          out.mutable_data_ptr<scalar_t>(), B, static_cast<int>(in.size(1)), T, eps, stream);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<scalar_t, float>) {
     if (fused_ops::device_properties(in).major >= 8 &&
         Tiles::toeplitz_tc(B, T, [&](auto cfg) {
           toeplitz_tc<scalar_t, decltype(cfg), CAUSAL>(w, in, out, eps, stream);
@@ -119,6 +136,15 @@ template <typename scalar_t>
 void wgrad_for_batch(const Tensor& g, const Tensor& k, Tensor& grad_w,
                      cudaStream_t stream) {
   using Tiles = kernels::Tiles<fused_ops::opmath_t<scalar_t>>;
+  if constexpr (kHalfType<scalar_t>) {
+    if (half_tensor_cores(k)) {
+      half_tc_launch::wgrad<scalar_t>(g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(),
+                                      grad_w.mutable_data_ptr<scalar_t>(),
+                                      static_cast<int>(k.size(0)), static_cast<int>(k.size(1)),
+                                      static_cast<int>(k.size(2)), stream);
+      return;
+    }
+  }
   Tiles::wgrad(static_cast<int>(k.size(0)),
                [&](auto cfg) { wgrad<scalar_t, decltype(cfg)>(g, k, grad_w, stream); });
 }
@@ -135,10 +161,13 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by dtype; longer rows
 // go to the FFT (the fused on-chip kernels up to T = 16384, cuFFT beyond). The direct
 // kernels' cost grows as T^2, the FFT's as T log T. Measured on the H100, forward + backward
-// with 256 to 32768 rows (benchmarks/results/timex_crossover_h100.md): in float32 and
-// bfloat16 the direct kernels win up to T = 768 and the fused FFT from 1024 on at every row
-// count; in float64 (FMA direct kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
-constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 768,
+// op time: float32 (benchmarks/results/timex_crossover_h100.md, 256 to 32768 rows) the direct
+// kernels win up to T = 768 and the fused FFT from 1024 on at every row count; float16 and
+// bfloat16 (bf16/fp16 tensor-core kernels, timex_crossover_half_h100.md, (B, C) = (1, 256),
+// (4, 1024), (16, 512), (32, 1024)) the direct kernels win up to T = 2048, 768, 1536 and 1024:
+// at 1024 by 8% to 40%, except with (4, 1024), where the fused FFT is 3% faster; in float64
+// (FMA direct kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
+constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 1024,
                                    /*float64*/ 256};
 
 int direct_table_index(torch::headeronly::ScalarType t) {

@@ -252,152 +252,161 @@ TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 toeplitz_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
                 scalar_t* __restrict__ out, int B, int C, int T, typename Cfg::acc_t eps,
                 bool vec_w, bool vec_in, bool vec_out) {
-  using acc_t = typename Cfg::acc_t;
-  constexpr int RT = Cfg::RT, RB = Cfg::RB, NB = Cfg::NB, NC = Cfg::NC, UC = Cfg::UC;
-  constexpr int TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB, RING = Cfg::RING;
-  constexpr int K_ROW = Cfg::K_ROW, K_CH = Cfg::K_CH, W_LEN = Cfg::W_LEN, W_CH = Cfg::W_CH;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // sm_80 and newer run the half types on their own tensor-core kernels
+  // (timex_tc_*.cuh, timex_cuda.cu): no body for them here.
+  if constexpr (sizeof(scalar_t) == 2) {
+    return;
+  } else  // NOLINT(readability/braces)
+#endif
+  {
+    using acc_t = typename Cfg::acc_t;
+    constexpr int RT = Cfg::RT, RB = Cfg::RB, NB = Cfg::NB, NC = Cfg::NC, UC = Cfg::UC;
+    constexpr int TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB, RING = Cfg::RING;
+    constexpr int K_ROW = Cfg::K_ROW, K_CH = Cfg::K_CH, W_LEN = Cfg::W_LEN, W_CH = Cfg::W_CH;
 
-  TIMEX_SHARED_BYTES(smem_raw);
-  acc_t* const k_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NC][BB][K_ROW]
-  acc_t* const w_smem = k_smem + 2 * Cfg::K_BUF;              // [2][NC][W_CH]
+    TIMEX_SHARED_BYTES(smem_raw);
+    acc_t* const k_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NC][BB][K_ROW]
+    acc_t* const w_smem = k_smem + 2 * Cfg::K_BUF;              // [2][NC][W_CH]
 
-  const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid & 31, warp = tid >> 5;
-  const int bl = lane % NB, cl = (lane / NB) % NC, tl = lane / (NB * NC);
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int bl = lane % NB, cl = (lane / NB) % NC, tl = lane / (NB * NC);
 
-  const int n_cg = cdiv(C, NC), n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
-  int bid = static_cast<int>(blockIdx.x);
-  const int cg = bid % n_cg;
-  bid /= n_cg;
-  const int bg = bid % n_bg;
-  bid /= n_bg;
-  // Causal: late tiles do the most work; anti-causal: early ones. Heaviest first.
-  const int tile = CAUSAL ? n_tiles - 1 - bid : bid;
-  const int c0 = cg * NC, b0 = bg * BB, ot0 = tile * TT;
-  const int a = warp * TW + tl * RT;  // this thread's first output, relative to ot0
-  const int ow0 = ot0 + warp * TW;    // this warp's first output
+    const int n_cg = cdiv(C, NC), n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
+    int bid = static_cast<int>(blockIdx.x);
+    const int cg = bid % n_cg;
+    bid /= n_cg;
+    const int bg = bid % n_bg;
+    bid /= n_bg;
+    // Causal: late tiles do the most work; anti-causal: early ones. Heaviest first.
+    const int tile = CAUSAL ? n_tiles - 1 - bid : bid;
+    const int c0 = cg * NC, b0 = bg * BB, ot0 = tile * TT;
+    const int a = warp * TW + tl * RT;  // this thread's first output, relative to ot0
+    const int ow0 = ot0 + warp * TW;    // this warp's first output
 
-  // Chunks of n that reach this tile: n <= t (causal) or n >= t (anti-causal).
-  const int first = CAUSAL ? 0 : ot0 / UC;
-  const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
+    // Chunks of n that reach this tile: n <= t (causal) or n >= t (anti-causal).
+    const int first = CAUSAL ? 0 : ot0 / UC;
+    const int last = CAUSAL ? cdiv(imin(T, ot0 + TT), UC) : cdiv(T, UC);
 
-  auto stage = [&](int chunk, int buf) {
-    stage_toeplitz_chunk<scalar_t, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
-                                                chunk, buf, vec_w, vec_in);
-  };
+    auto stage = [&](int chunk, int buf) {
+      stage_toeplitz_chunk<scalar_t, Cfg, CAUSAL>(k_smem, w_smem, tid, w, in, B, C, T, c0, b0, ot0,
+                                                  chunk, buf, vec_w, vec_in);
+    };
 
-  acc_t acc[RT][RB];
+    acc_t acc[RT][RB];
 #pragma unroll
-  for (int i = 0; i < RT; ++i) {
+    for (int i = 0; i < RT; ++i) {
 #pragma unroll
-    for (int j = 0; j < RB; ++j) acc[i][j] = acc_t(0);
-  }
-
-  stage(first, 0);
-  copy_commit();
-  for (int chunk = first; chunk < last; ++chunk) {
-    const int buf = (chunk - first) & 1;
-    if (chunk + 1 < last) stage(chunk + 1, buf ^ 1);
-    copy_commit();
-    copy_wait<1>();
-    TIMEX_SYNC();
-    // Steps of 4 * UG inputs of this chunk that reach this warp's outputs.
-    constexpr int SUB = 4 * Cfg::UG;
-    const int nc0 = chunk * UC;
-    int sub_begin = 0, sub_end = UC / SUB;
-    if (ow0 >= T) {
-      sub_end = 0;
-    } else if (CAUSAL) {
-      sub_end = imin(sub_end, cdiv(ow0 + TW - nc0, SUB));
-    } else if (ow0 > nc0) {
-      sub_begin = (ow0 - nc0) / SUB;
+      for (int j = 0; j < RB; ++j) acc[i][j] = acc_t(0);
     }
+
+    stage(first, 0);
+    copy_commit();
+    for (int chunk = first; chunk < last; ++chunk) {
+      const int buf = (chunk - first) & 1;
+      if (chunk + 1 < last) stage(chunk + 1, buf ^ 1);
+      copy_commit();
+      copy_wait<1>();
+      TIMEX_SYNC();
+      // Steps of 4 * UG inputs of this chunk that reach this warp's outputs.
+      constexpr int SUB = 4 * Cfg::UG;
+      const int nc0 = chunk * UC;
+      int sub_begin = 0, sub_end = UC / SUB;
+      if (ow0 >= T) {
+        sub_end = 0;
+      } else if (CAUSAL) {
+        sub_end = imin(sub_end, cdiv(ow0 + TW - nc0, SUB));
+      } else if (ow0 > nc0) {
+        sub_begin = (ow0 - nc0) / SUB;
+      }
 #pragma unroll 1
-    for (int sub = sub_begin; sub < sub_end; ++sub) {
-      const int n0 = sub * SUB;  // first input of the step, relative to nc0
-      const acc_t* ks = k_smem + buf * Cfg::K_BUF + cl * K_CH + bl * K_ROW + n0;
-      // Window of RING coefficients at step g: ring slot of logical index q is
-      // wrap(q - 4g) (causal) or wrap(q + 4g) (anti-causal); coefficient of output i and
-      // input m of the step is q = i - m + 4 (causal) or q = m - i + RT (anti-causal).
-      // Window position of ring element 0, and its place in the reversed shared copy: the
-      // positions x .. x+3 are wr - (x - pos0) .. + 3, read with load4_rev.
-      const int pos0 = CAUSAL ? a + UC - 4 - n0 : TT - RT - a + n0;
-      const acc_t* wr = w_smem + buf * Cfg::W_BUF + cl * W_CH + W_LEN - 4 - pos0;
-      acc_t ring[RING];
+      for (int sub = sub_begin; sub < sub_end; ++sub) {
+        const int n0 = sub * SUB;  // first input of the step, relative to nc0
+        const acc_t* ks = k_smem + buf * Cfg::K_BUF + cl * K_CH + bl * K_ROW + n0;
+        // Window of RING coefficients at step g: ring slot of logical index q is
+        // wrap(q - 4g) (causal) or wrap(q + 4g) (anti-causal); coefficient of output i and
+        // input m of the step is q = i - m + 4 (causal) or q = m - i + RT (anti-causal).
+        // Window position of ring element 0, and its place in the reversed shared copy: the
+        // positions x .. x+3 are wr - (x - pos0) .. + 3, read with load4_rev.
+        const int pos0 = CAUSAL ? a + UC - 4 - n0 : TT - RT - a + n0;
+        const acc_t* wr = w_smem + buf * Cfg::W_BUF + cl * W_CH + W_LEN - 4 - pos0;
+        acc_t ring[RING];
 #pragma unroll
-      for (int g = 0; g < Cfg::UG; ++g) {
-        if (g == 0) {
+        for (int g = 0; g < Cfg::UG; ++g) {
+          if (g == 0) {
 #pragma unroll
-          for (int q4 = 0; q4 < RING / 4; ++q4) {
-            const Vec4<acc_t> v = load4_rev(wr - 4 * q4);
+            for (int q4 = 0; q4 < RING / 4; ++q4) {
+              const Vec4<acc_t> v = load4_rev(wr - 4 * q4);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
+              for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
+            }
+          } else if (CAUSAL) {
+            const Vec4<acc_t> v = load4_rev(wr + 4 * g);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ring[wrap(e - 4 * g, RING)] = v.v[e];
+          } else {
+            const Vec4<acc_t> v = load4_rev(wr - 4 * g - RT);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ring[wrap(RT + e + 4 * g, RING)] = v.v[e];
           }
-        } else if (CAUSAL) {
-          const Vec4<acc_t> v = load4_rev(wr + 4 * g);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) ring[wrap(e - 4 * g, RING)] = v.v[e];
-        } else {
-          const Vec4<acc_t> v = load4_rev(wr - 4 * g - RT);
+          for (int j = 0; j < RB; ++j) {
+            const Vec4<acc_t> kv = load4(ks + j * NB * K_ROW + 4 * g);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) ring[wrap(RT + e + 4 * g, RING)] = v.v[e];
-        }
+            for (int m = 0; m < 4; ++m) {
 #pragma unroll
-        for (int j = 0; j < RB; ++j) {
-          const Vec4<acc_t> kv = load4(ks + j * NB * K_ROW + 4 * g);
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-#pragma unroll
-            for (int i = 0; i < RT; ++i) {
-              const int q = CAUSAL ? i - m + 4 : m - i + RT;
-              acc[i][j] += ring[CAUSAL ? wrap(q - 4 * g, RING) : wrap(q + 4 * g, RING)] * kv.v[m];
+              for (int i = 0; i < RT; ++i) {
+                const int q = CAUSAL ? i - m + 4 : m - i + RT;
+                acc[i][j] += ring[CAUSAL ? wrap(q - 4 * g, RING) : wrap(q + 4 * g, RING)] * kv.v[m];
+              }
             }
           }
         }
       }
+      TIMEX_SYNC();
     }
-    TIMEX_SYNC();
-  }
 
-  const int c = c0 + cl;
-  if (ow0 >= T || c >= C) return;
-  const int o0 = ot0 + a;
+    const int c = c0 + cl;
+    if (ow0 >= T || c >= C) return;
+    const int o0 = ot0 + a;
 #pragma unroll
-  for (int j = 0; j < RB; ++j) {
-    const int b = b0 + bl + NB * j;
-    if (b >= B) continue;
-    scalar_t* orow = out + (static_cast<int64_t>(b) * C + c) * T;
-    if constexpr (std::is_same_v<scalar_t, acc_t>) {
-      if (vec_out) {
+    for (int j = 0; j < RB; ++j) {
+      const int b = b0 + bl + NB * j;
+      if (b >= B) continue;
+      scalar_t* orow = out + (static_cast<int64_t>(b) * C + c) * T;
+      if constexpr (std::is_same_v<scalar_t, acc_t>) {
+        if (vec_out) {
 #pragma unroll
-        for (int i4 = 0; i4 < RT / 4; ++i4) {
-          if (o0 + 4 * i4 < T) {
-            Vec4<acc_t> v;
+          for (int i4 = 0; i4 < RT / 4; ++i4) {
+            if (o0 + 4 * i4 < T) {
+              Vec4<acc_t> v;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) v.v[e] = acc[4 * i4 + e][j] + eps;
-            *reinterpret_cast<Vec4<acc_t>*>(orow + o0 + 4 * i4) = v;
+              for (int e = 0; e < 4; ++e) v.v[e] = acc[4 * i4 + e][j] + eps;
+              *reinterpret_cast<Vec4<acc_t>*>(orow + o0 + 4 * i4) = v;
+            }
           }
+          continue;
         }
-        continue;
       }
-    }
 #pragma unroll
-    for (int i = 0; i < RT; ++i) {
-      if (o0 + i < T) orow[o0 + i] = static_cast<scalar_t>(acc[i][j] + eps);
+      for (int i = 0; i < RT; ++i) {
+        if (o0 + i < T) orow[o0 + i] = static_cast<scalar_t>(acc[i][j] + eps);
+      }
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------
 // The same Toeplitz products on tensor cores (mma.sync m16n8k8 .tf32, float32 accumulation),
-// sm_80 and newer, for float32, float16 and bfloat16.
+// sm_80 and newer, for float32 (float16 and bfloat16 have their own bf16/fp16 tensor-core
+// kernels there: timex_tc_toeplitz.cuh).
 //
-// float32, "3xTF32": each operand x is split into a tf32 part big (10 explicit mantissa bits)
-// and the rest, small, and a product is accumulated as big*small + small*big + big*big: the
-// dropped small*small term and small's truncation to tf32 are below 2^-20 relative; measured
-// against float64 the error is about twice the FMA kernel's (7.8e-7 against 4.1e-7 at
-// (32, 768, 768)), and tests/test_rwkv.py bounds both. float16 and bfloat16 values (11 and 8
-// significant bits) are tf32 values as they are (staged as float): one MMA per product.
+// "3xTF32": each operand x is split into a tf32 part big (10 explicit mantissa bits) and the
+// rest, small, and a product is accumulated as big*small + small*big + big*big: the dropped
+// small*small term and small's truncation to tf32 are below 2^-20 relative; measured against
+// float64 the error is about twice the FMA kernel's (7.8e-7 against 4.1e-7 at
+// (32, 768, 768)), and tests/test_rwkv.py bounds both.
 //
 // A block computes one channel x TT outputs x BB batch rows; each of its NWARP warps holds two
 // 16-row MMA tiles (m) x 8 * NT columns (NT 8-column tiles). With fewer than 8 * NT batch
@@ -443,7 +452,7 @@ TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ in,
                    scalar_t* __restrict__ out, int B, int C, int T, float eps, bool vec_w,
                    bool vec_in) {
-  constexpr bool SPLIT = std::is_same_v<scalar_t, float>;  // 3xTF32; else one MMA
+  constexpr bool SPLIT = std::is_same_v<scalar_t, float>;  // 3xTF32 (only float32 runs here)
   constexpr int NT = Cfg::NT, UC = Cfg::UC, J = Cfg::J, TW = Cfg::TW, TT = Cfg::TT, BB = Cfg::BB;
   constexpr int K_ROW = Cfg::K_ROW, K_LEAD = CAUSAL ? Cfg::K_LEAD : 0;
   constexpr int TA = Cfg::W_LEN - UC;  // times spanned by the block's A rows
@@ -614,120 +623,129 @@ template <typename scalar_t, typename Cfg>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
              scalar_t* __restrict__ grad_w, int B, int C, int T, bool vec_in) {
-  using acc_t = typename Cfg::acc_t;
-  constexpr int RS = Cfg::RS, NR = Cfg::NR, NCH = Cfg::NCH, NLW = Cfg::NLW, NTWP = Cfg::NTWP;
-  constexpr int TQ = Cfg::TQ, LW = Cfg::LW, ST = Cfg::ST, TC = Cfg::TC, RING = Cfg::RING;
-  constexpr int G_ROW = Cfg::G_ROW, G_CH = Cfg::G_CH, K_LEN = Cfg::K_LEN, K_ROW = Cfg::K_ROW;
-  constexpr int K_CH = Cfg::K_CH, THREADS = Cfg::THREADS;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // sm_80 and newer run the half types on their own tensor-core kernels
+  // (timex_tc_*.cuh, timex_cuda.cu): no body for them here.
+  if constexpr (sizeof(scalar_t) == 2) {
+    return;
+  } else  // NOLINT(readability/braces)
+#endif
+  {
+    using acc_t = typename Cfg::acc_t;
+    constexpr int RS = Cfg::RS, NR = Cfg::NR, NCH = Cfg::NCH, NLW = Cfg::NLW, NTWP = Cfg::NTWP;
+    constexpr int TQ = Cfg::TQ, LW = Cfg::LW, ST = Cfg::ST, TC = Cfg::TC, RING = Cfg::RING;
+    constexpr int G_ROW = Cfg::G_ROW, G_CH = Cfg::G_CH, K_LEN = Cfg::K_LEN, K_ROW = Cfg::K_ROW;
+    constexpr int K_CH = Cfg::K_CH, THREADS = Cfg::THREADS;
 
-  TIMEX_SHARED_BYTES(smem_raw);
-  acc_t* const g_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NCH][NR][G_ROW]
-  acc_t* const k_smem = g_smem + 2 * Cfg::G_BUF;              // [2][NCH][NR][K_ROW]
+    TIMEX_SHARED_BYTES(smem_raw);
+    acc_t* const g_smem = reinterpret_cast<acc_t*>(smem_raw);  // [2][NCH][NR][G_ROW]
+    acc_t* const k_smem = g_smem + 2 * Cfg::G_BUF;              // [2][NCH][NR][K_ROW]
 
-  const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid & 31, warp = tid >> 5;
-  const int p = lane & 15, ls = lane >> 4;
-  const int r = p % NR, ch = p / NR;
-  const int lw = warp % NLW, tw = warp / NLW;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int p = lane & 15, ls = lane >> 4;
+    const int r = p % NR, ch = p / NR;
+    const int lw = warp % NLW, tw = warp / NLW;
 
-  const int n_cg = cdiv(C, NCH);
-  const int cg = static_cast<int>(blockIdx.x) % n_cg;
-  const int tile = static_cast<int>(blockIdx.x) / n_cg;
-  const int c0 = cg * NCH, S0 = tile * ST;
-  const int s_warp = S0 + lw * LW;  // this warp's first lag
+    const int n_cg = cdiv(C, NCH);
+    const int cg = static_cast<int>(blockIdx.x) % n_cg;
+    const int tile = static_cast<int>(blockIdx.x) / n_cg;
+    const int c0 = cg * NCH, S0 = tile * ST;
+    const int s_warp = S0 + lw * LW;  // this warp's first lag
 
-  const int n_chunks = cdiv(T - S0, TC);
-  const int n_stages = cdiv(B, NR) * n_chunks;
+    const int n_chunks = cdiv(T - S0, TC);
+    const int n_stages = cdiv(B, NR) * n_chunks;
 
-  auto stage = [&](int st, int buf) {
-    const int b0 = (st / n_chunks) * NR;
-    const int tc0 = S0 + (st % n_chunks) * TC;
-    const int kb = tc0 - S0 - ST;  // k index of window element 0
-    acc_t* gs = g_smem + buf * Cfg::G_BUF;
-    acc_t* ks = k_smem + buf * Cfg::K_BUF;
-    // Tile row p = (channel chn, row): g and k rows (b0 + row, c0 + chn).
-    auto rows = [&](const scalar_t* base, acc_t* smem, int ch_stride, int row_stride) {
-      return [=](int p, const scalar_t*& src, acc_t*& dst) {
-        const int chn = p / NR, row = p % NR;
-        const int c = c0 + chn, b = b0 + row;
-        dst = smem + chn * ch_stride + row * row_stride;
-        const bool ok = c < C && b < B;
-        src = ok ? base + (static_cast<int64_t>(b) * C + c) * T : base;
-        return ok;
+    auto stage = [&](int st, int buf) {
+      const int b0 = (st / n_chunks) * NR;
+      const int tc0 = S0 + (st % n_chunks) * TC;
+      const int kb = tc0 - S0 - ST;  // k index of window element 0
+      acc_t* gs = g_smem + buf * Cfg::G_BUF;
+      acc_t* ks = k_smem + buf * Cfg::K_BUF;
+      // Tile row p = (channel chn, row): g and k rows (b0 + row, c0 + chn).
+      auto rows = [&](const scalar_t* base, acc_t* smem, int ch_stride, int row_stride) {
+        return [=](int p, const scalar_t*& src, acc_t*& dst) {
+          const int chn = p / NR, row = p % NR;
+          const int c = c0 + chn, b = b0 + row;
+          dst = smem + chn * ch_stride + row * row_stride;
+          const bool ok = c < C && b < B;
+          src = ok ? base + (static_cast<int64_t>(b) * C + c) * T : base;
+          return ok;
+        };
       };
+      stage_tile<THREADS, NCH * NR, TC / 4, scalar_t, acc_t>(tid, tc0, T, vec_in,
+                                                            rows(g, gs, G_CH, G_ROW));
+      stage_tile<THREADS, NCH * NR, K_LEN / 4, scalar_t, acc_t>(tid, kb, T, vec_in,
+                                                               rows(k, ks, K_CH, K_ROW));
     };
-    stage_tile<THREADS, NCH * NR, TC / 4, scalar_t, acc_t>(tid, tc0, T, vec_in,
-                                                          rows(g, gs, G_CH, G_ROW));
-    stage_tile<THREADS, NCH * NR, K_LEN / 4, scalar_t, acc_t>(tid, kb, T, vec_in,
-                                                             rows(k, ks, K_CH, K_ROW));
-  };
 
-  acc_t acc[RS];
+    acc_t acc[RS];
 #pragma unroll
-  for (int i = 0; i < RS; ++i) acc[i] = acc_t(0);
+    for (int i = 0; i < RS; ++i) acc[i] = acc_t(0);
 
-  stage(0, 0);
-  copy_commit();
-  for (int st = 0; st < n_stages; ++st) {
-    const int buf = st & 1;
-    if (st + 1 < n_stages) stage(st + 1, buf ^ 1);
+    stage(0, 0);
     copy_commit();
-    copy_wait<1>();
-    TIMEX_SYNC();
-    // Steps of 4 * UG times of this warp (from t0) that reach its lags and lie before T.
-    constexpr int SUB = 4 * Cfg::UG;
-    const int t0 = S0 + (st % n_chunks) * TC + tw * TQ;
-    const int sub_begin = s_warp > t0 ? (s_warp - t0) / SUB : 0;
-    const int sub_end = t0 < T ? imin(TQ / SUB, cdiv(T - t0, SUB)) : 0;
+    for (int st = 0; st < n_stages; ++st) {
+      const int buf = st & 1;
+      if (st + 1 < n_stages) stage(st + 1, buf ^ 1);
+      copy_commit();
+      copy_wait<1>();
+      TIMEX_SYNC();
+      // Steps of 4 * UG times of this warp (from t0) that reach its lags and lie before T.
+      constexpr int SUB = 4 * Cfg::UG;
+      const int t0 = S0 + (st % n_chunks) * TC + tw * TQ;
+      const int sub_begin = s_warp > t0 ? (s_warp - t0) / SUB : 0;
+      const int sub_end = t0 < T ? imin(TQ / SUB, cdiv(T - t0, SUB)) : 0;
 #pragma unroll 1
-    for (int sub = sub_begin; sub < sub_end; ++sub) {
-      const int x0 = tw * TQ + sub * SUB;  // first time of the step, relative to tc0
-      const acc_t* gs = g_smem + buf * Cfg::G_BUF + ch * G_CH + r * G_ROW + x0;
-      // Window at step j (times tc0 + x0 + 4j ..): k[t - s] for this thread's lags s0 + i,
-      // s0 = s_warp + ls * RS; element q of the window is the coefficient of time m and lag
-      // i with q = m - i + RS; its ring slot is wrap(q + 4j).
-      const acc_t* ks = k_smem + buf * Cfg::K_BUF + ch * K_CH + r * K_ROW +
-                        (x0 - lw * LW - (ls + 1) * RS + ST);
-      acc_t ring[RING];
+      for (int sub = sub_begin; sub < sub_end; ++sub) {
+        const int x0 = tw * TQ + sub * SUB;  // first time of the step, relative to tc0
+        const acc_t* gs = g_smem + buf * Cfg::G_BUF + ch * G_CH + r * G_ROW + x0;
+        // Window at step j (times tc0 + x0 + 4j ..): k[t - s] for this thread's lags s0 + i,
+        // s0 = s_warp + ls * RS; element q of the window is the coefficient of time m and lag
+        // i with q = m - i + RS; its ring slot is wrap(q + 4j).
+        const acc_t* ks = k_smem + buf * Cfg::K_BUF + ch * K_CH + r * K_ROW +
+                          (x0 - lw * LW - (ls + 1) * RS + ST);
+        acc_t ring[RING];
 #pragma unroll
-      for (int j = 0; j < Cfg::UG; ++j) {
-        if (j == 0) {
+        for (int j = 0; j < Cfg::UG; ++j) {
+          if (j == 0) {
 #pragma unroll
-          for (int q4 = 0; q4 < RING / 4; ++q4) {
-            const Vec4<acc_t> v = load4(ks + 4 * q4);
+            for (int q4 = 0; q4 < RING / 4; ++q4) {
+              const Vec4<acc_t> v = load4(ks + 4 * q4);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
+              for (int e = 0; e < 4; ++e) ring[4 * q4 + e] = v.v[e];
+            }
+          } else {
+            const Vec4<acc_t> v = load4(ks + 4 * j + RS);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ring[wrap(RS + e + 4 * j, RING)] = v.v[e];
           }
-        } else {
-          const Vec4<acc_t> v = load4(ks + 4 * j + RS);
+          const Vec4<acc_t> gv = load4(gs + 4 * j);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) ring[wrap(RS + e + 4 * j, RING)] = v.v[e];
-        }
-        const Vec4<acc_t> gv = load4(gs + 4 * j);
+          for (int m = 0; m < 4; ++m) {
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-#pragma unroll
-          for (int i = 0; i < RS; ++i) acc[i] += gv.v[m] * ring[wrap(m - i + RS + 4 * j, RING)];
+            for (int i = 0; i < RS; ++i) acc[i] += gv.v[m] * ring[wrap(m - i + RS + 4 * j, RING)];
+          }
         }
       }
+      TIMEX_SYNC();
     }
-    TIMEX_SYNC();
-  }
 
-  // Partial sums of lag (ch, l) from (tw, r) at red[((ch * ST + l) * NTWP + tw) * NR + r].
-  acc_t* const red = g_smem;
-  const int l0 = lw * LW + ls * RS;
+    // Partial sums of lag (ch, l) from (tw, r) at red[((ch * ST + l) * NTWP + tw) * NR + r].
+    acc_t* const red = g_smem;
+    const int l0 = lw * LW + ls * RS;
 #pragma unroll
-  for (int i = 0; i < RS; ++i) red[((ch * ST + l0 + i) * NTWP + tw) * NR + r] = acc[i];
-  TIMEX_SYNC();
-  for (int o = tid; o < NCH * ST; o += THREADS) {
-    const int chn = o / ST, l = o % ST;
-    const int c = c0 + chn, s = S0 + l;
-    if (c >= C || s >= T) continue;
-    const acc_t* part = red + o * NTWP * NR;
-    acc_t sum = part[0];
-    for (int q = 1; q < NTWP * NR; ++q) sum += part[q];
-    grad_w[static_cast<int64_t>(c) * T + (T - 1 - s)] = static_cast<scalar_t>(sum);
+    for (int i = 0; i < RS; ++i) red[((ch * ST + l0 + i) * NTWP + tw) * NR + r] = acc[i];
+    TIMEX_SYNC();
+    for (int o = tid; o < NCH * ST; o += THREADS) {
+      const int chn = o / ST, l = o % ST;
+      const int c = c0 + chn, s = S0 + l;
+      if (c >= C || s >= T) continue;
+      const acc_t* part = red + o * NTWP * NR;
+      acc_t sum = part[0];
+      for (int q = 1; q < NTWP * NR; ++q) sum += part[q];
+      grad_w[static_cast<int64_t>(c) * T + (T - 1 - s)] = static_cast<scalar_t>(sum);
+    }
   }
 }
 
@@ -746,10 +764,11 @@ wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 // 2026-11-23, benchmarks/results/rwkv_variants_h100.md).
 template <typename acc_t>
 struct Tiles {
-  // sm_80 and newer (float32, float16, bfloat16): the tensor-core configuration for batch size
-  // B and length T, or false where the FMA kernel is faster (up to 4 rows and T <= 256). The fewer
-  // the rows, the more time folds fill the 32 columns of a block (32, 16 x 2, 8 x 4, 4 x 8);
-  // with 4 and 8 folds, 2-warp blocks (half the outputs per block, 8 blocks per SM).
+  // float32 on sm_80 and newer (the half types: timex_tc_launch.cuh): the 3xTF32 configuration
+  // for batch size B and length T, or false where the FMA kernel is faster (up to 4 rows and
+  // T <= 256). The fewer the rows, the more time folds fill the 32 columns of a block (32,
+  // 16 x 2, 8 x 4, 4 x 8); with 4 and 8 folds, 2-warp blocks (half the outputs per block, 8
+  // blocks per SM).
   template <typename F>
   static bool toeplitz_tc(int B, int T, F&& f) {
     if constexpr (std::is_same_v<acc_t, float>) {

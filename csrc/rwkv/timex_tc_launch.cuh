@@ -1,0 +1,89 @@
+// RWKV TimeX, bfloat16 and float16 on sm_80 and newer: the configurations of the tensor-core
+// direct kernels (timex_tc_toeplitz.cuh, timex_tc_wgrad.cuh) and their launches. Included by
+// timex_cuda.cu, which calls them for those dtypes on those devices.
+#pragma once
+
+#include <cstdint>
+
+#include "common/checks.h"
+#include "common/cuda_utils.cuh"
+#include "rwkv/timex_tc_toeplitz.cuh"
+#include "rwkv/timex_tc_wgrad.cuh"
+
+namespace rwkv {
+namespace kernels {
+
+// Toeplitz (forward and grad_k): 4 warps, two 16-row tiles per warp, per tile 8 * NT = 32
+// columns (16 for up to 2 rows) filled with batch rows and time folds: 32 rows; 16 rows x 2
+// folds; 4 rows x 8 folds (3 to 8 rows); 2 rows x 8 folds (1 and 2 rows). Chunks of 128
+// reduction indices, 256 with 8 folds (a block then spans 1024 outputs).
+// grad_w: 4 lag blocks of 16 per warp, 4 warps (16 lag blocks per block), 16 slots per stage.
+// The fastest of the tilings tried on the H100 at (16, 512, 1024), (4, 1024, 4096),
+// (32, 1024, 1024) and (1, 256, 2048) (chunks of 64, 128, 256; 2 or 4 tiles per warp; 4, 8
+// or 16 slots; 2 lag blocks per warp x 8 warps): benchmarks/results/timex_half_direct_h100.md.
+struct HalfTiles {
+  template <typename F>
+  static void toeplitz(int B, F&& f) {
+    if (B > 16) {
+      f(ToeplitzHalfConfig<4, 1, 2, 4, 128, 4>{});
+    } else if (B > 8) {
+      f(ToeplitzHalfConfig<4, 2, 2, 4, 128, 4>{});
+    } else if (B > 2) {
+      f(ToeplitzHalfConfig<4, 8, 2, 4, 256, 4>{});
+    } else {
+      f(ToeplitzHalfConfig<2, 8, 2, 4, 256, 4>{});
+    }
+  }
+  template <typename F>
+  static void wgrad(F&& f) {
+    f(WgradHalfConfig<4, 4, 16, 4>{});
+  }
+};
+
+}  // namespace kernels
+
+namespace half_tc_launch {
+
+inline unsigned blocks_of(int64_t n) {
+  FUSED_OPS_CHECK(n <= INT32_MAX, "timex: the input is too large for one launch (",
+                  fused_ops::num(n), " blocks)");
+  return static_cast<unsigned>(n);
+}
+
+// 16-byte copies of a row: aligned rows of a length divisible by 8.
+inline bool rows_vec(const void* p, int T) { return T % 8 == 0 && fused_ops::aligned16(p); }
+
+// out = eps + causal product of in (CAUSAL: the forward) or the anti-causal one (grad_k).
+// w (C, T), in and out (B, C, T), contiguous, scalar_t = c10::BFloat16 or c10::Half.
+template <typename scalar_t, bool CAUSAL>
+void toeplitz(const scalar_t* w, const scalar_t* in, scalar_t* out, int B, int C, int T,
+              double eps, cudaStream_t stream) {
+  kernels::HalfTiles::toeplitz(B, [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    const int64_t blocks =
+        int64_t{C} * kernels::cdiv(B, Cfg::BB) * kernels::cdiv(T, Cfg::TT);
+    auto kernel = kernels::toeplitz_half_kernel<scalar_t, Cfg, CAUSAL>;
+    static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
+    kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
+        w, in, out, B, C, T, static_cast<float>(eps), rows_vec(in, T));
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+}
+
+// grad_w from g and k (B, C, T), contiguous; grad_w (C, T).
+template <typename scalar_t>
+void wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int B, int C, int T,
+           cudaStream_t stream) {
+  kernels::HalfTiles::wgrad([&](auto cfg) {
+    using Cfg = decltype(cfg);
+    const int64_t blocks = int64_t{C} * kernels::cdiv(T, 16 * (Cfg::NDB - 1));
+    auto kernel = kernels::wgrad_half_kernel<scalar_t, Cfg>;
+    static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
+    kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
+        g, k, grad_w, B, C, T, rows_vec(g, T) && rows_vec(k, T));
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace half_tc_launch
+}  // namespace rwkv

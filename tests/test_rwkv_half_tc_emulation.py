@@ -1,0 +1,106 @@
+"""The bfloat16/float16 direct kernels on tensor cores (csrc/rwkv/timex_tc_toeplitz.cuh,
+timex_tc_wgrad.cuh: mma.sync m16n8k16, ldmatrix .trans) run on the CPU (tests/cuda_emulation.h
+emulates the warp operations with PTX's fragment layouts), so that their tiling, staging,
+fold and diagonal-sum index arithmetic is checked without a GPU."""
+
+from conftest import needs_gxx, run_emulator
+
+EMULATOR = r"""
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "timex_reference.h"
+
+#define TIMEX_EMULATE
+#define TIMEX_DEVICE inline
+#define TIMEX_KERNEL(threads, min_blocks) void
+#define TIMEX_SHARED_BYTES(name) unsigned char* name = emu_smem
+#define TIMEX_SYNC() emu_barrier->arrive_and_wait()
+#include "rwkv/timex_tc_toeplitz.cuh"
+#include "rwkv/timex_tc_wgrad.cuh"
+
+using namespace rwkv::kernels;
+
+std::mt19937 rng(1234);
+int failures = 0;
+
+// bfloat16 and float16 on sm_80 and newer: the kernels of timex_tc_toeplitz.cuh (every
+// configuration that timex_tc_launch.cuh's HalfTiles picks, whatever B) and timex_tc_wgrad.cuh,
+// against float64 on the same rounded inputs, with guards around every output.
+template <typename S>
+void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
+  const size_t n = size_t(B) * C * T;
+  auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 8);
+  const S guard = static_cast<S>(777.0);
+  const bool vec = T % 8 == 0 && offset % 8 == 0;  // the buffers are 16-byte aligned
+  std::vector<double> o(n), dk(n), dw(size_t(C) * T);
+  auto unpack = [&](const std::vector<S>& buf, int off, size_t len, std::vector<double>& dst) {
+    bool ok = true;
+    for (size_t i = 0; i < buf.size(); ++i) {
+      if (i >= size_t(off) && i < off + len) {
+        dst[i - off] = as_double(buf[i]);
+      } else {
+        ok &= std::memcmp(&buf[i], &guard, sizeof(S)) == 0;
+      }
+    }
+    return ok;
+  };
+  auto report = [&](const char* what, double e, bool guards) {
+    const bool ok = e < tol && guards;
+    failures += !ok;
+    std::printf("%s %s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: %.1e%s\n", ok ? "ok  " : "FAIL",
+                what, sizeof(S), B, C, T, offset, int(vec), e,
+                guards ? "" : " (wrote outside the output)");
+  };
+  auto toeplitz = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    const int blocks = C * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
+    std::vector<S> out(in.k.size(), guard), gk(in.k.size(), guard);
+    launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+      toeplitz_half_kernel<S, Cfg, true>(in.w.data(), in.kp, out.data() + offset, B, C, T,
+                                         float(eps), vec);
+    });
+    launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+      toeplitz_half_kernel<S, Cfg, false>(in.w.data(), in.gp, gk.data() + offset, B, C, T, 0.f,
+                                          vec);
+    });
+    char what[64];
+    std::snprintf(what, sizeof what, "half tc BB=%d J=%d out", Cfg::BB, Cfg::J);
+    const bool g1 = unpack(out, offset, n, o);
+    report(what, rel_err(o, in.out_ref), g1);
+    std::snprintf(what, sizeof what, "half tc BB=%d J=%d grad_k", Cfg::BB, Cfg::J);
+    const bool g2 = unpack(gk, offset, n, dk);
+    report(what, rel_err(dk, in.gk_ref), g2);
+  };
+  toeplitz(ToeplitzHalfConfig<4, 1, 2, 4, 128, 4>{});
+  toeplitz(ToeplitzHalfConfig<4, 2, 2, 4, 128, 4>{});
+  toeplitz(ToeplitzHalfConfig<4, 8, 2, 4, 256, 4>{});
+  toeplitz(ToeplitzHalfConfig<2, 8, 2, 4, 256, 4>{});
+  using WCfg = WgradHalfConfig<4, 4, 16, 4>;
+  std::vector<S> gw(size_t(C) * T + 16, guard);
+  launch(C * cdiv(T, 16 * (WCfg::NDB - 1)), WCfg::THREADS, WCfg::SMEM_BYTES, [&] {
+    wgrad_half_kernel<S, WCfg>(in.gp, in.kp, gw.data() + 8, B, C, T, vec);
+  });
+  const bool guards = unpack(gw, 8, dw.size(), dw);
+  report("half tc grad_w", rel_err(dw, in.gw_ref), guards);
+}
+
+int main() {
+  // Odd and even B, C, T; T % 8 != 0 and misaligned rows (element-wise staging); more than
+  // one chunk, time tile, stage and lag tile; B = C = 1.
+  check_half_tc<c10::BFloat16>(3, 2, 600, 0.3, 0, 1e-2);
+  check_half_tc<c10::Half>(17, 2, 136, -0.5, 8, 2e-3);
+  check_half_tc<c10::Half>(1, 1, 261, 0.0, 0, 2e-3);
+  check_half_tc<c10::BFloat16>(5, 3, 77, 0.1, 3, 1e-2);
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}
+"""
+
+
+@needs_gxx
+def test_half_tensor_core_kernels_emulated_on_cpu(tmp_path):
+    """Every Toeplitz configuration that timex_tc_launch.cuh's HalfTiles picks (forward and
+    grad_k) and the grad_w kernel, against float64 on the same rounded inputs, with guard
+    elements around every output."""
+    run_emulator(EMULATOR, tmp_path)

@@ -3,7 +3,7 @@ timex_tc_wgrad.cuh: mma.sync m16n8k16, ldmatrix .trans) run on the CPU (tests/cu
 emulates the warp operations with PTX's fragment layouts), so that their tiling, staging,
 fold and diagonal-sum index arithmetic is checked without a GPU."""
 
-from conftest import needs_gxx, run_emulator
+from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
 #include <cstdio>
@@ -98,7 +98,7 @@ int main() {
 """
 
 
-@needs_gxx
+@emulation_test
 def test_half_tensor_core_kernels_emulated_on_cpu(tmp_path):
     """Every Toeplitz configuration that timex_tc_launch.cuh's HalfTiles picks (forward and
     grad_k) and the grad_w kernel, against float64 on the same rounded inputs, with guard

@@ -101,14 +101,17 @@ __global__ void seq_backward_step_kernel(const scalar_t* __restrict__ grad_h,
   }
 }
 
-// out[i] = a[i] + b[i] in acc_t, rounded once (d_h0 = grad_hs[0] + dz_0 W_h of the fallback).
+// out[i] = a[i] + b[i] in acc_t, rounded once; a nullptr: 0 + b[i] (d_h0 = grad_hs[0] +
+// dz_0 W_h of the fallback; grad_hs[T] = grad_output[T-1] + grad_h_n where the driver assembles
+// grad_hs).
 template <typename scalar_t>
 __global__ void seq_add_kernel(scalar_t* __restrict__ out, const scalar_t* __restrict__ a,
                                const scalar_t* __restrict__ b, int64_t n) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = static_cast<acc_t>(a[i]) + static_cast<acc_t>(b[i]);
+    const acc_t x = a != nullptr ? static_cast<acc_t>(a[i]) : acc_t(0);
+    out[i] = x + static_cast<acc_t>(b[i]);
   }
 }
 
@@ -314,19 +317,59 @@ SeqBackward<scalar_t> backward_args(const Tensor& w_h, Tensor& dz, const Tensor&
           sz.batch,                            sz.state};
 }
 
-template <typename scalar_t>
-void cta_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
-                 const SeqSizes& sz) {
-  seq_cta_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
-                            fused_ops::current_stream(gates));
+// W_h as the cta kernels read it: weights itself with ldw = weights.stride(0) where its
+// columns are contiguous (W_h = weights[:, :S] read in place: no copy, no allocation), else
+// the contiguous copy (ldw = S).
+struct InPlaceWeights {
+  Tensor w_h;
+  int64_t ldw;
+};
+InPlaceWeights in_place_weights(const Tensor& weights, int64_t S) {
+  if (weights.stride(1) == 1 && weights.stride(0) > 0) return {weights, weights.stride(0)};
+  return {recurrent_weights(kCuda, weights, S), S};
 }
 
+template <typename T>
+const T* opt_ptr(const OptTensor& t) {
+  return t ? t->const_data_ptr<T>() : nullptr;
+}
+
+// The cta forward on the op's arguments in place: the kernel reads h0, c0 and W_h where they
+// are and writes hs[0], cells[0] itself (no copy before the launch).
 template <typename scalar_t>
-void cta_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
-                  const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
-  seq_cta_backward<scalar_t>(
-      backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
-      fused_ops::current_stream(dz));
+void cta_forward(const Tensor& weights, const Tensor& h0, const Tensor& c0, Tensor& gates,
+                 Tensor& hs, Tensor& cells, const SeqSizes& sz) {
+  const InPlaceWeights w = in_place_weights(weights, sz.state);
+  const Tensor h0c = seq_contiguous(h0), c0c = seq_contiguous(c0);
+  SeqForward<scalar_t> a = forward_args<scalar_t>(w.w_h, gates, hs, cells, sz);
+  a.ldw = w.ldw;
+  a.h0 = h0c.const_data_ptr<scalar_t>();
+  a.c0 = c0c.const_data_ptr<scalar_t>();
+  seq_cta_forward<scalar_t>(a, fused_ops::current_stream(gates));
+}
+
+// The cta backward: z read from gates and dz written to dz (out of place), W_h in place, the
+// output gradients in their parts (none assembled, none zero-filled).
+template <typename scalar_t>
+void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const Tensor& cells,
+                  const SeqGradParts& g, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
+  const InPlaceWeights w = in_place_weights(weights, sz.state);
+  SeqBackward<scalar_t> a{w.w_h.const_data_ptr<scalar_t>(),
+                          dz.mutable_data_ptr<scalar_t>(),
+                          cells.const_data_ptr<scalar_t>(),
+                          nullptr,  // grad_hs: the parts below instead
+                          opt_ptr<scalar_t>(g.c_n),
+                          d_h0.mutable_data_ptr<scalar_t>(),
+                          d_c0.mutable_data_ptr<scalar_t>(),
+                          sz.steps,
+                          sz.batch,
+                          sz.state};
+  a.ldw = w.ldw;
+  a.z = gates.const_data_ptr<scalar_t>();
+  a.grad_out = opt_ptr<scalar_t>(g.out);
+  a.grad_h0 = opt_ptr<scalar_t>(g.h0);
+  a.grad_h_n = opt_ptr<scalar_t>(g.h_n);
+  seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
 }
 
 template <typename scalar_t>
@@ -392,12 +435,15 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
       fused_ops::raise<std::runtime_error>("lltm_sequence: no sequence kernel for ",    \
                                            fused_ops::dtype_str(TYPE));                   \
   }
-void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
-                             const SeqSizes& sz) {
-  switch (pick_path(gates, sz, /*backward=*/false)) {
-    case SeqPath::kCta:
-      SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, w_h, gates, hs, cells, sz);
-      return;
+void forward_recurrence_cuda(const Tensor& weights, const Tensor& h0, const Tensor& c0,
+                             Tensor& gates, Tensor& hs, Tensor& cells, const SeqSizes& sz) {
+  const SeqPath path = pick_path(gates, sz, /*backward=*/false);
+  if (path == SeqPath::kCta) {
+    SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, weights, h0, c0, gates, hs, cells, sz);
+    return;
+  }
+  const Tensor w_h = prepare_forward(kCuda, weights, h0, c0, hs, cells, sz);
+  switch (path) {
     case SeqPath::kStep:
       SEQ_KERNEL_DTYPES(gates.scalar_type(), step_forward, w_h, gates, hs, cells, sz);
       return;
@@ -411,26 +457,29 @@ void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tenso
   }
 }
 
-void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
-                              const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
+void backward_recurrence_cuda(const Tensor& weights, const Tensor& gates, Tensor& dz,
+                              const Tensor& cells, const SeqGradParts& g, Tensor& d_h0,
                               Tensor& d_c0, const SeqSizes& sz) {
-  switch (pick_path(dz, sz, /*backward=*/true)) {
-    case SeqPath::kCta:
-      SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
-                        d_c0, sz);
-      return;
+  const SeqPath path = pick_path(dz, sz, /*backward=*/true);
+  if (path == SeqPath::kCta) {
+    SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, weights, gates, dz, cells, g, d_h0, d_c0,
+                      sz);
+    return;
+  }
+  const SeqPreparedBackward p = prepare_backward(kCuda, weights, gates, dz, g, sz);
+  switch (path) {
     case SeqPath::kStep:
-      SEQ_KERNEL_DTYPES(dz.scalar_type(), step_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
-                        d_c0, sz);
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), step_backward, p.w_h, dz, cells, p.grad_hs,
+                        p.grad_c_n, d_h0, d_c0, sz);
       return;
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
     case SeqPath::kPersistent:
-      SEQ_KERNEL_DTYPES(dz.scalar_type(), persistent_backward, w_h, dz, cells, grad_hs,
-                        grad_c_n, d_h0, d_c0, sz);
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), persistent_backward, p.w_h, dz, cells, p.grad_hs,
+                        p.grad_c_n, d_h0, d_c0, sz);
       return;
 #endif
     default:
-      per_step_backward(kCuda, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz,
+      per_step_backward(kCuda, p.w_h, dz, cells, p.grad_hs, p.grad_c_n, d_h0, d_c0, sz,
                         backward_step_cuda);
   }
 }
@@ -443,14 +492,15 @@ std::tuple<Tensor, Tensor, Tensor> sequence_forward_cuda(Tensor input, Tensor we
   return sequence_forward(kCuda, input, weights, bias, h0, c0, sz, forward_recurrence_cuda);
 }
 
-SeqGrads sequence_backward_cuda(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
-                                Tensor hs, Tensor cells, Tensor gates, SeqGradMask output_mask) {
+SeqGrads sequence_backward_cuda(OptTensor grad_hs, OptTensor grad_c_n, Tensor input,
+                                Tensor weights, Tensor hs, Tensor cells, Tensor gates,
+                                SeqGradMask output_mask, OptTensor grad_h_n) {
   const SeqSizes sz = check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells,
-                                                   gates, output_mask);
+                                                   gates, output_mask, grad_h_n);
   const fused_ops::DeviceGuard guard(input.get_device_index());
   fused_ops::check_kernel_image(input);
-  return sequence_backward(kCuda, grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
-                           backward_recurrence_cuda);
+  return sequence_backward(kCuda, seq_grad_parts(grad_hs, grad_h_n, grad_c_n, sz), input,
+                           weights, hs, cells, gates, output_mask, sz, backward_recurrence_cuda);
 }
 
 }  // namespace

@@ -8,13 +8,12 @@ EMULATOR = r"""
 // Runs the forward and backward kernels of the cta path (csrc/lltm/lltm_sequence_cta_*.cuh) on
 // the CPU with the plan the launcher computes (choose_kc, make_forward_plan,
 // make_backward_plan), and checks every buffer they write against the recurrence of
-// lltm_sequence.h in float64, and the guard elements after each output. Three forms of the
-// operands (lltm_sequence.h, the fields after `state`): kPrepared, the zero values (W_h
-// contiguous, h0 / c0 in hs[0] / cells[0], z in the dz buffer); kInPlace, what the launcher
-// passes (W_h a column block of a wider matrix, ldw > S; h0 and c0 in their own buffers, hs[0]
-// and cells[0] written by the kernel; z read out of place and left intact; h_n's gradient
-// apart from the output's, which the kernel adds at t = T-1); kSparse, kInPlace with every
-// optional gradient absent but h_n's (nullptr: zero; h_n.sum().backward()).
+// lltm_sequence.h in float64, and the guard elements after each output. The operands as the
+// launcher passes them (lltm_sequence.h, the fields after `state`): W_h a column block of a
+// wider matrix (ldw > S); h0 and c0 in their own buffers, hs[0] and cells[0] written by the
+// kernel; z read out of place and left intact; the output's gradient and h_n's apart, added
+// by the kernel at t = T-1 (kFull), or every optional gradient absent but h_n's (kSparse:
+// nullptr for zero, as h_n.sum().backward() leaves them).
 #include <cstdio>
 
 #include "cuda_emulation.h"
@@ -43,11 +42,11 @@ void with_kc_rb(int kc, int rb, Fn fn) {
   }
 }
 
-enum Mode { kPrepared, kInPlace, kSparse };
-const char* const kModeNames[] = {"prepared", "in-place", "sparse"};
+enum Mode { kFull, kSparse };
+const char* const kModeNames[] = {"full", "sparse"};
 
 template <typename S>
-void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode = kInPlace) {
+void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode = kFull) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
   auto [w, gates, hs, cells, grad_hs, grad_c, d_h0, d_c0] = seq_inputs<S>(T, B, S_);
   if (mode == kSparse) {
@@ -64,10 +63,9 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode
   const int kc = choose_kc(S_);
   const Plan fp = make_forward_plan(S_, kc, rb), bp = make_backward_plan(S_, kc, rb);
   const int ctas = (B + rb - 1) / rb;
-  const bool in_place = mode != kPrepared;
-  // kInPlace / kSparse: W_h as the first S columns of (3S, S + 3) weights; h0, c0 in their own
-  // buffers and hs[0], cells[0] set to a value the kernel must overwrite; h_n's gradient half
-  // of grad_hs[T] and the output's the other half (halving is exact: the sum is grad_hs[T]).
+  // W_h as the first S columns of (3S, S + 3) weights; h0, c0 in their own buffers and hs[0],
+  // cells[0] set to a value the kernel must overwrite; h_n's gradient half of grad_hs[T] and
+  // the output's the other half (halving is exact: the sum is grad_hs[T]).
   const int ldw = S_ + 3;
   std::vector<S> wide(3 * size_t(S_) * ldw, static_cast<S>(555.0));
   for (size_t r = 0; r < 3 * size_t(S_); ++r) {
@@ -81,21 +79,15 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode
     grad_out[nh - 2 * nb + i] = half;
     grad_h_n[i] = mode == kSparse ? grad_hs[nh - nb + i] : half;
   }
-  if (in_place) {
-    for (size_t i = 0; i < nb; ++i) hs[i] = cells[i] = static_cast<S>(555.0);
-  }
-  SeqForward<S> f{in_place ? wide.data() : w.data(), gates.data(), hs.data(), cells.data(), T,
-                  B, S_};
-  if (in_place) {
-    f.ldw = ldw;
-    f.h0 = h0.data();
-    f.c0 = c0.data();
-  }
-  // kPrepared: dz over z in gates; else z read from gates (checked intact) and dz written to
-  // its own buffer (with guards).
+  for (size_t i = 0; i < nb; ++i) hs[i] = cells[i] = static_cast<S>(555.0);
+  SeqForward<S> f{wide.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
+  f.ldw = ldw;
+  f.h0 = h0.data();
+  f.c0 = c0.data();
+  // z read from gates (checked intact), dz written to its own buffer (with guards).
   std::vector<S> dz_buf = random_vector<S>(0, 1.0, n3 + kGuard);
-  SeqBackward<S> bw{in_place ? wide.data() : w.data(),
-                    in_place ? dz_buf.data() : gates.data(),
+  SeqBackward<S> bw{wide.data(),
+                    dz_buf.data(),
                     cells.data(),
                     nullptr,
                     mode == kSparse ? nullptr : grad_c.data(),
@@ -104,14 +96,12 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode
                     T,
                     B,
                     S_};
-  bw.grad_out = mode == kSparse ? nullptr : in_place ? grad_out.data() : grad_hs.data() + nb;
+  bw.grad_out = mode == kSparse ? nullptr : grad_out.data();
   bw.grad_h0 = mode == kSparse ? nullptr : grad_hs.data();
-  if (in_place) {
-    bw.ldw = ldw;
-    bw.z = gates.data();
-    bw.grad_h_n = grad_h_n.data();
-  }
-  // Forward's z is checked after the backward ran (kPrepared: overwrote it): keep a copy.
+  bw.ldw = ldw;
+  bw.z = gates.data();
+  bw.grad_h_n = grad_h_n.data();
+  // Forward's z, checked after the backward ran (which must leave it intact).
   std::vector<double> got_z;
   bool guards = true;
   with_kc_rb(kc, rb, [&](auto kcc, auto rbc) {
@@ -125,11 +115,10 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode
   });
 
   std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0, z_after;
-  guards &= take(hs, nh, got_h) && take(cells, nh, got_c) &&
-            take(in_place ? dz_buf : gates, n3, got_dz) && take(d_h0, nb, got_dh0) &&
-            take(d_c0, nb, got_dc0);
-  // In place: the backward read z without writing it.
-  if (in_place && (!take(gates, n3, z_after) || z_after != got_z)) {
+  guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(dz_buf, n3, got_dz) &&
+            take(d_h0, nb, got_dh0) && take(d_c0, nb, got_dc0);
+  // The backward read z without writing it.
+  if (!take(gates, n3, z_after) || z_after != got_z) {
     std::printf("FAIL %s: the backward changed z\n", kModeNames[mode]);
     ++failures;
   }
@@ -191,10 +180,7 @@ int main() {
   check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2);
   check<c10::Half>("float16", 5, 3, 43, 1, 5e-3);
   check<c10::Half>("float16", 3, 2, 128, 1, 5e-3);
-  // The prepared form (the fields' zero values) and the sparse gradients, a few shapes each.
-  check<float>("float32", 5, 3, 33, 2, f32, kPrepared);
-  check<float>("float32", 3, 3, 128, 2, f32, kPrepared);
-  check<c10::Half>("float16", 5, 3, 21, 2, 5e-3, kPrepared);
+  // Only h_n's gradient, a few shapes.
   check<float>("float32", 5, 3, 7, 2, f32, kSparse);
   check<float>("float32", 6, 5, 37, 4, f32, kSparse);
   check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2, kSparse);

@@ -26,41 +26,42 @@
 
 namespace lltm {
 
-// Sizes and pointers of one forward recurrence. w_h is W_h, (3S, S), rows ldw apart.
-// The fields after `state` serve the cta kernels (lltm_sequence_cta.cuh), which read the op's
-// arguments in place so that the host issues no copy before the launch; the other paths take
-// the prepared form, which is also what these fields' zero values mean: ldw = 0 (W_h
-// contiguous, ldw = S: the host's copy) and h0 = c0 = nullptr (hs[0], cells[0] already hold
-// the initial states: the host's copies).
+// Sizes and pointers of one forward recurrence. w_h is W_h, (3S, S).
+// The fields after `state` are the cta kernels' (lltm_sequence_cta.cuh), which read the op's
+// arguments in place, so that the host issues no copy before the launch, and require them
+// (ldw > 0, h0 and c0 set). The other paths take the prepared form, which the fields' zero
+// values stand for: W_h contiguous (the host's copy; ldw = S) and hs[0], cells[0] holding the
+// initial states (the host's copies); they leave the fields unread.
 template <typename T>
 struct SeqForward {
   const T* w_h;
   T* gates;  // (T, B, 3S): P in, z out
-  T* hs;     // (T+1, B, S): hs[0] = h0 in, or written from h0
-  T* cells;  // (T+1, B, S): cells[0] = c0 in, or written from c0
+  T* hs;     // (T+1, B, S): hs[0] = h0 in (cta: written from h0)
+  T* cells;  // (T+1, B, S): cells[0] = c0 in (cta: written from c0)
   int64_t steps, batch, state;
-  int64_t ldw = 0;           // W_h's row stride (weights.stride(0): W_h = weights[:, :S])
-  const T* h0 = nullptr;     // (B, S) contiguous: copied into hs[0] by the kernel
-  const T* c0 = nullptr;     // (B, S) contiguous: copied into cells[0] by the kernel
+  int64_t ldw = 0;        // W_h's row stride (weights.stride(0): W_h = weights[:, :S])
+  const T* h0 = nullptr;  // (B, S) contiguous: copied into hs[0] by the kernel
+  const T* c0 = nullptr;  // (B, S) contiguous: copied into cells[0] by the kernel
 };
 
-// Sizes and pointers of one backward recurrence. The fields after `state` serve the cta
-// kernels as SeqForward's do: W_h in place (ldw), z read out of place (z, so the saved gates
-// stay intact without the host's copy of them into the dz buffer) and the gradient of the
-// outputs in the parts autograd hands over, each nullptr for zero (no host-side assembly of
-// grad_hs). The other paths read w_h contiguous, z from gates (the host copied it there),
-// grad_hs and grad_c_n assembled by the host, and leave these fields unread.
+// Sizes and pointers of one backward recurrence. The fields after `state` are the cta
+// kernels' as SeqForward's are (required: ldw > 0, z set): W_h in place, z read out of place
+// (the saved gates stay intact without the host's copy of them into the dz buffer) and the
+// gradient of the outputs in the parts autograd hands over, each nullptr for zero (no
+// host-side assembly of grad_hs; grad_hs unread). The other paths read w_h contiguous, z from
+// gates (the host copied it there), grad_hs and grad_c_n assembled by the host, and leave
+// these fields unread.
 template <typename T>
 struct SeqBackward {
   const T* w_h;       // (3S, S)
-  T* gates;           // (T, B, 3S): z in (z == nullptr), dz out
+  T* gates;           // (T, B, 3S): z in (not cta), dz out
   const T* cells;     // (T+1, B, S) from the forward
   const T* grad_hs;   // (T+1, B, S): dL/dhs (the output's gradient at hs[1:], h_n's added at hs[T])
   const T* grad_c_n;  // (B, S); the cta kernels: nullptr for zero
   T* d_h0;            // (B, S)
   T* d_c0;            // (B, S)
   int64_t steps, batch, state;
-  int64_t ldw = 0;               // W_h's row stride; 0: S
+  int64_t ldw = 0;               // W_h's row stride
   const T* z = nullptr;          // (T, B, 3S): z_t, read (dz_t written to gates)
   const T* grad_out = nullptr;   // (T, B, S): dL/dh_t = dL/dhs[t+1] (the output's gradient)
   const T* grad_h0 = nullptr;    // (B, S): dL/dhs[0], added to d_h0

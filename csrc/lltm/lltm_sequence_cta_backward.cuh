@@ -50,9 +50,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int col = tid / kLanes, j = tid % kLanes;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
-  // z_t is read from f.z (or in place from f.gates), dz_t written to f.gates; the gradient of
-  // h_t from f.grad_out (nullptr: zero; stage slot 4 then unused).
-  const T* const zs = f.z != nullptr ? f.z : f.gates;
+  // z_t is read from f.z, dz_t written to f.gates; the gradient of h_t from f.grad_out
+  // (nullptr: zero; stage slot 4 then unused).
+  const T* const zs = f.z;
   const T* const gout = f.grad_out;
   // One past each staged buffer's last element (stage_copy's bound).
   const T* const z_end = zs + T_ * B * 3 * S;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const T* const gout_end = gout != nullptr ? gout + T_ * B * S : nullptr;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
-  const int64_t ldw = f.ldw != 0 ? f.ldw : S;  // W_h read in place, rows ldw apart
+  const int64_t ldw = f.ldw;  // W_h read in place, rows ldw apart
   float w[3][KC];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
   // This lane's weights: the 3 gate rows of column col over its float4 groups of k (W_h read
   // in place, rows ldw apart).
-  const int64_t ldw = f.ldw != 0 ? f.ldw : S;
+  const int64_t ldw = f.ldw;
   float w[3][KC];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
@@ -60,17 +60,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                                  : 0.f;
     }
   }
-  // The initial states: from h0 and c0, which this CTA's rows of hs[0] and cells[0] then get
-  // (h0 and c0 themselves: outputs of the op), or from hs[0] and cells[0] (h0 == nullptr).
-  const T* h_init = f.h0 != nullptr ? f.h0 : f.hs;
-  const T* c_init = f.c0 != nullptr ? f.c0 : f.cells;
-  // Both h buffers: h_init in buffer 0, zeros elsewhere (k >= S and rows past the batch stay
-  // zero: only k < S of valid rows are written later).
+  // The initial states from h0 and c0, which this CTA's rows of hs[0] and cells[0] then get
+  // (the op returns them there). Both h buffers: h0 in buffer 0, zeros elsewhere (k >= S and
+  // rows past the batch stay zero: only k < S of valid rows are written later).
   for (int i = tid; i < 2 * RB * HS; i += p.threads) {
     const int buf = i / (RB * HS), r = i / HS % RB, k = i % HS;
     const bool in = buf == 0 && r < nb && k < S;
-    const T h = in ? h_init[(b0 + r) * S + k] : T(0.f);
-    if (in && f.h0 != nullptr) f.hs[(b0 + r) * S + k] = h;
+    const T h = in ? f.h0[(b0 + r) * S + k] : T(0.f);
+    if (in) f.hs[(b0 + r) * S + k] = h;
     hbuf[i] = in ? static_cast<float>(h) : 0.f;
   }
   // Lane j runs the cells of rows kq kLanes + j, kq < NR.
@@ -84,8 +81,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       continue;
     }
     const int64_t o = (b0 + row_of(kq)) * S + col;
-    const T c0 = c_init[o];
-    if (f.c0 != nullptr) f.cells[o] = c0;
+    const T c0 = f.c0[o];
+    f.cells[o] = c0;
     c[kq] = static_cast<float>(c0);
   }
   // Global offsets of row kq = 0 of this lane, advanced by one step per iteration (row kq adds

@@ -10,7 +10,8 @@
 // Buffers (contiguous, one dtype):
 //   gates (T, B, 3S): P_t on entry to the forward recurrence, z_t on exit (kept for the
 //                     backward: no recomputation of the recurrent GEMM); the backward
-//                     recurrence overwrites it in place with dz_t = dL/dz_t.
+//                     recurrence writes dz_t = dL/dz_t into a buffer of the same shape (the
+//                     cta kernels read z from gates; the other paths overwrite a copy of it).
 //   hs    (T+1, B, S): hs[0] = h0 on entry, hs[t+1] = h_t written by the forward; the layer's
 //                     output is hs[1:], h_n = hs[T], and hs[:T] is the weight gradient's h_{t-1}.
 //   cells (T+1, B, S): cells[0] = c0 on entry, cells[t+1] = c_t; c_n = cells[T].

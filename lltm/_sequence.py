@@ -41,15 +41,20 @@ def _forward_fake(input, weights, bias, h0, c0):
 
 
 @torch.library.register_fake("lltm::lltm_sequence_backward")
-def _backward_fake(grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask):
+def _backward_fake(grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask,
+                   grad_h_n=None):
     # (d_input, d_weights, d_bias, d_h0, d_c0); output_mask: the first three.
     shapes = [tuple(input.shape), tuple(weights.shape), (weights.shape[0],)]
     grads = [input.new_empty(s if need else (0,)) for s, need in zip(shapes, output_mask)]
-    return (*grads, input.new_empty(grad_c_n.shape), input.new_empty(grad_c_n.shape))
+    state = (hs.shape[1], hs.shape[2])
+    return (*grads, input.new_empty(state), input.new_empty(state))
 
 
 # Autograd. The stable ABI has no C++ autograd, so the formula is registered here; the
-# backward runs lltm_sequence_backward once for the whole sequence.
+# backward runs lltm_sequence_backward once for the whole sequence. Its gradient arguments:
+# grad_hs, the gradient of hs (T+1, B, S) or of hs[1:] (T, B, S: the layer's output, hs[0]'s
+# gradient zero), grad_c_n (B, S) and grad_h_n (B, S, added to hs[T]'s gradient); each may be
+# None for zero, so that no caller builds a zero tensor or sums gradients before the call.
 
 
 def _setup_context(ctx, inputs, output):
@@ -63,20 +68,17 @@ def _setup_context(ctx, inputs, output):
 
 
 def _sequence_backward(ctx, grad_hs, grad_cells, _grad_gates):
-    _, _, hs, cells, _ = ctx.saved_tensors
-    if grad_hs is None:
-        grad_hs = torch.zeros_like(hs)
     # The recurrence takes the gradient of c_n = cells[T] only: the other entries of cells are
     # not returned to users (lltm_sequence exposes cells[T] alone), so theirs is always zero.
-    grad_c_n = torch.zeros_like(cells[-1]) if grad_cells is None else grad_cells[-1]
-    return _run_backward(ctx, grad_hs, grad_c_n)
+    grad_c_n = None if grad_cells is None else grad_cells[-1]
+    return _run_backward(ctx, grad_hs, grad_c_n, None)
 
 
-def _run_backward(ctx, grad_hs, grad_c_n):
+def _run_backward(ctx, grad_hs, grad_c_n, grad_h_n):
     """lltm_sequence_backward on the saved buffers: the gradients of the five inputs."""
     input, weights, hs, cells, gates = ctx.saved_tensors
     need = ctx.needs_input_grad  # input, weights, bias, h0, c0
-    args = (grad_hs, grad_c_n, input, weights, hs, cells, gates, need[:3])
+    args = (grad_hs, grad_c_n, input, weights, hs, cells, gates, need[:3], grad_h_n)
     if torch.is_grad_enabled():
         # create_graph=True: through lltm_sequence_backward's autograd formula (below), which
         # raises when a second backward reaches it instead of passing these gradients off as
@@ -131,20 +133,9 @@ class _SequenceFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, grad_h_n, grad_c_n):
-        hs = ctx.saved_tensors[2]
-        # dL/dhs: hs[0] = h0 reaches users through no output (its gradient is the op's d_h0),
-        # hs[1:] is output, hs[T] also h_n.
-        grad_hs = hs.new_empty(hs.shape)
-        grad_hs[0].zero_()
-        if grad_output is None:
-            grad_hs[1:].zero_()
-        else:
-            grad_hs[1:].copy_(grad_output)
-        if grad_h_n is not None:
-            grad_hs[-1].add_(grad_h_n)
-        if grad_c_n is None:
-            grad_c_n = hs.new_zeros(hs.shape[1:])
-        return _run_backward(ctx, grad_hs, grad_c_n)
+        # The op takes the three gradients as they arrive (output = hs[1:], so grad_output is
+        # grad_hs's (T, B, S) form; None for zero): no tensor is built here.
+        return _run_backward(ctx, grad_output, grad_c_n, grad_h_n)
 
 
 def _sequence_op(input, weights, bias, h0, c0):

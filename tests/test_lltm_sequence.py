@@ -387,7 +387,7 @@ def test_backward_op_bad_inputs(device):
     grad_hs, grad_c_n = torch.randn_like(hs), torch.randn_like(cells[-1])
     op = torch.ops.lltm.lltm_sequence_backward
     with pytest.raises(ValueError, match=r"grad_hs.shape\[0\] must be 4"):
-        op(grad_hs[1:], grad_c_n, inputs[0], inputs[1], hs, cells, gates, [True] * 3)
+        op(grad_hs[2:], grad_c_n, inputs[0], inputs[1], hs, cells, gates, [True] * 3)
     with pytest.raises(ValueError, match=r"gates.shape\[2\] must be 15"):
         op(grad_hs, grad_c_n, inputs[0], inputs[1], hs, cells, gates[..., 1:], [True] * 3)
     with pytest.raises(ValueError, match="output_mask must have 3 entries"):

@@ -8,7 +8,12 @@ EMULATOR = r"""
 // Runs the forward and backward kernels of the cta path (csrc/lltm/lltm_sequence_cta_*.cuh) on
 // the CPU with the plan the launcher computes (choose_kc, make_forward_plan,
 // make_backward_plan), and checks every buffer they write against the recurrence of
-// lltm_sequence.h in float64, and the guard elements after each output.
+// lltm_sequence.h in float64, and the guard elements after each output. The operands as the
+// launcher passes them (lltm_sequence.h, the fields after `state`): W_h a column block of a
+// wider matrix (ldw > S); h0 and c0 in their own buffers, hs[0] and cells[0] written by the
+// kernel; z read out of place and left intact; the output's gradient and h_n's apart, added
+// by the kernel at t = T-1 (kFull), or every optional gradient absent but h_n's (kSparse:
+// nullptr for zero, as h_n.sum().backward() leaves them).
 #include <cstdio>
 
 #include "cuda_emulation.h"
@@ -37,10 +42,18 @@ void with_kc_rb(int kc, int rb, Fn fn) {
   }
 }
 
+enum Mode { kFull, kSparse };
+const char* const kModeNames[] = {"full", "sparse"};
+
 template <typename S>
-void check(const char* name, int T, int B, int S_, int rb, double tol) {
+void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode = kFull) {
   const size_t n3 = size_t(T) * B * 3 * S_, nh = size_t(T + 1) * B * S_, nb = size_t(B) * S_;
   auto [w, gates, hs, cells, grad_hs, grad_c, d_h0, d_c0] = seq_inputs<S>(T, B, S_);
+  if (mode == kSparse) {
+    // Only h_n's gradient: grad_hs zero but at hs[T], grad_c zero (what the reference reads).
+    for (size_t i = 0; i < nh - nb; ++i) grad_hs[i] = static_cast<S>(0.0);
+    for (size_t i = 0; i < nb; ++i) grad_c[i] = static_cast<S>(0.0);
+  }
 
   // float64 reference from the same (rounded) inputs (lltm_sequence_reference.h).
   const SeqReference ref = sequence_reference(w, gates, hs, cells, grad_hs, grad_c, T, B, S_);
@@ -50,10 +63,45 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
   const int kc = choose_kc(S_);
   const Plan fp = make_forward_plan(S_, kc, rb), bp = make_backward_plan(S_, kc, rb);
   const int ctas = (B + rb - 1) / rb;
-  SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
-  SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
-                    d_h0.data(), d_c0.data(), T, B, S_};
-  // Forward's z is checked after the backward overwrote it: keep a copy from between.
+  // W_h as the first S columns of (3S, S + 3) weights; h0, c0 in their own buffers and hs[0],
+  // cells[0] set to a value the kernel must overwrite; h_n's gradient half of grad_hs[T] and
+  // the output's the other half (halving is exact: the sum is grad_hs[T]).
+  const int ldw = S_ + 3;
+  std::vector<S> wide(3 * size_t(S_) * ldw, static_cast<S>(555.0));
+  for (size_t r = 0; r < 3 * size_t(S_); ++r) {
+    for (int k = 0; k < S_; ++k) wide[r * ldw + k] = w[r * S_ + k];
+  }
+  std::vector<S> h0(hs.begin(), hs.begin() + nb), c0(cells.begin(), cells.begin() + nb);
+  std::vector<S> grad_out(grad_hs.begin() + nb, grad_hs.end()), grad_h_n(nb);
+  for (size_t i = 0; i < nb; ++i) {
+    // kSparse: grad_out absent, so h_n's gradient is all of grad_hs[T].
+    const S half = static_cast<S>(as_double(grad_hs[nh - nb + i]) * 0.5);
+    grad_out[nh - 2 * nb + i] = half;
+    grad_h_n[i] = mode == kSparse ? grad_hs[nh - nb + i] : half;
+  }
+  for (size_t i = 0; i < nb; ++i) hs[i] = cells[i] = static_cast<S>(555.0);
+  SeqForward<S> f{wide.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
+  f.ldw = ldw;
+  f.h0 = h0.data();
+  f.c0 = c0.data();
+  // z read from gates (checked intact), dz written to its own buffer (with guards).
+  std::vector<S> dz_buf = random_vector<S>(0, 1.0, n3 + kGuard);
+  SeqBackward<S> bw{wide.data(),
+                    dz_buf.data(),
+                    cells.data(),
+                    nullptr,
+                    mode == kSparse ? nullptr : grad_c.data(),
+                    d_h0.data(),
+                    d_c0.data(),
+                    T,
+                    B,
+                    S_};
+  bw.grad_out = mode == kSparse ? nullptr : grad_out.data();
+  bw.grad_h0 = mode == kSparse ? nullptr : grad_hs.data();
+  bw.ldw = ldw;
+  bw.z = gates.data();
+  bw.grad_h_n = grad_h_n.data();
+  // Forward's z, checked after the backward ran (which must leave it intact).
   std::vector<double> got_z;
   bool guards = true;
   with_kc_rb(kc, rb, [&](auto kcc, auto rbc) {
@@ -66,9 +114,14 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
     launch(ctas, bp.threads, bp.total * 4, [&] { backward_kernel<S, KC, RB>(bp, bw); });
   });
 
-  std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0;
-  guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(gates, n3, got_dz) &&
+  std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0, z_after;
+  guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(dz_buf, n3, got_dz) &&
             take(d_h0, nb, got_dh0) && take(d_c0, nb, got_dc0);
+  // The backward read z without writing it.
+  if (!take(gates, n3, z_after) || z_after != got_z) {
+    std::printf("FAIL %s: the backward changed z\n", kModeNames[mode]);
+    ++failures;
+  }
   const double errs[6] = {rel_err(got_z, z), rel_err(got_h, h), rel_err(got_c, c),
                           rel_err(got_dz, dz), rel_err(got_dh0, want_dh0), rel_err(got_dc0, dc)};
   const double maxs[6] = {max_abs(got_z, z), max_abs(got_h, h), max_abs(got_c, c),
@@ -78,10 +131,10 @@ void check(const char* name, int T, int B, int S_, int rb, double tol) {
   const bool ok = worst < tol && guards;
   failures += !ok;
   std::printf(
-      "%s %-8s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d | rel "
+      "%s %-8s %-8s T=%d B=%d S=%d rb=%d ctas=%d threads=%d kc=%d | rel "
       "z %.1e h %.1e c %.1e dz %.1e dh0 %.1e dc0 %.1e | max abs z %.1e h %.1e c %.1e dz %.1e "
       "dh0 %.1e dc0 %.1e | guards %s\n",
-      ok ? "ok  " : "FAIL", name, T, B, S_, rb, ctas, fp.threads, fp.kc, errs[0], errs[1],
+      ok ? "ok  " : "FAIL", name, kModeNames[mode], T, B, S_, rb, ctas, fp.threads, fp.kc, errs[0], errs[1],
       errs[2], errs[3], errs[4], errs[5], maxs[0], maxs[1], maxs[2], maxs[3], maxs[4], maxs[5],
       guards ? "intact" : "OVERWRITTEN");
 }
@@ -127,6 +180,10 @@ int main() {
   check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2);
   check<c10::Half>("float16", 5, 3, 43, 1, 5e-3);
   check<c10::Half>("float16", 3, 2, 128, 1, 5e-3);
+  // Only h_n's gradient, a few shapes.
+  check<float>("float32", 5, 3, 7, 2, f32, kSparse);
+  check<float>("float32", 6, 5, 37, 4, f32, kSparse);
+  check<c10::BFloat16>("bfloat16", 5, 3, 33, 4, 2e-2, kSparse);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

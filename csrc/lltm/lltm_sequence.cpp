@@ -36,9 +36,23 @@ void copy2d_cpu(const Tensor&, void* dst, int64_t dpitch, const void* src, int64
 void zero_cpu(const Tensor&, void* dst, int64_t bytes) {
   if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
 }
-// add and column_sum stay unset: the CPU's recurrence and bias sum are this file's own.
+// out = a + b (a nullptr: zeros) in the opmath type, rounded once: grad_hs[T] = grad_output[T-1]
+// + grad_h_n where the driver assembles grad_hs (seq_grad_hs), as ATen's add of two tensors.
+void add_cpu(const Tensor& like, void* out, const void* a, const void* b, int64_t n) {
+  FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cpu", [&] {
+    using acc_t = fused_ops::opmath_t<scalar_t>;
+    auto* o = static_cast<scalar_t*>(out);
+    const auto* x = static_cast<const scalar_t*>(a);
+    const auto* y = static_cast<const scalar_t*>(b);
+    for (int64_t i = 0; i < n; ++i) {
+      const acc_t xi = x != nullptr ? static_cast<acc_t>(x[i]) : acc_t(0);
+      o[i] = static_cast<scalar_t>(xi + static_cast<acc_t>(y[i]));
+    }
+  });
+}
+// column_sum stays unset: the CPU's bias sum is this file's own.
 constexpr SeqDevice kCpu{aoti_torch_cpu_mm_out, aoti_torch_cpu_addmm_out, copy2d_cpu, zero_cpu,
-                         nullptr, nullptr};
+                         add_cpu, nullptr};
 
 Storage storage_of(ScalarType type) {
   return type == ScalarType::Half       ? Storage::Half
@@ -172,11 +186,13 @@ void column_sum(const Tensor& x, Tensor& out, int64_t rows, int64_t n) {
   });
 }
 
-SeqGrads sequence_backward_cpu(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
-                               Tensor hs, Tensor cells, Tensor gates, SeqGradMask mask) {
-  const SeqSizes sz =
-      check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells, gates, mask);
+SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Tensor input,
+                               Tensor weights, Tensor hs, Tensor cells, Tensor gates,
+                               SeqGradMask mask, OptTensor grad_h_n) {
+  const SeqSizes sz = check_sequence_backward_args(grad_hs_arg, grad_c_n_arg, input, weights, hs,
+                                                   cells, gates, mask, grad_h_n);
   const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
+  const SeqGradParts parts = seq_grad_parts(grad_hs_arg, grad_h_n, grad_c_n_arg, sz);
   const ScalarType dtype = input.scalar_type(), acc = fused_ops::opmath_type(dtype);
   const int32_t acc_code = static_cast<int32_t>(acc);
   Tensor d_h0 = seq_empty({B, S}, input);
@@ -187,15 +203,17 @@ SeqGrads sequence_backward_cpu(Tensor grad_hs, Tensor grad_c_n, Tensor input, Te
   // The weights in the accumulation type: W_h for the recurrence, W_x for d_input.
   const bool need_weights = (T > 0 && B > 0 && S > 0) || mask[0];
   const Tensor w_acc = !need_weights || acc == dtype ? weights : as_type(weights, acc);
+  // The recurrence reads the (T+1, B, S) gradient of hs and a dL/dc_n tensor: the op's
+  // arguments where given so, else assembled (zeros for what is absent).
   if (T == 0 || B == 0 || S == 0) {
     if (B > 0 && S > 0) {
-      seq_copy_matrix(kCpu, d_h0, seq_strided(grad_hs, 0, {B, S},
-                                              {grad_hs.stride(1), grad_hs.stride(2)}));
-      seq_copy_matrix(kCpu, d_c0, grad_c_n);
+      seq_copy_matrix(kCpu, d_h0, seq_view(seq_grad_hs(kCpu, parts, input, sz), 0, {B, S}));
+      seq_copy_matrix(kCpu, d_c0, seq_grad_c_n(kCpu, parts, input, sz));
     }
   } else {
     const Tensor g = seq_contiguous(gates), c = seq_contiguous(cells);
-    const Tensor gh = seq_contiguous(grad_hs), gc = seq_contiguous(grad_c_n);
+    const Tensor gh = seq_grad_hs(kCpu, parts, input, sz);
+    const Tensor gc = seq_grad_c_n(kCpu, parts, input, sz);
     FUSED_OPS_DISPATCH_FLOATING(dtype, "lltm_sequence_backward_cpu", [&] {
       backward_recurrence<scalar_t>(w_acc, g, c, gh, gc, dz, d_h0, d_c0, sz);
     });
@@ -244,8 +262,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(lltm, m) {
       "lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) "
       "-> (Tensor hs, Tensor cells, Tensor gates)");
   m.def(
-      "lltm_sequence_backward(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights, "
-      "Tensor hs, Tensor cells, Tensor gates, bool[3] output_mask) "
+      "lltm_sequence_backward(Tensor? grad_hs, Tensor? grad_c_n, Tensor input, Tensor weights, "
+      "Tensor hs, Tensor cells, Tensor gates, bool[3] output_mask, Tensor? grad_h_n=None) "
       "-> (Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_h0, Tensor d_c0)");
 }
 

@@ -10,7 +10,8 @@
 // Buffers (contiguous, one dtype):
 //   gates (T, B, 3S): P_t on entry to the forward recurrence, z_t on exit (kept for the
 //                     backward: no recomputation of the recurrent GEMM); the backward
-//                     recurrence overwrites it in place with dz_t = dL/dz_t.
+//                     recurrence writes dz_t = dL/dz_t into a buffer of the same shape (the
+//                     cta kernels read z from gates; the other paths overwrite a copy of it).
 //   hs    (T+1, B, S): hs[0] = h0 on entry, hs[t+1] = h_t written by the forward; the layer's
 //                     output is hs[1:], h_n = hs[T], and hs[:T] is the weight gradient's h_{t-1}.
 //   cells (T+1, B, S): cells[0] = c0 on entry, cells[t+1] = c_t; c_n = cells[T].
@@ -26,28 +27,46 @@
 
 namespace lltm {
 
-// Sizes and pointers of one forward recurrence. w_h is W_h, (3S, S) contiguous (the first S
-// columns of weights, copied contiguous by the host).
+// Sizes and pointers of one forward recurrence. w_h is W_h, (3S, S).
+// The fields after `state` are the cta kernels' (lltm_sequence_cta.cuh), which read the op's
+// arguments in place, so that the host issues no copy before the launch, and require them
+// (ldw > 0, h0 and c0 set). The other paths take the prepared form, which the fields' zero
+// values stand for: W_h contiguous (the host's copy; ldw = S) and hs[0], cells[0] holding the
+// initial states (the host's copies); they leave the fields unread.
 template <typename T>
 struct SeqForward {
   const T* w_h;
   T* gates;  // (T, B, 3S): P in, z out
-  T* hs;     // (T+1, B, S): hs[0] = h0 in
-  T* cells;  // (T+1, B, S): cells[0] = c0 in
+  T* hs;     // (T+1, B, S): hs[0] = h0 in (cta: written from h0)
+  T* cells;  // (T+1, B, S): cells[0] = c0 in (cta: written from c0)
   int64_t steps, batch, state;
+  int64_t ldw = 0;        // W_h's row stride (weights.stride(0): W_h = weights[:, :S])
+  const T* h0 = nullptr;  // (B, S) contiguous: copied into hs[0] by the kernel
+  const T* c0 = nullptr;  // (B, S) contiguous: copied into cells[0] by the kernel
 };
 
-// Sizes and pointers of one backward recurrence.
+// Sizes and pointers of one backward recurrence. The fields after `state` are the cta
+// kernels' as SeqForward's are (required: ldw > 0, z set): W_h in place, z read out of place
+// (the saved gates stay intact without the host's copy of them into the dz buffer) and the
+// gradient of the outputs in the parts autograd hands over, each nullptr for zero (no
+// host-side assembly of grad_hs; grad_hs unread). The other paths read w_h contiguous, z from
+// gates (the host copied it there), grad_hs and grad_c_n assembled by the host, and leave
+// these fields unread.
 template <typename T>
 struct SeqBackward {
   const T* w_h;       // (3S, S)
-  T* gates;           // (T, B, 3S): z in, dz out
+  T* gates;           // (T, B, 3S): z in (not cta), dz out
   const T* cells;     // (T+1, B, S) from the forward
   const T* grad_hs;   // (T+1, B, S): dL/dhs (the output's gradient at hs[1:], h_n's added at hs[T])
-  const T* grad_c_n;  // (B, S)
+  const T* grad_c_n;  // (B, S); the cta kernels: nullptr for zero
   T* d_h0;            // (B, S)
   T* d_c0;            // (B, S)
   int64_t steps, batch, state;
+  int64_t ldw = 0;               // W_h's row stride
+  const T* z = nullptr;          // (T, B, 3S): z_t, read (dz_t written to gates)
+  const T* grad_out = nullptr;   // (T, B, S): dL/dh_t = dL/dhs[t+1] (the output's gradient)
+  const T* grad_h0 = nullptr;    // (B, S): dL/dhs[0], added to d_h0
+  const T* grad_h_n = nullptr;   // (B, S): h_n's gradient, added to grad_out[T-1] (rounded to T)
 };
 
 }  // namespace lltm

@@ -50,19 +50,24 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int col = tid / kLanes, j = tid % kLanes;
   const bool has_col = col < S;
   const int64_t B = f.batch, T_ = f.steps, b0 = static_cast<int64_t>(blockIdx.x) * RB;
+  // z_t is read from f.z, dz_t written to f.gates; the gradient of h_t from f.grad_out
+  // (nullptr: zero; stage slot 4 then unused).
+  const T* const zs = f.z;
+  const T* const gout = f.grad_out;
   // One past each staged buffer's last element (stage_copy's bound).
-  const T* const gates_end = f.gates + T_ * B * 3 * S;
+  const T* const z_end = zs + T_ * B * 3 * S;
   const T* const cells_end = f.cells + (T_ + 1) * B * S;
-  const T* const grad_hs_end = f.grad_hs + (T_ + 1) * B * S;
+  const T* const gout_end = gout != nullptr ? gout + T_ * B * S : nullptr;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
+  const int64_t ldw = f.ldw;  // W_h read in place, rows ldw apart
   float w[3][KC];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
 #pragma unroll
     for (int i = 0; i < KC; ++i) {
       const int k = (i / 4 * kLanes + j) * 4 + i % 4;
-      w[g][i] = has_col && k < S ? static_cast<float>(f.w_h[(int64_t(g) * S + k) * S + col])
+      w[g][i] = has_col && k < S ? static_cast<float>(f.w_h[(int64_t(g) * S + k) * ldw + col])
                                  : 0.f;
     }
   }
@@ -73,12 +78,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   float dc[NR], dh[NR];
 #pragma unroll
   for (int kq = 0; kq < NR; ++kq) {
-    dc[kq] = own(kq) ? static_cast<float>(f.grad_c_n[(b0 + row_of(kq)) * S + col]) : 0.f;
+    dc[kq] = own(kq) && f.grad_c_n != nullptr
+                 ? static_cast<float>(f.grad_c_n[(b0 + row_of(kq)) * S + col])
+                 : 0.f;
     dh[kq] = 0.f;  // dh_rec of step T-1: dh_T = 0
   }
   // Global offsets of row kq = 0 of this lane for step s (t = T-1-s), moved back one step per
-  // iteration (row kq adds kq kLanes rows): zo the gates (z_t in, dz_t out), co cells[t+1] and
-  // grad_hs[t+1], so and sco the same for the step staged next.
+  // iteration (row kq adds kq kLanes rows): zo z_t (in zs) and dz_t (in gates), co cells[t+1]
+  // and, hstep less, grad_out[t]; so and sco the same for the step staged next.
   const int64_t zstep = B * 3 * S, hstep = B * S;
   const int zrow = kLanes * 3 * S, hrow_stride = kLanes * S;
   int64_t zo = ((T_ - 1) * B + b0 + j) * 3 * S + col, co = (T_ * B + b0 + j) * S + col;
@@ -92,13 +99,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
       for (int kq = 0; kq < NR; ++kq) {
         if (!own(kq)) continue;
-        const T* gz = f.gates + so + kq * zrow;
+        const T* gz = zs + so + kq * zrow;
         const int64_t o = sco + kq * hrow_stride;
         uint32_t* st = stage_at(slot, kq);
 #pragma unroll
-        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S, gates_end);
+        for (int g = 0; g < 3; ++g) stage_copy(st + g * S, gz + g * S, z_end);
         stage_copy(st + 3 * S, f.cells + o, cells_end);
-        stage_copy(st + 4 * S, f.grad_hs + o, grad_hs_end);
+        if (gout != nullptr) stage_copy(st + 4 * S, gout + (o - hstep), gout_end);
       }
     }
     stage_commit();
@@ -118,12 +125,20 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       if (!own(kq)) continue;
       const int r = row_of(kq);
       T* gz = f.gates + zo + kq * zrow;
+      const T* zt = zs + zo + kq * zrow;
       const int64_t o = co + kq * hrow_stride;
       const uint32_t* sl = stage_at(slot, kq);
-      const float grad_h = staged(sl + 4 * S, f.grad_hs + o) + dh[kq];
+      // dL/dh_t from the outputs: grad_out[t], at t = T-1 plus h_n's gradient rounded to T
+      // (as the sum of the two gradients that autograd would store).
+      float g_out = gout != nullptr ? staged(sl + 4 * S, gout + (o - hstep)) : 0.f;
+      if (s == 0 && f.grad_h_n != nullptr) {
+        g_out = static_cast<float>(
+            static_cast<T>(g_out + static_cast<float>(f.grad_h_n[o - T_ * B * S])));
+      }
+      const float grad_h = g_out + dh[kq];
       float dz[3], dco;
-      cell_backward_nb(grad_h, dc[kq], staged(sl + 3 * S, f.cells + o), staged(sl, gz),
-                       staged(sl + S, gz + S), staged(sl + 2 * S, gz + 2 * S), dz[0], dz[1],
+      cell_backward_nb(grad_h, dc[kq], staged(sl + 3 * S, f.cells + o), staged(sl, zt),
+                       staged(sl + S, zt + S), staged(sl + 2 * S, zt + 2 * S), dz[0], dz[1],
                        dz[2], dco);
       dc[kq] = dco;
 #pragma unroll
@@ -167,7 +182,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   for (int kq = 0; kq < NR; ++kq) {
     if (!own(kq)) continue;
     const int64_t o = (b0 + row_of(kq)) * S + col;
-    f.d_h0[o] = static_cast<T>(dh[kq] + static_cast<float>(f.grad_hs[o]));
+    const float g0 = f.grad_h0 != nullptr ? static_cast<float>(f.grad_h0[o]) : 0.f;
+    f.d_h0[o] = static_cast<T>(dh[kq] + g0);
     f.d_c0[o] = static_cast<T>(dc[kq]);
   }
 }

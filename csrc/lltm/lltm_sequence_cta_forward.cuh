@@ -47,22 +47,28 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const T* const gates_end = f.gates + T_ * B * 3 * S;
   const int nb = static_cast<int>(B - b0 < RB ? B - b0 : RB);
 
-  // This lane's weights: the 3 gate rows of column col over its float4 groups of k.
+  // This lane's weights: the 3 gate rows of column col over its float4 groups of k (W_h read
+  // in place, rows ldw apart).
+  const int64_t ldw = f.ldw;
   float w[3][KC];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
 #pragma unroll
     for (int i = 0; i < KC; ++i) {
       const int k = (i / 4 * kLanes + j) * 4 + i % 4;
-      w[g][i] = has_col && k < S ? static_cast<float>(f.w_h[(int64_t(g) * S + col) * S + k])
+      w[g][i] = has_col && k < S ? static_cast<float>(f.w_h[(int64_t(g) * S + col) * ldw + k])
                                  : 0.f;
     }
   }
-  // Both h buffers: h0 in buffer 0, zeros elsewhere (k >= S and rows past the batch stay zero:
-  // only k < S of valid rows are written later).
+  // The initial states from h0 and c0, which this CTA's rows of hs[0] and cells[0] then get
+  // (the op returns them there). Both h buffers: h0 in buffer 0, zeros elsewhere (k >= S and
+  // rows past the batch stay zero: only k < S of valid rows are written later).
   for (int i = tid; i < 2 * RB * HS; i += p.threads) {
     const int buf = i / (RB * HS), r = i / HS % RB, k = i % HS;
-    hbuf[i] = buf == 0 && r < nb && k < S ? static_cast<float>(f.hs[(b0 + r) * S + k]) : 0.f;
+    const bool in = buf == 0 && r < nb && k < S;
+    const T h = in ? f.h0[(b0 + r) * S + k] : T(0.f);
+    if (in) f.hs[(b0 + r) * S + k] = h;
+    hbuf[i] = in ? static_cast<float>(h) : 0.f;
   }
   // Lane j runs the cells of rows kq kLanes + j, kq < NR.
   auto row_of = [&](int kq) { return kq * kLanes + j; };
@@ -70,7 +76,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   float c[NR];
 #pragma unroll
   for (int kq = 0; kq < NR; ++kq) {
-    c[kq] = own(kq) ? static_cast<float>(f.cells[(b0 + row_of(kq)) * S + col]) : 0.f;
+    if (!own(kq)) {
+      c[kq] = 0.f;
+      continue;
+    }
+    const int64_t o = (b0 + row_of(kq)) * S + col;
+    const T c0 = f.c0[o];
+    f.cells[o] = c0;
+    c[kq] = static_cast<float>(c0);
   }
   // Global offsets of row kq = 0 of this lane, advanced by one step per iteration (row kq adds
   // kq kLanes rows): zo the gates (P_t in, z_t out) of step t, ho hs and cells of step t + 1,

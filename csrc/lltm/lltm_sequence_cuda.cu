@@ -12,7 +12,8 @@
 // A third for bfloat16 / float16, "step" (lltm_sequence_step.h): one tensor-core kernel per
 // step with the cell in its epilogue, launched back to back (no cluster, W_h read from L2
 // each step), so any S (a multiple of 8) fits.
-// LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests); unset or "auto":
+// LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests; the choice is
+// lltm_sequence_path.h's); unset or "auto":
 // cta where it runs, else (forward only) step for the half types from kStepMinForwardState
 // on, else the cluster kernels where they run, else step where it runs, else the fallback
 // (on the H100, in float32, the cta path measured faster than the cluster kernels at every
@@ -24,8 +25,6 @@
 #include <torch/csrc/stable/library.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -35,17 +34,7 @@
 #include "lltm/lltm.h"
 #include "lltm/lltm_sequence.h"
 #include "lltm/lltm_sequence_driver.h"
-
-// The persistent kernels are written alongside this file; until their header exists every
-// problem takes the fallback.
-#if __has_include("lltm/lltm_sequence_persistent.h")
-#include "lltm/lltm_sequence_persistent.h"
-#define LLTM_SEQUENCE_HAVE_PERSISTENT 1
-#else
-#define LLTM_SEQUENCE_HAVE_PERSISTENT 0
-#endif
-#include "lltm/lltm_sequence_cta.h"
-#include "lltm/lltm_sequence_step.h"
+#include "lltm/lltm_sequence_path.h"  // the path choice and the kernels' entry points
 
 namespace lltm {
 namespace {
@@ -101,14 +90,17 @@ __global__ void seq_backward_step_kernel(const scalar_t* __restrict__ grad_h,
   }
 }
 
-// out[i] = a[i] + b[i] in acc_t, rounded once (d_h0 = grad_hs[0] + dz_0 W_h of the fallback).
+// out[i] = a[i] + b[i] in acc_t, rounded once; a nullptr: 0 + b[i] (d_h0 = grad_hs[0] +
+// dz_0 W_h of the fallback; grad_hs[T] = grad_output[T-1] + grad_h_n where the driver assembles
+// grad_hs).
 template <typename scalar_t>
 __global__ void seq_add_kernel(scalar_t* __restrict__ out, const scalar_t* __restrict__ a,
                                const scalar_t* __restrict__ b, int64_t n) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = static_cast<acc_t>(a[i]) + static_cast<acc_t>(b[i]);
+    const acc_t x = a != nullptr ? static_cast<acc_t>(a[i]) : acc_t(0);
+    out[i] = x + static_cast<acc_t>(b[i]);
   }
 }
 
@@ -207,93 +199,6 @@ void backward_step_cuda(const Tensor& grad_hs, const Tensor& rec_dh, const Tenso
   });
 }
 
-enum class SeqPath { kAuto, kCta, kPersistent, kStep, kFallback };
-
-// LLTM_SEQUENCE_PATH, read at every call (a test sets it between calls; getenv costs far
-// less than a launch).
-SeqPath requested_path() {
-  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
-    return SeqPath::kAuto;
-  }
-  if (std::strcmp(value, "cta") == 0) return SeqPath::kCta;
-  if (std::strcmp(value, "persistent") == 0) return SeqPath::kPersistent;
-  if (std::strcmp(value, "step") == 0) return SeqPath::kStep;
-  if (std::strcmp(value, "fallback") == 0) return SeqPath::kFallback;
-  fused_ops::raise<std::invalid_argument>(
-      "LLTM_SEQUENCE_PATH must be 'cta', 'persistent', 'step', 'fallback' or 'auto' (or unset), "
-      "got '", value, "'");
-}
-
-bool persistent_supported(const Tensor& t, const SeqSizes& sz) {
-#if LLTM_SEQUENCE_HAVE_PERSISTENT
-  return seq_persistent_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
-#else
-  (void)t;
-  (void)sz;
-  return false;
-#endif
-}
-
-bool cta_supported(const Tensor& t, const SeqSizes& sz) {
-  return seq_cta_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
-}
-
-bool step_supported(const Tensor& t, const SeqSizes& sz) {
-  return seq_step_supported(t.get_device_index(), t.scalar_type(), sz.batch, sz.state);
-}
-
-// From this state on the half types' forward takes the step kernels where both they and the
-// cluster kernels run; the backward keeps the cluster kernels wherever they run (H100, fp16,
-// B = 64, benchmarks/results/lltm_sequence_step_h100.md: forward S = 256 cluster 0.52 ms
-// against step 0.58-0.71, S = 512 cluster 0.98 against step 0.77; backward S = 512 cluster
-// 1.15 against step 1.44). The two directions share the buffers of lltm_sequence.h, so the
-// forward and the backward of one problem may run on different paths.
-constexpr int64_t kStepMinForwardState = 512;
-
-[[noreturn]] void raise_unsupported(const Tensor& t, const SeqSizes& sz, const char* path,
-                                    const char* what, const char* missing) {
-  const cudaDeviceProp& prop = fused_ops::device_properties(t);
-  fused_ops::raise<std::invalid_argument>(
-      "LLTM_SEQUENCE_PATH=", path, ", but the ", what, " do not run ",
-      fused_ops::dtype_str(t.scalar_type()), " with batch ", fused_ops::num(sz.batch),
-      " and state_size ", fused_ops::num(sz.state), " on ", prop.name, " (sm_",
-      fused_ops::num(prop.major), fused_ops::num(prop.minor), missing, ")",
-      "; unset LLTM_SEQUENCE_PATH or set it to 'fallback'");
-}
-
-// The path that runs this problem's forward or backward recurrence (kCta, kPersistent, kStep
-// or kFallback); raises where a forced path does not support it.
-SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
-  const SeqPath path = requested_path();
-  if (path == SeqPath::kFallback) return path;
-  if (path == SeqPath::kCta) {
-    if (!cta_supported(t, sz)) {
-      raise_unsupported(t, sz, "cta", "single-CTA LLTM sequence kernels (state_size <= 128)", "");
-    }
-    return path;
-  }
-  if (path == SeqPath::kStep) {
-    if (!step_supported(t, sz)) {
-      raise_unsupported(t, sz, "step",
-                        "per-step tensor-core LLTM sequence kernels (bfloat16 / float16, "
-                        "state_size a multiple of 8, sm_80+)",
-                        "");
-    }
-    return path;
-  }
-  if (path == SeqPath::kAuto && cta_supported(t, sz)) return SeqPath::kCta;
-  const bool step = path == SeqPath::kAuto && step_supported(t, sz);
-  if (step && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
-  const bool supported = persistent_supported(t, sz);
-  if (path == SeqPath::kPersistent && !supported) {
-    raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",
-                      LLTM_SEQUENCE_HAVE_PERSISTENT ? "" : "; this build has none");
-  }
-  if (supported) return SeqPath::kPersistent;
-  return step ? SeqPath::kStep : SeqPath::kFallback;
-}
-
 // The kernels' argument blocks (lltm_sequence.h) of one forward / backward recurrence.
 template <typename scalar_t>
 SeqForward<scalar_t> forward_args(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
@@ -314,19 +219,59 @@ SeqBackward<scalar_t> backward_args(const Tensor& w_h, Tensor& dz, const Tensor&
           sz.batch,                            sz.state};
 }
 
-template <typename scalar_t>
-void cta_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
-                 const SeqSizes& sz) {
-  seq_cta_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
-                            fused_ops::current_stream(gates));
+// W_h as the cta kernels read it: weights itself with ldw = weights.stride(0) where its
+// columns are contiguous (W_h = weights[:, :S] read in place: no copy, no allocation), else
+// the contiguous copy (ldw = S).
+struct InPlaceWeights {
+  Tensor w_h;
+  int64_t ldw;
+};
+InPlaceWeights in_place_weights(const Tensor& weights, int64_t S) {
+  if (weights.stride(1) == 1 && weights.stride(0) > 0) return {weights, weights.stride(0)};
+  return {recurrent_weights(kCuda, weights, S), S};
 }
 
+template <typename T>
+const T* opt_ptr(const OptTensor& t) {
+  return t ? t->const_data_ptr<T>() : nullptr;
+}
+
+// The cta forward on the op's arguments in place: the kernel reads h0, c0 and W_h where they
+// are and writes hs[0], cells[0] itself (no copy before the launch).
 template <typename scalar_t>
-void cta_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
-                  const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
-  seq_cta_backward<scalar_t>(
-      backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
-      fused_ops::current_stream(dz));
+void cta_forward(const Tensor& weights, const Tensor& h0, const Tensor& c0, Tensor& gates,
+                 Tensor& hs, Tensor& cells, const SeqSizes& sz) {
+  const InPlaceWeights w = in_place_weights(weights, sz.state);
+  const Tensor h0c = seq_contiguous(h0), c0c = seq_contiguous(c0);
+  SeqForward<scalar_t> a = forward_args<scalar_t>(w.w_h, gates, hs, cells, sz);
+  a.ldw = w.ldw;
+  a.h0 = h0c.const_data_ptr<scalar_t>();
+  a.c0 = c0c.const_data_ptr<scalar_t>();
+  seq_cta_forward<scalar_t>(a, fused_ops::current_stream(gates));
+}
+
+// The cta backward: z read from gates and dz written to dz (out of place), W_h in place, the
+// output gradients in their parts (none assembled, none zero-filled).
+template <typename scalar_t>
+void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const Tensor& cells,
+                  const SeqGradParts& g, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
+  const InPlaceWeights w = in_place_weights(weights, sz.state);
+  SeqBackward<scalar_t> a{w.w_h.const_data_ptr<scalar_t>(),
+                          dz.mutable_data_ptr<scalar_t>(),
+                          cells.const_data_ptr<scalar_t>(),
+                          nullptr,  // grad_hs: the parts below instead
+                          opt_ptr<scalar_t>(g.c_n),
+                          d_h0.mutable_data_ptr<scalar_t>(),
+                          d_c0.mutable_data_ptr<scalar_t>(),
+                          sz.steps,
+                          sz.batch,
+                          sz.state};
+  a.ldw = w.ldw;
+  a.z = gates.const_data_ptr<scalar_t>();
+  a.grad_out = opt_ptr<scalar_t>(g.out);
+  a.grad_h0 = opt_ptr<scalar_t>(g.h0);
+  a.grad_h_n = opt_ptr<scalar_t>(g.h_n);
+  seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
 }
 
 template <typename scalar_t>
@@ -392,12 +337,15 @@ void persistent_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells,
       fused_ops::raise<std::runtime_error>("lltm_sequence: no sequence kernel for ",    \
                                            fused_ops::dtype_str(TYPE));                   \
   }
-void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
-                             const SeqSizes& sz) {
-  switch (pick_path(gates, sz, /*backward=*/false)) {
-    case SeqPath::kCta:
-      SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, w_h, gates, hs, cells, sz);
-      return;
+void forward_recurrence_cuda(const Tensor& weights, const Tensor& h0, const Tensor& c0,
+                             Tensor& gates, Tensor& hs, Tensor& cells, const SeqSizes& sz) {
+  const SeqPath path = pick_path(gates, sz, /*backward=*/false);
+  if (path == SeqPath::kCta) {
+    SEQ_KERNEL_DTYPES(gates.scalar_type(), cta_forward, weights, h0, c0, gates, hs, cells, sz);
+    return;
+  }
+  const Tensor w_h = prepare_forward(kCuda, weights, h0, c0, hs, cells, sz);
+  switch (path) {
     case SeqPath::kStep:
       SEQ_KERNEL_DTYPES(gates.scalar_type(), step_forward, w_h, gates, hs, cells, sz);
       return;
@@ -411,26 +359,29 @@ void forward_recurrence_cuda(const Tensor& w_h, Tensor& gates, Tensor& hs, Tenso
   }
 }
 
-void backward_recurrence_cuda(const Tensor& w_h, Tensor& dz, const Tensor& cells,
-                              const Tensor& grad_hs, const Tensor& grad_c_n, Tensor& d_h0,
+void backward_recurrence_cuda(const Tensor& weights, const Tensor& gates, Tensor& dz,
+                              const Tensor& cells, const SeqGradParts& g, Tensor& d_h0,
                               Tensor& d_c0, const SeqSizes& sz) {
-  switch (pick_path(dz, sz, /*backward=*/true)) {
-    case SeqPath::kCta:
-      SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
-                        d_c0, sz);
-      return;
+  const SeqPath path = pick_path(dz, sz, /*backward=*/true);
+  if (path == SeqPath::kCta) {
+    SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, weights, gates, dz, cells, g, d_h0, d_c0,
+                      sz);
+    return;
+  }
+  const SeqPreparedBackward p = prepare_backward(kCuda, weights, gates, dz, g, sz);
+  switch (path) {
     case SeqPath::kStep:
-      SEQ_KERNEL_DTYPES(dz.scalar_type(), step_backward, w_h, dz, cells, grad_hs, grad_c_n, d_h0,
-                        d_c0, sz);
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), step_backward, p.w_h, dz, cells, p.grad_hs,
+                        p.grad_c_n, d_h0, d_c0, sz);
       return;
 #if LLTM_SEQUENCE_HAVE_PERSISTENT
     case SeqPath::kPersistent:
-      SEQ_KERNEL_DTYPES(dz.scalar_type(), persistent_backward, w_h, dz, cells, grad_hs,
-                        grad_c_n, d_h0, d_c0, sz);
+      SEQ_KERNEL_DTYPES(dz.scalar_type(), persistent_backward, p.w_h, dz, cells, p.grad_hs,
+                        p.grad_c_n, d_h0, d_c0, sz);
       return;
 #endif
     default:
-      per_step_backward(kCuda, w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz,
+      per_step_backward(kCuda, p.w_h, dz, cells, p.grad_hs, p.grad_c_n, d_h0, d_c0, sz,
                         backward_step_cuda);
   }
 }
@@ -443,14 +394,15 @@ std::tuple<Tensor, Tensor, Tensor> sequence_forward_cuda(Tensor input, Tensor we
   return sequence_forward(kCuda, input, weights, bias, h0, c0, sz, forward_recurrence_cuda);
 }
 
-SeqGrads sequence_backward_cuda(Tensor grad_hs, Tensor grad_c_n, Tensor input, Tensor weights,
-                                Tensor hs, Tensor cells, Tensor gates, SeqGradMask output_mask) {
+SeqGrads sequence_backward_cuda(OptTensor grad_hs, OptTensor grad_c_n, Tensor input,
+                                Tensor weights, Tensor hs, Tensor cells, Tensor gates,
+                                SeqGradMask output_mask, OptTensor grad_h_n) {
   const SeqSizes sz = check_sequence_backward_args(grad_hs, grad_c_n, input, weights, hs, cells,
-                                                   gates, output_mask);
+                                                   gates, output_mask, grad_h_n);
   const fused_ops::DeviceGuard guard(input.get_device_index());
   fused_ops::check_kernel_image(input);
-  return sequence_backward(kCuda, grad_hs, grad_c_n, input, weights, hs, cells, gates, output_mask, sz,
-                           backward_recurrence_cuda);
+  return sequence_backward(kCuda, seq_grad_parts(grad_hs, grad_h_n, grad_c_n, sz), input,
+                           weights, hs, cells, gates, output_mask, sz, backward_recurrence_cuda);
 }
 
 }  // namespace

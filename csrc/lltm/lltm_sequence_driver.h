@@ -1,9 +1,10 @@
 // LLTM over a sequence: the host-side driver shared by the CPU library (lltm_sequence.cpp) and
-// the CUDA library (lltm_sequence_cuda.cu): input checks, the buffers of lltm_sequence.h, the
+// the CUDA library (lltm_sequence_cuda.cu): the buffers of lltm_sequence.h, the
 // GEMMs over all steps (input projection before the recurrence, weight and input gradients
 // after it) and the per-step recurrence loop that the CPU and the CUDA fallback share (one
 // ATen GEMM and one device-specific pointwise pass per step). Everything is inline: the two
-// libraries are separate shared objects and each carries its own copy.
+// libraries are separate shared objects and each carries its own copy. The ops' input checks:
+// lltm_sequence_checks.h.
 #pragma once
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -17,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -24,87 +26,20 @@
 #include "common/checks.h"
 #include "common/dispatch.h"
 #include "lltm/lltm_sequence.h"
+#include "lltm/lltm_sequence_checks.h"
 
 namespace lltm {
 
-using Tensor = torch::stable::Tensor;
-
-// (steps T, batch B, input_features F, state_size S) of one call.
-struct SeqSizes {
-  int64_t steps, batch, features, state;
-};
-
-// Which of the GEMM-computed gradients lltm_sequence_backward returns, in the forward's
-// argument order: input, weights, bias (d_h0 and d_c0 come out of the recurrence and always
-// come back). The schema's bool[3], as the stable boxing hands a bool list over.
-using SeqGradMask = std::vector<bool>;
 // (d_input, d_weights, d_bias, d_h0, d_c0).
 using SeqGrads = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
-
-inline SeqSizes check_sequence_forward_args(const Tensor& input, const Tensor& weights,
-                                            const Tensor& bias, const Tensor& h0,
-                                            const Tensor& c0) {
-  using namespace fused_ops;  // NOLINT(build/namespaces): the check_* helpers
-  check_rank(input, "input", 3);
-  check_rank(weights, "weights", 2);
-  check_rank(bias, "bias", 1);
-  check_rank(h0, "h0", 2);
-  check_rank(c0, "c0", 2);
-  check_floating(input, "input");
-  check_same_device_and_dtype(input, "input",
-                              {{&weights, "weights"}, {&bias, "bias"}, {&h0, "h0"}, {&c0, "c0"}});
-  const int64_t T = input.size(0), B = input.size(1), F = input.size(2), S = h0.size(1);
-  check_size(h0, "h0", 0, B, "batch size, input.shape[1]");
-  check_size(c0, "c0", 0, B, "batch size, input.shape[1]");
-  check_size(c0, "c0", 1, S, "state_size, from h0");
-  check_size(weights, "weights", 0, 3 * S, "3 * state_size");
-  check_size(weights, "weights", 1, S + F, "state_size + input_features");
-  check_size(bias, "bias", 0, 3 * S, "3 * state_size");
-  return {T, B, F, S};
-}
-
-inline SeqSizes check_sequence_backward_args(const Tensor& grad_hs, const Tensor& grad_c_n,
-                                             const Tensor& input, const Tensor& weights,
-                                             const Tensor& hs, const Tensor& cells,
-                                             const Tensor& gates, const SeqGradMask& mask) {
-  using namespace fused_ops;  // NOLINT(build/namespaces): the check_* helpers
-  check_rank(input, "input", 3);
-  check_rank(weights, "weights", 2);
-  check_rank(grad_hs, "grad_hs", 3);
-  check_rank(grad_c_n, "grad_c_n", 2);
-  check_rank(hs, "hs", 3);
-  check_rank(cells, "cells", 3);
-  check_rank(gates, "gates", 3);
-  check_floating(input, "input");
-  check_same_device_and_dtype(input, "input",
-                              {{&weights, "weights"},
-                               {&grad_hs, "grad_hs"},
-                               {&grad_c_n, "grad_c_n"},
-                               {&hs, "hs"},
-                               {&cells, "cells"},
-                               {&gates, "gates"}});
-  const int64_t T = input.size(0), B = input.size(1), F = input.size(2);
-  FUSED_OPS_CHECK_VALUE(weights.size(1) >= F, "weights.shape[1] must be state_size + ",
-                        "input_features >= ", num(F), ", got shape ", shape_str(weights));
-  const int64_t S = weights.size(1) - F;
-  check_size(weights, "weights", 0, 3 * S, "3 * state_size");
-  for (const auto& [t, name] :
-       std::initializer_list<NamedTensor>{{&grad_hs, "grad_hs"}, {&hs, "hs"}, {&cells, "cells"}}) {
-    check_size(*t, name, 0, T + 1, "steps + 1");
-    check_size(*t, name, 1, B, "batch size, input.shape[1]");
-    check_size(*t, name, 2, S, "state_size");
-  }
-  check_size(grad_c_n, "grad_c_n", 0, B, "batch size, input.shape[1]");
-  check_size(grad_c_n, "grad_c_n", 1, S, "state_size");
-  check_size(gates, "gates", 0, T, "steps");
-  check_size(gates, "gates", 1, B, "batch size, input.shape[1]");
-  check_size(gates, "gates", 2, 3 * S, "3 * state_size");
-  // The schema says bool[3] but the dispatcher does not enforce a list's length.
-  FUSED_OPS_CHECK_VALUE(mask.size() == 3,
-                        "output_mask must have 3 entries (input, weights, bias), got ",
-                        num(static_cast<int64_t>(mask.size())));
-  return {T, B, F, S};
-}
+// The gradients of the outputs that lltm_sequence_backward takes, contiguous, each absent for
+// zero: out (T, B, S) = dL/dh_t for t < T (dL/dhs[1:], the layer's output), h0 (B, S) =
+// dL/dhs[0] (added to d_h0), h_n (B, S) added to out[T-1] (h_n = hs[T]; hs[0] at T = 0), c_n
+// (B, S) = dL/dc_n; full: grad_hs itself where it came as the (T+1, B, S) gradient of hs (out
+// and h0 are then views of it). Hidden like the torch::stable::Tensor it holds.
+struct __attribute__((visibility("hidden"))) SeqGradParts {
+  OptTensor out, h0, h_n, c_n, full;
+};
 
 // The device-specific primitives of the driver, so that the hot path makes no dispatcher call
 // (each torch_call_dispatcher call boxes its arguments and looks the op up by name: several
@@ -124,7 +59,8 @@ struct SeqDevice {
                  int64_t width, int64_t rows);
   // bytes zero bytes at dst.
   void (*zero)(const Tensor& like, void* dst, int64_t bytes);
-  // out[i] = a[i] + b[i], i < n, like's dtype (added in its opmath type, rounded once).
+  // out[i] = a[i] + b[i], i < n, like's dtype (added in its opmath type, rounded once); a
+  // nullptr: zeros (out[i] = 0 + b[i], as a zero-filled tensor plus b).
   void (*add)(const Tensor& like, void* out, const void* a, const void* b, int64_t n);
   // out[j] = sum over r < rows of x[r * n + j], j < n, like's dtype; deterministic (a fixed
   // order of additions, independent of timing), accumulated in at least the opmath type.
@@ -292,13 +228,64 @@ inline void per_step_backward(const SeqDevice& dev, const Tensor& w_h, Tensor& d
   }
 }
 
-// A device's whole forward recurrence: (w_h, gates, hs, cells, sizes) as lltm_sequence.h.
-using SeqForwardRecurrence = void (*)(const Tensor& w_h, Tensor& gates, Tensor& hs,
-                                      Tensor& cells, const SeqSizes& sz);
-// A device's whole backward recurrence (w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0).
-using SeqBackwardRecurrence = void (*)(const Tensor& w_h, Tensor& dz, const Tensor& cells,
-                                       const Tensor& grad_hs, const Tensor& grad_c_n,
-                                       Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz);
+// The op's output gradients as SeqGradParts (contiguous; views, no copy, where they already
+// are); the arguments have passed check_sequence_backward_args.
+inline SeqGradParts seq_grad_parts(const OptTensor& grad_hs, const OptTensor& grad_h_n,
+                                   const OptTensor& grad_c_n, const SeqSizes& sz) {
+  const int64_t T = sz.steps, B = sz.batch, S = sz.state;
+  SeqGradParts g;
+  if (grad_hs) {
+    const Tensor gh = seq_contiguous(*grad_hs);
+    if (gh.size(0) == T + 1) {
+      g.full = gh;
+      g.h0 = seq_view(gh, 0, {B, S});
+      if (T > 0) g.out = seq_view(gh, B * S, {T, B, S});
+    } else if (T > 0) {
+      g.out = gh;
+    }
+  }
+  if (grad_h_n) g.h_n = seq_contiguous(*grad_h_n);
+  if (grad_c_n) g.c_n = seq_contiguous(*grad_c_n);
+  return g;
+}
+
+// The (T+1, B, S) gradient of hs that the parts make (lltm_sequence.h's grad_hs, what the
+// paths other than cta read): g.full itself where no h_n's gradient is to be added, else
+// assembled: row 0 = h0, rows 1..T = out (zeros where absent), plus h_n at row T.
+inline Tensor seq_grad_hs(const SeqDevice& dev, const SeqGradParts& g, const Tensor& like,
+                          const SeqSizes& sz) {
+  if (g.full && !g.h_n) return *g.full;
+  const int64_t T = sz.steps, n = sz.batch * sz.state;
+  Tensor gh = seq_empty({T + 1, sz.batch, sz.state}, like);
+  const int64_t row = n * static_cast<int64_t>(gh.element_size());
+  char* base = static_cast<char*>(gh.mutable_data_ptr());
+  auto fill = [&](char* dst, const OptTensor& src, int64_t bytes) {
+    if (src) {
+      dev.copy2d(gh, dst, bytes, src->const_data_ptr(), bytes, bytes, 1);
+    } else {
+      dev.zero(gh, dst, bytes);
+    }
+  };
+  fill(base, g.h0, row);
+  if (T > 0) fill(base + row, g.out, T * row);
+  if (g.h_n) {
+    // Row T = (out[T-1], or h0 at T = 0) + h_n, added out of place from the sources.
+    const OptTensor& prev = T > 0 ? g.out : g.h0;
+    const void* a = nullptr;
+    if (prev) a = static_cast<const char*>(prev->const_data_ptr()) + (T > 0 ? (T - 1) * row : 0);
+    dev.add(gh, base + T * row, a, g.h_n->const_data_ptr(), n);
+  }
+  return gh;
+}
+
+// dL/dc_n as a tensor: g.c_n, or zeros.
+inline Tensor seq_grad_c_n(const SeqDevice& dev, const SeqGradParts& g, const Tensor& like,
+                           const SeqSizes& sz) {
+  if (g.c_n) return *g.c_n;
+  Tensor z = seq_empty({sz.batch, sz.state}, like);
+  dev.zero(z, z.mutable_data_ptr(), z.numel() * static_cast<int64_t>(z.element_size()));
+  return z;
+}
 
 // W_h = weights[:, :S], contiguous (lltm_sequence.h's w_h): one raw 2-D copy.
 inline Tensor recurrent_weights(const SeqDevice& dev, const Tensor& weights, int64_t S) {
@@ -307,6 +294,43 @@ inline Tensor recurrent_weights(const SeqDevice& dev, const Tensor& weights, int
                                         {weights.stride(0), weights.stride(1)}));
   return w_h;
 }
+
+// The prepared form of the forward's operands (lltm_sequence.h, for the paths that do not read
+// the arguments in place): h0 and c0 copied into hs[0] and cells[0]; returns W_h contiguous.
+inline Tensor prepare_forward(const SeqDevice& dev, const Tensor& weights, const Tensor& h0,
+                              const Tensor& c0, Tensor& hs, Tensor& cells, const SeqSizes& sz) {
+  Tensor hs0 = seq_view(hs, 0, {sz.batch, sz.state});
+  seq_copy_matrix(dev, hs0, h0);
+  Tensor cells0 = seq_view(cells, 0, {sz.batch, sz.state});
+  seq_copy_matrix(dev, cells0, c0);
+  return recurrent_weights(dev, weights, sz.state);
+}
+
+// The prepared form of the backward's operands: z copied into dz (the recurrence overwrites it
+// in place), W_h contiguous, grad_hs (T+1, B, S) and grad_c_n assembled. Hidden as
+// SeqGradParts.
+struct __attribute__((visibility("hidden"))) SeqPreparedBackward {
+  Tensor w_h, grad_hs, grad_c_n;
+};
+inline SeqPreparedBackward prepare_backward(const SeqDevice& dev, const Tensor& weights,
+                                            const Tensor& gates, Tensor& dz,
+                                            const SeqGradParts& g, const SeqSizes& sz) {
+  seq_copy_all(dev, dz, gates);
+  return {recurrent_weights(dev, weights, sz.state), seq_grad_hs(dev, g, dz, sz),
+          seq_grad_c_n(dev, g, dz, sz)};
+}
+
+// A device's whole forward recurrence (weights, h0, c0 as the op got them; gates holding P;
+// hs, cells to fill, row 0 included); each path reads the operands in place or prepares them
+// (prepare_forward).
+using SeqForwardRecurrence = void (*)(const Tensor& weights, const Tensor& h0, const Tensor& c0,
+                                      Tensor& gates, Tensor& hs, Tensor& cells,
+                                      const SeqSizes& sz);
+// A device's whole backward recurrence: z from gates (contiguous, left intact), dz written to
+// dz, d_h0 and d_c0 from the output gradients g (prepare_backward for the in-place paths).
+using SeqBackwardRecurrence = void (*)(const Tensor& weights, const Tensor& gates, Tensor& dz,
+                                       const Tensor& cells, const SeqGradParts& g, Tensor& d_h0,
+                                       Tensor& d_c0, const SeqSizes& sz);
 
 // lltm::lltm_sequence_forward -> (hs, cells, gates), fresh contiguous buffers (none aliases an
 // argument); the arguments have passed the checks.
@@ -317,46 +341,43 @@ inline std::tuple<Tensor, Tensor, Tensor> sequence_forward(
   Tensor hs = seq_empty({T + 1, B, S}, input);
   Tensor cells = seq_empty({T + 1, B, S}, input);
   Tensor gates = seq_empty({T, B, 3 * S}, input);
-  if (B > 0 && S > 0) {
-    Tensor hs0 = seq_view(hs, 0, {B, S});
-    seq_copy_matrix(dev, hs0, h0);
-    Tensor cells0 = seq_view(cells, 0, {B, S});
-    seq_copy_matrix(dev, cells0, c0);
+  if (B == 0 || S == 0) return {hs, cells, gates};
+  if (T == 0) {
+    (void)prepare_forward(dev, weights, h0, c0, hs, cells, sz);
+    return {hs, cells, gates};
   }
-  if (T == 0 || B == 0 || S == 0) return {hs, cells, gates};
   // P = x W_x^T + bias for every step at once: one addmm (what aten::linear runs) written
   // straight into gates. W_x is a column block of weights, read in place.
   const Tensor w_x = seq_input_weights(weights, sz);
   const Tensor w_x_t = seq_strided(w_x, 0, {sz.features, 3 * S}, {w_x.stride(1), w_x.stride(0)});
   seq_check(dev.addmm_out(seq_view(gates, 0, {T * B, 3 * S}).get(), bias.get(),
                           seq_flat_input(input, sz).get(), w_x_t.get(), 1.0, 1.0));
-  recurrence(recurrent_weights(dev, weights, S), gates, hs, cells, sz);
+  recurrence(weights, h0, c0, gates, hs, cells, sz);
   return {hs, cells, gates};
 }
 
 // lltm::lltm_sequence_backward -> (d_input, d_weights, d_bias, d_h0, d_c0), each contiguous;
-// an entry whose mask flag is false comes back empty. The recurrence fills dz (a copy of
-// gates: the saved z stay intact for a second backward with retain_graph); then every
+// an entry whose mask flag is false comes back empty. The recurrence writes dz into a fresh
+// buffer (the saved z stay intact for a second backward with retain_graph); then every
 // weight and input gradient is one GEMM (or one column sum) over all T*B rows.
-inline SeqGrads sequence_backward(const SeqDevice& dev, const Tensor& grad_hs,
-                                  const Tensor& grad_c_n, const Tensor& input,
-                                  const Tensor& weights, const Tensor& hs, const Tensor& cells,
-                                  const Tensor& gates, const SeqGradMask& mask,
-                                  const SeqSizes& sz, SeqBackwardRecurrence recurrence) {
+inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grads,
+                                  const Tensor& input, const Tensor& weights, const Tensor& hs,
+                                  const Tensor& cells, const Tensor& gates,
+                                  const SeqGradMask& mask, const SeqSizes& sz,
+                                  SeqBackwardRecurrence recurrence) {
   const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
   Tensor d_h0 = seq_empty({B, S}, input);
   Tensor d_c0 = seq_empty({B, S}, input);
   Tensor dz = seq_empty({T, B, 3 * S}, input);
-  seq_copy_all(dev, dz, gates);
   if (T == 0 || B == 0 || S == 0) {
     if (B > 0 && S > 0) {
-      seq_copy_matrix(dev, d_h0, seq_strided(grad_hs, 0, {B, S},
-                                             {grad_hs.stride(1), grad_hs.stride(2)}));
-      seq_copy_matrix(dev, d_c0, grad_c_n);
+      // d_h0 = dL/dhs[0] (h_n's gradient included at T = 0), d_c0 = dL/dc_n.
+      const Tensor gh = seq_grad_hs(dev, grads, input, sz);
+      seq_copy_matrix(dev, d_h0, seq_view(gh, 0, {B, S}));
+      seq_copy_matrix(dev, d_c0, seq_grad_c_n(dev, grads, input, sz));
     }
   } else {
-    recurrence(recurrent_weights(dev, weights, S), dz, seq_contiguous(cells),
-               seq_contiguous(grad_hs), seq_contiguous(grad_c_n), d_h0, d_c0, sz);
+    recurrence(weights, seq_contiguous(gates), dz, seq_contiguous(cells), grads, d_h0, d_c0, sz);
   }
   auto skipped = [&] { return seq_empty({0}, input); };
   const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});

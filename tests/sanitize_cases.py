@@ -224,6 +224,12 @@ def rwkv_direct_cases():
                misalign=True)
     # The auto choice at the float32 crossover's direct side.
     timex_case("rwkv_direct", 2, 2, 768, "float32", None, "auto", expect="direct")
+    # The half types' tensor-core kernels (sm_80+) at their crossover's direct side (T = 1024:
+    # several reduction chunks), with 1, 9 and 33 rows (8, 2 and no time folds).
+    for dtype in ["float16", "bfloat16"]:
+        for B in [1, 9, 33]:
+            timex_case("rwkv_direct", B, 2, 1024, dtype, None, "auto, tensor cores",
+                       expect="direct")
 
 
 def rwkv_fft_cases():

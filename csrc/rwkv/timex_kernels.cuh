@@ -8,7 +8,8 @@
 // the batch and is the job of wgrad_kernel:
 //   grad_w[c, T-1-s] = sum_b sum_{t >= s} g[b, t] * k[b, t - s]
 //
-// Both kernels are float-FMA bound. Each thread keeps a register tile of accumulators and
+// The FMA kernels (float64; float32's grad_w, and its Toeplitz products where Tiles picks no
+// tensor-core configuration; every dtype before sm_80) are float-FMA bound. Each thread keeps a register tile of accumulators and
 // walks the reduction index in steps of 4, reading operands as 16-byte vectors from shared
 // memory; along the Toeplitz diagonal it keeps a sliding window of coefficients in registers,
 // so that each step of 4 loads only 4 new coefficients. Tiles are staged in shared memory

@@ -11,11 +11,12 @@
 // The FMA kernels (float64; float32's grad_w, and its Toeplitz products where Tiles picks no
 // tensor-core configuration; every dtype before sm_80) are float-FMA bound. Each thread keeps
 // a register tile of accumulators and walks the reduction index in steps of 4, reading
-// operands as 16-byte vectors from shared memory; along the Toeplitz diagonal it keeps a sliding window of coefficients in registers,
-// so that each step of 4 loads only 4 new coefficients. Tiles are staged in shared memory
-// with cp.async, double-buffered, zero-filled outside the tensors: no shape needs a special
-// case, and the all-zero triangle is skipped a warp's tile at a time. Every output element
-// is written by exactly one thread after a fixed-order sum: results are deterministic.
+// operands as 16-byte vectors from shared memory; along the Toeplitz diagonal it keeps a
+// sliding window of coefficients in registers, so that each step of 4 loads only 4 new
+// coefficients. Tiles are staged in shared memory with cp.async, double-buffered,
+// zero-filled outside the tensors: no shape needs a special case, and the all-zero triangle
+// is skipped a warp's tile at a time. Every output element is written by exactly one thread
+// after a fixed-order sum: results are deterministic.
 //
 // The kernels: timex_direct_common.cuh (shared staging), timex_toeplitz.cuh (out, grad_k),
 // timex_wgrad.cuh (grad_w); below, the configurations timex_cuda.cu launches. The half

@@ -1,9 +1,10 @@
 // One warp's tensor-core product with bfloat16 or float16 operands (mma.sync m16n8k16, float
 // accumulation, sm_80 and newer) and the transposing shared-memory load (ldmatrix .trans) that
-// feeds it, for the TimeX direct kernels (csrc/rwkv/timex_tc_*.cuh). Plain C++ apart from the
-// PTX: with FUSED_OPS_EMULATE (tests/cuda_emulation.h defines it) both warp operations are
-// emulated on the CPU with PTX's fragment layouts, so kernel headers that use this compile as
-// host code for the emulation tests (csrc/common/mma_tf32.h does the same for .tf32).
+// feeds it, for the TimeX direct kernels (csrc/rwkv/timex_tc_*.cuh) and the LLTM sequence's
+// half-type kernels (csrc/lltm/lltm_sequence_mma.cuh). Plain C++ apart from the PTX: with
+// FUSED_OPS_EMULATE (tests/cuda_emulation.h defines it) both warp operations are emulated on
+// the CPU with PTX's fragment layouts, so kernel headers that use this compile as host code
+// for the emulation tests (csrc/common/mma_tf32.h does the same for .tf32).
 #pragma once
 
 #include <cstdint>

@@ -29,6 +29,8 @@
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
 
+#include "common/mma_half.h"
+
 #if defined(FUSED_OPS_EMULATE)
 #define LLTM_MMA_FN inline
 #define LLTM_MMA_HOST_FN inline
@@ -78,34 +80,9 @@ LLTM_MMA_FN void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
 #endif
 }
 
-// c += A (16 x 16, row-major) * B (16 x 8, column-major), one warp, T = bfloat16 or float16,
-// float accumulators. Fragments as PTX lays them out for m16n8k16 (g = lane / 4, q = lane % 4;
-// each register holds two elements, the lower k in the low half):
-// a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]; b = B[2q..][g], B[2q+8..][g];
-// c = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1].
-template <typename T>
-LLTM_MMA_FN void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if defined(FUSED_OPS_EMULATE)
-  emu_mma_m16n8k16<T>(c, a, b);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    static_assert(std::is_same_v<T, c10::Half>, "mma_16816: bfloat16 or float16 only");
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-#else
-  __trap();
-#endif
-}
+// c += A (16 x 16, row-major) * B (16 x 8, column-major), one warp (common/mma_half.h: the
+// fragment layouts, emulated on the CPU under FUSED_OPS_EMULATE like the loads above).
+using fused_ops::mma_16816;
 
 // The split of one step's product over the warps of a CTA (see the top of this file).
 struct Split {

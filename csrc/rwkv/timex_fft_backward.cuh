@@ -120,11 +120,10 @@ struct BackwardPlan {
   size_t scratch_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
 };
 
-// resident: the CTAs of backward_kernel that the device keeps at once (the occupancy query
-// per SM times sm_count). splits = 1 where C >= resident; else as many ranges of b as keep
-// the C * splits items within the resident CTAs (at most B, at least 1).
+// The CTAs of backward_kernel for rows of T that one SM of the current device keeps at once
+// (the occupancy query; at least 1).
 template <typename scalar_t>
-BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int sm_count) {
+int backward_blocks_per_sm(int64_t T) {
   int per_sm = 1;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
@@ -138,7 +137,13 @@ BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int sm_count) {
       per_sm = 1;
     }
   });
-  const int64_t resident = int64_t{sm_count} * std::max(per_sm, 1);
+  return std::max(per_sm, 1);
+}
+
+// resident: the CTAs of backward_kernel that the device keeps at once (backward_blocks_per_sm
+// times the SM count). splits = 1 where C >= resident; else as many ranges of b as keep the
+// C * splits items within the resident CTAs (at most B, at least 1).
+inline BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int64_t resident) {
   BackwardPlan p;
   p.splits =
       C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));

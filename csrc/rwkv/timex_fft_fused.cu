@@ -68,6 +68,18 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   return out;
 }
 
+// backward_kernel's CTAs that k's device keeps resident for rows of T: the occupancy query
+// once per dtype, length and device (a driver call that every backward call made before).
+template <typename scalar_t>
+int64_t resident_ctas(int64_t T, const Tensor& k) {
+  static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
+  const int device = k.get_device_index();
+  return memo.get({fft_length(T), device}, [&] {
+    return int64_t{fused_ops::device_properties(k).multiProcessorCount} *
+           backward_blocks_per_sm<scalar_t>(T);
+  });
+}
+
 template <typename scalar_t>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
                                           cudaStream_t stream, const Tensor* kept) {
@@ -76,8 +88,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, tw, stream);
   Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
   Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
-  const BackwardPlan plan = backward_plan<scalar_t>(
-      B, C, T, fused_ops::device_properties(k).multiProcessorCount);
+  const BackwardPlan plan = backward_plan(B, C, T, resident_ctas<scalar_t>(T, k));
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),

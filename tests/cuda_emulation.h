@@ -210,14 +210,22 @@ inline void emu_mma_m16n8k8_tf32(float (&c)[4], const uint32_t (&a)[4], const ui
 // ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 (not transposed) for the calling warp (every
 // lane calls it): lane l gives the address of row l % 8 of matrix l / 8 (16 bytes); lane
 // (g = lane / 4, q = lane % 4) gets in r[i] the 4 bytes at offset 4q of row g of matrix i.
-inline void emu_ldmatrix(uint32_t* r, int count, const void* row) {
+// What ldmatrix's lanes exchange: every lane of the calling warp posts its row address and
+// gets the 32 addresses back (two slots used in turn, so that a lane still reading one call's
+// addresses is not overwritten by the next call's).
+inline const unsigned char* const* emu_ldmatrix_rows(const void* row) {
   EmuWarp& w = *emu_warp;
   thread_local int slot = 0;
-  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
   const unsigned char* (&rows)[32] = w.rows[slot];
   slot ^= 1;
-  rows[lane] = static_cast<const unsigned char*>(row);
+  rows[threadIdx.x % 32] = static_cast<const unsigned char*>(row);
   w.barrier.arrive_and_wait();
+  return rows;
+}
+
+inline void emu_ldmatrix(uint32_t* r, int count, const void* row) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  const unsigned char* const* rows = emu_ldmatrix_rows(row);
   for (int i = 0; i < count; ++i) std::memcpy(&r[i], rows[8 * i + g] + 4 * q, 4);
 }
 
@@ -226,13 +234,8 @@ inline void emu_ldmatrix(uint32_t* r, int count, const void* row) {
 // q = lane % 4) gets in r[i] element g of row 2q (low half) and of row 2q + 1 (high half) of
 // matrix i: the matrix transposed.
 inline void emu_ldmatrix_trans(uint32_t* r, int count, const void* row) {
-  EmuWarp& w = *emu_warp;
-  thread_local int slot = 0;
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
-  const unsigned char* (&rows)[32] = w.rows[slot];
-  slot ^= 1;
-  rows[lane] = static_cast<const unsigned char*>(row);
-  w.barrier.arrive_and_wait();
+  const unsigned char* const* rows = emu_ldmatrix_rows(row);
   for (int i = 0; i < count; ++i) {
     uint16_t lo, hi;
     std::memcpy(&lo, rows[8 * i + 2 * q] + 2 * g, 2);

@@ -126,5 +126,23 @@ TIMEX_DEVICE void stage_tile(int tid, int n0, int T, bool vec, const RowFn& row_
   }
 }
 
+// The block of a Toeplitz kernel's grid (one block per channel x group of BB batch rows x
+// tile of TT outputs, the channel fastest; the heaviest tiles first: causal, the last tile's
+// outputs sum the most inputs): its channel, first batch row and first output.
+struct ToeplitzBlock {
+  int c, b0, ot0;
+};
+template <int BB, int TT, bool CAUSAL>
+TIMEX_DEVICE ToeplitzBlock toeplitz_block(int B, int C, int T) {
+  const int n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
+  int bid = static_cast<int>(blockIdx.x);
+  const int c = bid % C;
+  bid /= C;
+  const int bg = bid % n_bg;
+  bid /= n_bg;
+  const int tile = CAUSAL ? n_tiles - 1 - bid : bid;
+  return {c, bg * BB, tile * TT};
+}
+
 }  // namespace kernels
 }  // namespace rwkv

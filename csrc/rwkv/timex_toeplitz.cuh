@@ -332,14 +332,8 @@ toeplitz_tc_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ 
   const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
 
-  const int n_bg = cdiv(B, BB), n_tiles = cdiv(T, TT);
-  int bid = static_cast<int>(blockIdx.x);
-  const int c0 = bid % C;
-  bid /= C;
-  const int bg = bid % n_bg;
-  bid /= n_bg;
-  const int tile = CAUSAL ? n_tiles - 1 - bid : bid;  // heaviest first
-  const int b0 = bg * BB, ot0 = tile * TT;
+  const ToeplitzBlock blk = toeplitz_block<BB, TT, CAUSAL>(B, C, T);
+  const int c0 = blk.c, b0 = blk.b0, ot0 = blk.ot0;
   const int ow0 = ot0 + warp * TW;  // this warp's first output
 
   // The A rows of tile m are the times ow0 + K_LEAD + 16 * J * m + [0, 16) (the outputs of

@@ -51,6 +51,8 @@ def main(argv=None):
     parser.add_argument("--half", action="store_true",
                         help="bfloat16/float16: direct vs the fused FFT (HALF)")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds per measurement")
+    parser.add_argument("--dtypes", nargs="+", metavar="DTYPE",
+                        help="only these dtypes (e.g. float32), of those the sweep has")
     args = parser.parse_args(argv)
     device = args.device
     if args.long:
@@ -59,6 +61,8 @@ def main(argv=None):
     if args.half:
         LENGTHS[device], ROWS[device] = HALF["lengths"], HALF["rows"]
         DTYPES[device], ALGOS[device] = HALF["dtypes"], HALF["algos"]
+    if args.dtypes:
+        DTYPES[device] = [d for d in DTYPES[device] if str(d)[6:] in args.dtypes]
     lines = [f"TimeX forward + backward op time, ms (median), {device}"
              + (f" {torch.cuda.get_device_name()}" if device == "cuda" else "")
              + f", torch {torch.__version__}", "",

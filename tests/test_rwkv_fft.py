@@ -423,6 +423,19 @@ def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
 
 
 @cuda_only
+def test_cuda_float32_crossover_by_rows(monkeypatch):
+    """auto in float32 (timex_cuda.cu takes_direct): the direct kernels up to T = 768 with at
+    most 256 rows (B C), up to 512 with at most 8192, up to 256 with any."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    for (B, C, T), want in [((1, 256, 768), "direct"), ((1, 257, 768), "fft_fused"),
+                            ((2, 3, 769), "fft_fused"), ((4, 2048, 512), "direct"),
+                            ((1, 8193, 512), "fft_fused"), ((3, 7000, 256), "direct"),
+                            ((3, 7000, 257), "fft_fused")]:
+        k = torch.empty(B, C, T, device="cuda")
+        assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
+
+
+@cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
     """auto: the tensor-core direct kernels up to T = 1024 (timex_cuda.cu kDirectMaxT), the

@@ -43,10 +43,7 @@ constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 3 * kCluste
 static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
 int cluster_length(int64_t T) {
-  const char* p3 = std::getenv("RWKV_TIMEX_CLUSTER_P3");  // TEMPORARY: measurement only
-  const bool no_p3 = p3 != nullptr && std::strcmp(p3, "0") == 0;
   for (const int M : kClusterLengths) {
-    if (no_p3 && M % 3 == 0) continue;
     if (T <= M) return M;
   }
   return 0;

@@ -118,7 +118,7 @@ T* as(const Tensor& t) {
 // The twiddle tables, one launch (timex_fft_cluster_math.cuh): staged (the local DFT_L's
 // stage twiddles in stage order, what the kernels read), twc (2M entries) and tw (the one-CTA
 // kernels' table of kTwiddles entries: the same stage twiddles, for the forward kernel's
-// RWKV_TIMEX_CLUSTER_STAGED=0).
+// RWKV_TIMEX_CLUSTER_STAGED=0 at P = 2 and 4).
 struct Twiddles {
   Tensor tw, staged, twc;
 };
@@ -170,10 +170,29 @@ bool relaxed_barriers() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 // RWKV_TIMEX_CLUSTER_STAGED = 0: the fused forward reads its stage twiddles from the one-CTA
-// kernels' table instead of the staged one (the same values).
+// kernels' table instead of the staged one (the same values), at M = 32768 and 65536, where
+// it was measured; the 3-CTA shapes are built with the staged table alone (no kernel
+// instantiated for a switch that changes no result: less nvcc time).
+template <class CS>
 bool staged_twiddles() {
-  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  if constexpr (CS::P == 3) {
+    return true;
+  } else {
+    const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }
+}
+
+// The one-kernel forward for CS: the staged-table kernel, or where staged_twiddles says
+// otherwise the one reading the one-CTA table.
+template <typename scalar_t, class CS>
+auto forward_kernel(bool staged) {
+  if constexpr (CS::P == 3) {
+    return cluster_forward_kernel<scalar_t, CS, true>;
+  } else {
+    return staged ? cluster_forward_kernel<scalar_t, CS, true>
+                  : cluster_forward_kernel<scalar_t, CS, false>;
+  }
 }
 
 // The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
@@ -231,12 +250,11 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
     Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
                                        w.device());
     Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-    const bool staged = staged_twiddles();
-    launch<CS>(staged ? cluster_forward_kernel<scalar_t, CS, true>
-                      : cluster_forward_kernel<scalar_t, CS, false>,
-               C, stream, w.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(),
-               as<cf32>(spec), out.mutable_data_ptr<scalar_t>(), static_cast<int>(B),
-               static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps), level > 0,
+    const bool staged = staged_twiddles<CS>();
+    launch<CS>(forward_kernel<scalar_t, CS>(staged), C, stream, w.const_data_ptr<scalar_t>(),
+               k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
+               static_cast<float>(eps), level > 0,
                ahead, relaxed_barriers(), as<const cf32>(staged ? tws.staged : tws.tw),
                as<const cf32>(tws.twc));
     if (keep != nullptr) *keep = spec;

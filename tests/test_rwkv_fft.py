@@ -278,9 +278,8 @@ def test_fused_backward_work_splits(shape, monkeypatch):
 
 
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
-# takes them where their M is at most 3/2 of the library FFT's, e.g. T = 32768, 49152, 65536),
-# in every dtype they take, at odd, prime and power-of-two lengths.
-# Each of the cluster lengths M (cluster_m) at its shortest and longest T and between.
+# takes them too, up to T = 65536), in every dtype they take, at odd, prime and power-of-two
+# lengths: each cluster length M (cluster_m) at its shortest and longest T and between.
 LONG_LENGTHS = [16385, 16411, 20000, 24576, 24577, 32768, 32771, 44100, 49152, 49153, 65536]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
 

@@ -198,8 +198,8 @@ auto forward_kernel(bool staged) {
 // The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
 // the device keeps resident at once: the occupancy query once per kernel and device (no call
 // during a CUDA graph capture after the first). The three take the same shared memory and
-// threads (52 to 64 registers): one CTA per SM at L = 16384, two at L = 8192. Clusters of 3
-// leave an SM of a GPC idle where its SM count is no multiple of 3; the query counts that.
+// threads (52 to 64 registers): one CTA per SM at L = 16384 (136 KiB), more at L = 8192
+// (68 KiB). The query also counts what a GPC's SMs fit of clusters of P (P = 3 too).
 template <typename scalar_t, class CS>
 int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
@@ -254,9 +254,8 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
     launch<CS>(forward_kernel<scalar_t, CS>(staged), C, stream, w.const_data_ptr<scalar_t>(),
                k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
-               static_cast<float>(eps), level > 0,
-               ahead, relaxed_barriers(), as<const cf32>(staged ? tws.staged : tws.tw),
-               as<const cf32>(tws.twc));
+               static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
+               as<const cf32>(staged ? tws.staged : tws.tw), as<const cf32>(tws.twc));
     if (keep != nullptr) *keep = spec;
     return out;
   }

@@ -253,9 +253,10 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 1, 5000, 5, "float32", "fft", "wgrad channel loop")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 769, "float32", None, "auto", expect="fft_fused")
-    # The cluster kernels (sm_90: a row's transform over a 2- or 4-CTA cluster through
-    # distributed shared memory): just past one CTA (T = 16385), 2 CTAs (32768), 4 CTAs
-    # (65536), odd lengths in the half types.
+    # The cluster kernels (sm_90: a row's transform over a 2-, 3- or 4-CTA cluster through
+    # distributed shared memory), each M: just past one CTA (T = 16385: 3 CTAs of 8192, M =
+    # 24576), 2 CTAs (32768), 3 CTAs of 16384 (40001: M = 49152), 4 CTAs (65536), odd lengths
+    # in the half types.
     for dtype, B, C, T in [("float32", 1, 2, 16385), ("float32", 2, 1, 32768),
                            ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
                            ("float16", 2, 1, 40001)]:
@@ -277,7 +278,7 @@ def rwkv_fft_library_cases():
                        library=True)
         timex_case("rwkv_fft_library", 2, 3, 1000, dtype, "fft_library", "kept spectra",
                    keep=True, library=True)
-    timex_case("rwkv_fft_library", 2, 1, 16385, "float32", "fft", "past the fused maximum",
+    timex_case("rwkv_fft_library", 2, 1, 65537, "float32", "fft", "past the cluster maximum",
                expect="fft_library", library=True)
     # float64's auto crossover: direct at 256, the library FFT at 257.
     timex_case("rwkv_fft_library", 2, 2, 256, "float64", None, "auto", expect="direct")

@@ -282,8 +282,8 @@ def test_lltm_sequence_nonfinite_like_reference(device, T, B, F, S, dtype, path,
 
 # The crossover lengths (csrc/rwkv/timex.cpp: CPU 512 float and half types, 256 float64;
 # csrc/rwkv/timex_cuda.cu: CUDA 768 float32, 1024 half types, 256 float64), the fused
-# kernels' power-of-two steps and their maximum 16384, the library FFT's 7-smooth lengths
-# (4097 -> 4116).
+# kernels' power-of-two steps and their maximum 16384 (past it the cluster kernels on sm_90,
+# else the library FFT), the library FFT's 7-smooth lengths (4097 -> 4116).
 CROSS_T = [255, 256, 257, 511, 512, 513, 767, 768, 769, 1023, 1024, 1025]
 LONG_T = [4097, 16383, 16384, 16385]
 lengths = st.one_of(st.integers(1, 40), st.sampled_from(CROSS_T), st.sampled_from(LONG_T))
@@ -302,7 +302,10 @@ def expected_algorithm(device, dtype, T, algo):
     optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin",
                     163 * 1024)
     fused = dtype != torch.float64 and T <= 16384 and smem <= optin
-    fastest = "fft_fused" if fused else "fft_library"
+    # past one CTA, the thread-block-cluster kernels up to T = 65536 (sm_90 and newer)
+    cluster = (dtype != torch.float64 and 16384 < T <= 65536
+               and torch.cuda.get_device_capability(0)[0] >= 9)
+    fastest = "fft_fused" if fused else "fft_cluster" if cluster else "fft_library"
     if algo == "auto":
         direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 768)
         return "direct" if T <= direct_max else fastest

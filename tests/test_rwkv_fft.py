@@ -204,12 +204,12 @@ def test_forced_algorithm_is_reported(forced):
     else:
         assert got in ("fft_fused", "fft_library")
     if device == "cuda" and algo in ("fft", "fft_fused", "fft_cluster"):
-        # Past one CTA: the cluster kernels where their M (a power of two >= 32768) is at most
-        # 3/2 of the library's (2^a 3^b 5^c 7^d), else the library; forced, any T <= 65536.
+        # Past one CTA: the cluster kernels up to T = 65536 (their M, cluster_m, is within 3/2
+        # of the library's 2^a 3^b 5^c 7^d at every such T), past it the library.
         sm90 = torch.cuda.get_device_capability()[0] >= 9
-        for T, cluster in [(16385, False), (20000, False), (22050, True), (32768, True),
-                           (32769, False), (40000, False), (44100, True), (49152, True),
-                           (60000, True), (65536, True), (65537, False)]:
+        for T, cluster in [(16385, True), (20000, True), (22050, True), (24577, True),
+                           (32768, True), (32769, True), (40000, True), (44100, True),
+                           (49153, True), (60000, True), (65536, True), (65537, False)]:
             long = torch.empty(1, 1, T, device=device)
             want = sm90 and (cluster or (algo == "fft_cluster" and T <= 65536))
             assert rwkv_ops.timex_algorithm(long) == ("fft_cluster" if want else "fft_library"), T
@@ -278,14 +278,20 @@ def test_fused_backward_work_splits(shape, monkeypatch):
 
 
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
-# takes them where their M is at most 3/2 of the library FFT's, e.g. T = 32768, 49152, 65536),
-# in every dtype they take, at odd, prime and power-of-two lengths.
-LONG_LENGTHS = [16385, 20011, 32768, 32769, 49999, 65536]
+# takes them too, up to T = 65536), in every dtype they take, at odd, prime and power-of-two
+# lengths: each cluster length M (cluster_m) at its shortest and longest T and between.
+LONG_LENGTHS = [16385, 16411, 20000, 24576, 24577, 32768, 32771, 44100, 49152, 49153, 65536]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
 
 
 def errors(got, want):
     return [max_rel(a, b) for a, b in zip(got, want)]
+
+
+def cluster_m(T):
+    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 3 x 8192,
+    2, 3 or 4 x 16384, the shortest >= T."""
+    return next(m for m in (24576, 32768, 49152, 65536) if T <= m)
 
 
 @needs_sm90
@@ -323,9 +329,10 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
 @needs_sm90
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
-    cluster does several channels), misaligned (odd) T, and CUDA graph capture at T = 40001."""
+    cluster does several channels; at M = 24576 two CTAs per SM), misaligned (odd) T, and CUDA
+    graph capture at T = 40001."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
-    for shape in [(1, 1, 40001), (2, 300, 17000)]:
+    for shape in [(1, 1, 40001), (1, 1, 16411), (2, 300, 17000), (1, 150, 44100)]:
         w, k, g = make(*shape, "cuda", torch.float32)
         for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1),
                               reference(w, k, g, 0.1)):
@@ -352,7 +359,7 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
 @needs_sm90
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 3, 32768), (1, 2, 65536), (2, 5, 20011), (3, 1, 40001),
-                                   (1, 70, 32768)])
+                                   (1, 70, 32768), (1, 70, 49152), (2, 90, 22050)])
 def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
     """The cluster forward as one kernel (W's spectrum and the convolution by the same cluster,
     RWKV_TIMEX_CLUSTER_FORWARD=fused; auto where it takes no more waves), with each setting of
@@ -372,7 +379,7 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
         assert torch.equal(torch.ops.rwkv_ops.timex_forward(w, k, 0.3), got[setting][0])
     base = got["split", "2", "1"]
     for key, (out, kz, wz) in got.items():
-        assert kz.numel() == 0 and wz.shape == (C, 32768 if T <= 32768 else 65536), key
+        assert kz.numel() == 0 and wz.shape == (C, cluster_m(T)), key
         assert torch.equal(out, base[0]) and torch.equal(wz, base[2]), key
     if dtype == torch.float32:
         want = timex_fftconv(w.double(), k.double(), 0.3)

@@ -158,6 +158,13 @@ int main() {
   check<float, 1024, 4, 64>(1, 2, 4096, 0.1, 1, 1, 1e-6);
   check<float, 16384, 2, 64>(1, 1, 20011, 0.1, 1, 1, 1e-6);
   check<float, 16384, 4, 64>(1, 1, 65536, 0.1, 0, 1, 1e-6);
+  // P = 3 (M = 3 L, no power of two): the W_3 turns of the load and combine, pairs across
+  // CTAs 1 and 2, k = M/2 in CTA 0; the GPU's shapes (L = 8192 and 16384) at odd lengths.
+  check<float, 16, 3, kThreads>(2, 3, 48, 0.5, 1, 2, 1e-6);
+  check<float, 32, 3, 4>(3, 2, 61, -0.25, 0, 1, 1e-6);
+  check<float, 8192, 3, 64>(1, 2, 20011, 0.1, 1, 1, 1e-6);
+  check<float, 16384, 3, 64>(1, 1, 44101, 0.1, 0, 1, 1e-6);
+  check<c10::BFloat16, 64, 3, 8>(2, 3, 191, 0.3, 1, 2, 8e-3);
   check<c10::Half, 64, 4, kThreads>(3, 3, 200, 0.3, 1, 2, 1e-3);
   check<c10::BFloat16, 256, 2, 16>(1, 3, 511, 0.3, 0, 2, 8e-3);
   std::printf("%d failures\n", failures);
@@ -169,9 +176,9 @@ int main() {
 @emulation_test
 def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
-    (both directions) and wgrad for clusters of 1 to 8 CTAs, up to M = 65536, against float64
-    direct sums; grad_w twice, to the bit; the one-pass backward to the bit of the two; the
-    one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv, with the
-    staged stage-twiddle table and with the one-CTA table; the
-    one-CTA twiddle table of the cluster kernels' launch to the bit of twiddle_kernel's."""
+    (both directions) and wgrad for clusters of 1 to 8 CTAs (3 too: M = 3 L), up to M = 65536,
+    against float64 direct sums; grad_w twice, to the bit; the one-pass backward to the bit of
+    the two; the one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum +
+    conv, with the staged stage-twiddle table and with the one-CTA table; the one-CTA twiddle
+    table of the cluster kernels' launch to the bit of twiddle_kernel's."""
     run_emulator(EMULATOR, tmp_path)

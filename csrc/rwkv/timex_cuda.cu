@@ -183,22 +183,18 @@ int direct_table_index(torch::headeronly::ScalarType t) {
 }
 
 // The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
-// thread-block cluster per row where its length is close to the library's), else the library
-// FFT path. The cluster kernels pad the row to a power of two M >= 32768; the library to the
-// next 2^a 3^b 5^c 7^d. Measured on the H100, forward + both gradients through eager autograd
-// with each path's spectra kept from the forward (benchmarks/results/
-// timex_fft_backward_h100.md; an earlier table that set 5/4 here ran the forced forward but
-// auto's backward): the cluster kernels at equal lengths (T = 32768, 65536) and at T = 49152
-// (M 65536 against 49152: bfloat16 0.75 against 1.02 ms at (1, 128)); about even at T = 20000
-// (32768 against 20000, within 4%). So the cluster kernels where their M is at most 3/2 of
-// the library's.
+// thread-block cluster per row up to 65536), else the library FFT path. The cluster kernels
+// pad the row to M = 24576, 32768, 49152 or 65536, the library to the next 2^a 3^b 5^c 7^d:
+// for every T in (16384, 65536] the cluster M is within 1.5x of the library's (at most 1.498x,
+// T = 32769). Measured on the H100, forward + both gradients through eager autograd, the
+// cluster kernels were faster at every ratio tried up to 1.64x: at (1, 384, 20000) with
+// M = 32768 bfloat16 0.714 against 0.732 ms, float32 0.734 against 0.945 (benchmarks/results/
+// issue29_runs/run9_*); with M = 24576 (1.23x) 0.645 against 0.731 and 0.658 against 0.765;
+// at T = 22050, 32768, 44100, 49152 and 65536 1.3x to 2.5x faster (benchmarks/results/
+// timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 fft::Kernel fastest_fft(const Tensor& k) {
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
-  const int64_t T = k.size(2);
-  if (T > fft::kFusedMaxT && fft::cluster_supported(k) &&
-      2 * fft::cluster_spectrum_length(T) <= 3 * fft::fft_half_length(T)) {
-    return fft::Kernel::kFftCluster;
-  }
+  if (k.size(2) > fft::kFusedMaxT && fft::cluster_supported(k)) return fft::Kernel::kFftCluster;
   return fft::Kernel::kFftLibrary;
 }
 

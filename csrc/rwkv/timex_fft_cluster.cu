@@ -1,8 +1,9 @@
 // RWKV TimeX: host side of the thread-block-cluster FFT convolution (timex_fft_fused.h,
 // kernels in timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory
-// holds. M = the power of two >= T, at least 2 kClusterL; P = M / kClusterL CTAs per row
-// (2 at M = 32768, 4 at M = 65536), each with the one-CTA kernels' largest shape (L = 16384:
-// 1024 threads, 136 KiB of shared memory, one CTA per SM). Per call, as the one-CTA path: the
+// holds. M = the smallest of 24576, 32768, 49152 and 65536 that is >= T (cluster_length), as
+// P CTAs per row of L values each (with_cluster_length): P = 3 at M = 24576 (L = 8192: 512
+// threads, 68 KiB of shared memory), else the one-CTA kernels' largest shape, L = 16384 (1024
+// threads, 136 KiB, one CTA per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
 // device-global state and capturable in a CUDA graph), then the forward as one kernel (W's
 // spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
@@ -35,15 +36,33 @@ using torch::headeronly::ScalarType;
 constexpr int kClusterL = kMaxM;  // values per CTA
 static_assert(kFusedMaxT == kMaxM, "timex_fft_fused.h");
 
-int cluster_length(int64_t T) { return std::max(fft_length(T), 2 * kClusterL); }
+// The cluster kernels' row lengths M, shortest first, and M for rows of T (0 past the
+// longest). Each M is P L (with_cluster_length).
+constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 3 * kClusterL,
+                                   4 * kClusterL};
+static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
-// f(ClusterShape<...>{}) for the run-time M (32768 or 65536). L = 16384 values per CTA: with
-// L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the forward took
-// 1.2-1.4x longer on the H100 (benchmarks/results/timex_tensor_cores_h100.md).
+int cluster_length(int64_t T) {
+  for (const int M : kClusterLengths) {
+    if (T <= M) return M;
+  }
+  return 0;
+}
+
+// CTAs per row at cluster length M.
+int cluster_ctas(int M) { return M % 3 == 0 ? 3 : M / kClusterL; }
+
+// f(ClusterShape<...>{}) for the run-time M of cluster_length. L = 16384 values per CTA where
+// P allows: with L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the
+// forward took 1.2-1.4x longer on the H100 at the same M (benchmarks/results/
+// timex_tensor_cores_h100.md). M = 24576 = 3 x 8192 is the exception: measured faster than
+// M = 32768 at T = 20000 and 22050 (benchmarks/results/timex_cluster_p3_h100.md).
 template <typename F>
 void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;
+  if (M == 3 * kClusterL / 2) f(ClusterShape<Shape<kClusterL / 2, kThreads>, 3>{});
   if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
+  if (M == 3 * kClusterL) f(ClusterShape<Local, 3>{});
   if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
 
@@ -99,7 +118,7 @@ T* as(const Tensor& t) {
 // The twiddle tables, one launch (timex_fft_cluster_math.cuh): staged (the local DFT_L's
 // stage twiddles in stage order, what the kernels read), twc (2M entries) and tw (the one-CTA
 // kernels' table of kTwiddles entries: the same stage twiddles, for the forward kernel's
-// RWKV_TIMEX_CLUSTER_STAGED=0).
+// RWKV_TIMEX_CLUSTER_STAGED=0 at P = 2 and 4).
 struct Twiddles {
   Tensor tw, staged, twc;
 };
@@ -151,16 +170,36 @@ bool relaxed_barriers() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 // RWKV_TIMEX_CLUSTER_STAGED = 0: the fused forward reads its stage twiddles from the one-CTA
-// kernels' table instead of the staged one (the same values).
+// kernels' table instead of the staged one (the same values), at M = 32768 and 65536, where
+// it was measured; the 3-CTA shapes are built with the staged table alone (no kernel
+// instantiated for a switch that changes no result: less nvcc time).
+template <class CS>
 bool staged_twiddles() {
-  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  if constexpr (CS::P == 3) {
+    return true;
+  } else {
+    const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }
+}
+
+// The one-kernel forward for CS: the staged-table kernel, or where staged_twiddles says
+// otherwise the one reading the one-CTA table.
+template <typename scalar_t, class CS>
+auto forward_kernel(bool staged) {
+  if constexpr (CS::P == 3) {
+    return cluster_forward_kernel<scalar_t, CS, true>;
+  } else {
+    return staged ? cluster_forward_kernel<scalar_t, CS, true>
+                  : cluster_forward_kernel<scalar_t, CS, false>;
+  }
 }
 
 // The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
 // the device keeps resident at once: the occupancy query once per kernel and device (no call
 // during a CUDA graph capture after the first). The three take the same shared memory and
-// threads, one CTA per SM (52 to 64 registers).
+// threads (52 to 64 registers): one CTA per SM at L = 16384 (136 KiB), more at L = 8192
+// (68 KiB). The query also counts what a GPC's SMs fit of clusters of P (P = 3 too).
 template <typename scalar_t, class CS>
 int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
@@ -211,14 +250,12 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
     Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
                                        w.device());
     Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-    const bool staged = staged_twiddles();
-    launch<CS>(staged ? cluster_forward_kernel<scalar_t, CS, true>
-                      : cluster_forward_kernel<scalar_t, CS, false>,
-               C, stream, w.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(),
-               as<cf32>(spec), out.mutable_data_ptr<scalar_t>(), static_cast<int>(B),
-               static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps), level > 0,
-               ahead, relaxed_barriers(), as<const cf32>(staged ? tws.staged : tws.tw),
-               as<const cf32>(tws.twc));
+    const bool staged = staged_twiddles<CS>();
+    launch<CS>(forward_kernel<scalar_t, CS>(staged), C, stream, w.const_data_ptr<scalar_t>(),
+               k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
+               static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
+               static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
+               as<const cf32>(staged ? tws.staged : tws.tw), as<const cf32>(tws.twc));
     if (keep != nullptr) *keep = spec;
     return out;
   }
@@ -301,10 +338,10 @@ bool kernels_have_clusters(int device) {
 bool cluster_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.scalar_type() == ScalarType::Double || T < 1 || T > kClusterMaxM) return false;
-  const int P = cluster_length(T) / kClusterL;
+  const int M = cluster_length(T), P = cluster_ctas(M);
   const cudaDeviceProp& prop = fused_ops::device_properties(k);
   return prop.major >= 9 && B * C <= INT_MAX / P &&
-         static_cast<size_t>(smem_bytes(kClusterL)) <= prop.sharedMemPerBlockOptin &&
+         static_cast<size_t>(smem_bytes(M / P)) <= prop.sharedMemPerBlockOptin &&
          kernels_have_clusters(k.get_device_index());
 }
 

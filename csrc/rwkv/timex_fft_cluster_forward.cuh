@@ -51,6 +51,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
                        cf32* __restrict__ spec, scalar_t* __restrict__ out, int B, int C, int T,
                        float eps, bool prefetch, int ahead, bool relaxed,
                        const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
+#if TIMEX_CLUSTER_CODE
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -108,6 +109,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
     }
   }
   reads_done();  // no CTA leaves while a partner may still read its shared memory
+#endif
 }
 
 }  // namespace rwkv::fft

@@ -27,6 +27,7 @@ TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
                         cf32* __restrict__ spec, const cf32* __restrict__ tw,
                         const cf32* __restrict__ twc) {
+#if TIMEX_CLUSTER_CODE
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x / CS::P;
@@ -41,6 +42,7 @@ cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
     s[pj] = xj;
   });
   cluster_sync_reads();  // partners' reads of this CTA's shared memory are done: it may exit
+#endif
 }
 
 // out[b, c] = eps + IDFT(X^ S[c]) (CORRELATE: X^ conj(S[c])), the first T values, for the
@@ -50,6 +52,7 @@ TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
                     scalar_t* __restrict__ out, int C, int T, float eps,
                     const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
+#if TIMEX_CLUSTER_CODE
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -70,6 +73,7 @@ cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spe
   scalar_t* o = out + r * T;
   cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
   cluster_sync_reads();  // partners' reads of this CTA's shared memory are done: it may exit
+#endif
 }
 
 // grad_w[c, T-1-s] = IDFT(sum_b G_b conj(K_b))[s] for g, k (B, C, T): cluster i (of gridDim.x
@@ -82,6 +86,7 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
                      scalar_t* __restrict__ grad_w, int B, int C, int T,
                      cf32* __restrict__ scratch, const cf32* __restrict__ tw,
                      const cf32* __restrict__ twc) {
+#if TIMEX_CLUSTER_CODE
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -134,6 +139,7 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
     cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
   }
   cluster_sync();
+#endif
 }
 
 // Both gradients in one pass, for C channels over the clusters as in cluster_wgrad_kernel:
@@ -148,6 +154,7 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
                         scalar_t* __restrict__ grad_w, int B, int C, int T,
                         cf32* __restrict__ scratch, const cf32* __restrict__ tw,
                         const cf32* __restrict__ twc) {
+#if TIMEX_CLUSTER_CODE
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
@@ -208,6 +215,7 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
     cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
   }
   cluster_sync();
+#endif
 }
 
 }  // namespace rwkv::fft

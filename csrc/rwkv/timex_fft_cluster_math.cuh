@@ -19,6 +19,9 @@
 // entries (one of them remotely), computes both results and writes both (remotely again), so
 // no two threads touch one entry and a pass needs no barrier between its reads and writes.
 //
+// P is 2, 3, 4 or 8 (1 in the emulation test): M = 3 L is the only length that is no power
+// of two, so that a row of T <= 3 L is padded to 3 L instead of 4 L (25% fewer points).
+//
 // Twiddles: the one-CTA table tw (e^{-2 pi i m / 32768}) for the DFT_L stages, and the
 // cluster table twc of 2M entries (cluster_twiddle_kernel, in double, rounded once), laid out
 // so that the threads of a warp read consecutive entries (a natural-order table read at
@@ -26,7 +29,8 @@
 //   twc[r L + n2]     = W_M^{r n2}        (r < P, n2 < L: the four-step's, per CTA rank)
 //   twc[M + r L + k2] = W_{2M}^{r + P k2}  (the split's W_{2M}^k in the cluster layout)
 // The four-step's W_M^{r n} for n = n2 + L n1 is W_M^{r n2} W_P^{r n1}: a table entry turned
-// by a P-th root of unity (exact for P <= 4: a swap and sign changes).
+// by a P-th root of unity (root_turn: exact for P = 2 and 4, a swap and sign changes; one
+// rounding per product for P = 3 and 8).
 #pragma once
 
 #include "rwkv/timex_fft_kernels.cuh"
@@ -43,8 +47,8 @@ constexpr int kClusterMaxM = 65536;
 // The cluster primitives: rank in the cluster, the cluster-wide barrier (arrive.release +
 // wait.acquire: it also publishes shared, distributed shared and global memory writes to
 // the whole cluster) and a pointer to the same offset in another CTA's shared memory. The
-// kernels exist for sm_90 and newer; compiled for an older target they trap (the host never
-// launches them there: cluster_supported checks the device).
+// kernels exist for sm_90 and newer (the host launches them nowhere else: cluster_supported
+// checks the device); for older targets the primitives are traps that no kernel body calls.
 //
 // cluster_sync_reads: the same barrier with a relaxed arrive, for the one use that publishes
 // nothing: "every CTA's reads of my shared memory are done" before this CTA overwrites it or
@@ -52,6 +56,16 @@ constexpr int kClusterMaxM = 65536;
 // a sum, before it arrives) are complete once their threads arrive. The release of
 // cluster_sync would also wait for this CTA's pending global stores (the spectra, the
 // output rows) to complete; ncu counted that wait as membar stalls.
+//
+// TIMEX_CLUSTER_CODE: whether the kernels get their bodies in this compilation pass: the
+// host pass, the emulation and device code for sm_90 and newer. For older targets (most of
+// the build's SM list) each kernel is an empty stub, which keeps their nvcc time down; the
+// host never launches one there.
+#if defined(TIMEX_EMULATE) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define TIMEX_CLUSTER_CODE 1
+#else
+#define TIMEX_CLUSTER_CODE 0
+#endif
 #if defined(TIMEX_EMULATE)
 inline unsigned cluster_rank() { return emu_cluster_rank(); }
 inline void cluster_sync() { emu_cluster_sync(); }
@@ -89,7 +103,8 @@ __device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
 // A row of M = P * Sh::M spread over P CTAs of Sh's shape.
 template <class Sh, int P_>
 struct ClusterShape {
-  static_assert(P_ >= 1 && P_ <= 8 && (P_ & (P_ - 1)) == 0 && Sh::M >= 2, "P: 1, 2, 4 or 8");
+  static_assert((P_ == 3 || (P_ >= 1 && P_ <= 8 && (P_ & (P_ - 1)) == 0)) && Sh::M >= 2,
+                "P: 1, 2, 3, 4 or 8");
   using Local = Sh;
   static constexpr int P = P_, L = Sh::M, M = P_ * Sh::M, THREADS = Sh::THREADS;
   static_assert(M <= kClusterMaxM, "M");
@@ -98,8 +113,9 @@ struct ClusterShape {
 // twc (see the top of the file) for CS's P, L, M and, in the same launch, the one-CTA
 // stages' table tw (twiddle_value, the same bits as twiddle_kernel's) and the staged table of
 // the local DFT_L (staged_value, timex_fft_math.cuh; where staged is not null): any grid, any
-// block size. Each twc entry is e^{-2 pi i e / (2M)} for an integer e < 2M, and e / M is
-// exact in double, so sincospi's argument is.
+// block size. Each twc entry is e^{-2 pi i e / (2M)} for an integer e < 2M: e / M is exact
+// in double for M a power of two, and within half a double ulp (2^-53 relative) for M = 3 L,
+// far under the float rounding of the result.
 template <class CS>
 TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twc, cf32* __restrict__ tw,
                                              cf32* __restrict__ staged = nullptr) {
@@ -128,10 +144,27 @@ TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twc, cf32* __res
   }
 }
 
-// v W_P^e = v e^{-2 pi i e / P} for 0 <= e < P: -v past the half turn, then rotate's
-// sixteenth turns (exact for P <= 4).
+// x mod P for x >= 0 (a mask where P is a power of two: the same code as before P = 3).
+template <int P>
+TIMEX_FFT_DEVICE int mod_p(int x) {
+  if constexpr ((P & (P - 1)) == 0) {
+    return x & (P - 1);
+  } else {
+    return x % P;
+  }
+}
+
+// v W_P^e = v e^{-2 pi i e / P} for 0 <= e < P. P = 3: W_3^{1,2} = -1/2 -+ i sqrt(3)/2, a
+// complex product in float (sqrt(3)/2 rounded once; the 1/2 exact). Else -v past the half
+// turn, then rotate's sixteenth turns (exact for P <= 4).
 template <int P>
 TIMEX_FFT_DEVICE cf32 root_turn(cf32 v, int e) {
+  if constexpr (P == 3) {
+    if (e == 0) return v;
+    constexpr float kSin60 = 0.866025403784438646763723170752936183f;
+    const float h = e == 1 ? kSin60 : -kSin60;  // W_3^e = -1/2 - i h
+    return {fmaf(h, v.y, -0.5f * v.x), fmaf(-h, v.x, -0.5f * v.y)};
+  }
   int e16 = e * (16 / P);
   if (e16 >= 8) {
     v = {-v.x, -v.y};
@@ -143,7 +176,7 @@ TIMEX_FFT_DEVICE cf32 root_turn(cf32 v, int e) {
 // W_{2M}^k for 0 <= k < M, the split's twiddle: twc's entry M + (k % P) L + k / P.
 template <class CS>
 TIMEX_FFT_DEVICE cf32 split_twiddle(const cf32* __restrict__ twc, int k) {
-  return twc[CS::M + (k & (CS::P - 1)) * CS::L + k / CS::P];
+  return twc[CS::M + mod_p<CS::P>(k) * CS::L + k / CS::P];
 }
 
 // y_r[n2] = sum_{n1 < P} z[n2 + L n1] W_M^{r (n2 + L n1)}
@@ -162,7 +195,7 @@ struct ClusterLoad {
     for (int n1 = 0; n1 < CS::P; ++n1) {
       const int n = n2 + n1 * CS::L;
       if (2 * n >= row.T) break;  // the rest of the row is zero padding
-      acc = acc + root_turn<CS::P>(row(n), (r * n1) & (CS::P - 1));
+      acc = acc + root_turn<CS::P>(row(n), mod_p<CS::P>(r * n1));
     }
     return r == 0 ? acc : acc * twc[r * CS::L + n2];
   }
@@ -234,7 +267,7 @@ TIMEX_FFT_DEVICE void cluster_combine(cf32* sm, const cf32* __restrict__ twc,
 #pragma unroll
     for (int q = 1; q < P; ++q) {
       // W_M^{q n} = W_M^{q n2} W_P^{q n1}, n1 = n / L
-      const cf32 t = root_turn<P>(twc[q * L + n2], (q * (n / L)) & (P - 1));
+      const cf32 t = root_turn<P>(twc[q * L + n2], mod_p<P>(q * (n / L)));
       acc = acc + src[q][pad(n2)] * t;
     }
     store(n, acc);

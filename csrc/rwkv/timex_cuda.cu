@@ -298,8 +298,9 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
 // timex_backward_kept; where the fused or cluster kernels run, an empty kz and W's spectra
-// (their frequency order) as wz: C M complex floats (M = the power of two >= T, at least
-// 32768 for the cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward
+// (their frequency order) as wz: C M complex floats (M = the power of two >= T for the fused
+// kernels, 24576, 32768, 49152 or 65536 for the cluster kernels), e.g. 128 MiB at C = 1024,
+// T = 16384, held from the forward
 // to the backward, which then skips their transforms; else two empty tensors.
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);

@@ -97,43 +97,40 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   const int n_tch = cdiv(T - t0, G_LEN);  // slots per row
   const int n_slots = B * n_tch;
   const int n_stages = cdiv(n_slots, SLOTS);
-  const int64_t row_step = static_cast<int64_t>(C) * T;
 
   // Slot (b, tch): g at times t0 + 256 tch + [0, 256), k from 16 (D0 + 16) times before that,
-  // at 256 (tch - 1) + [0, 512).
-  // The stage's last slots up to a multiple of 4 are zeros (an MMA takes 4 slots). The
-  // threads take (slot, unit of UNIT elements) pairs round-robin, walking slots forward.
+  // at 256 (tch - 1) + [0, 512). The stage's last slots up to a multiple of 4 are zeros (an
+  // MMA takes 4 slots). Warp w stages slots w, w + NWARP, ...; its lanes take UNIT elements
+  // each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k per slot.
   auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
-    constexpr int UNIT = decltype(unit_c)::value;
-    constexpr int G_UNITS = G_LEN / UNIT, UNITS = (G_LEN + K_LEN) / UNIT;
-    const int s0 = st * SLOTS;
-    const int fill = imin(SLOTS, (n_slots - s0 + 3) / 4 * 4);
-    int u = tid / UNITS, x = tid - u * UNITS;
-    int slot = s0 + u;
-    int b = slot / n_tch, tch = slot - b * n_tch;
-    int64_t row = (static_cast<int64_t>(b) * C + c) * T;
-    while (u < fill) {
-      const bool in_k = x >= G_UNITS;
-      const int xe = (in_k ? x - G_UNITS : x) * UNIT;
-      const int t = in_k ? G_LEN * (tch - 1) + xe : t0 + G_LEN * tch + xe;
-      const bool ok = slot < n_slots && t >= 0 && t < T;
-      const uint16_t* const src = ok ? (in_k ? kbits : gbits) + row + t : gbits;
-      uint16_t* const dst = base + u * SLOT + (in_k ? Cfg::G_SEG : 0) + wgrad_pos(xe);
+    constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
+    auto put = [&](uint16_t* dst, const uint16_t* src, bool ok) {
       if constexpr (UNIT == 8) {
-        half_tc::copy8(dst, src, ok);
+        half_tc::copy8(dst, ok ? src : gbits, ok);
       } else {
         *dst = ok ? *src : uint16_t(0);
       }
-      x += THREADS;
-      while (x >= UNITS) {
-        x -= UNITS;
-        ++u;
-        ++slot;
-        if (++tch == n_tch) {
-          tch = 0;
-          row += row_step;
-        }
+    };
+    const int s0 = st * SLOTS;
+    const int fill = imin(SLOTS, (n_slots - s0 + 3) / 4 * 4);
+    int slot = s0 + warp;
+    int b = slot / n_tch, tch = slot - b * n_tch;
+    for (int u = warp; u < fill; u += Cfg::NWARP) {
+      const bool live = slot < n_slots;
+      const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
+      uint16_t* const gs = base + u * SLOT;
+#pragma unroll
+      for (int i = 0; i < G_LEN / STRIDE; ++i) {
+        const int x = UNIT * lane + STRIDE * i, t = t0 + G_LEN * tch + x;
+        put(gs + wgrad_pos(x), gbits + row + t, live && t < T);
       }
+#pragma unroll
+      for (int i = 0; i < K_LEN / STRIDE; ++i) {
+        const int x = UNIT * lane + STRIDE * i, t = G_LEN * (tch - 1) + x;
+        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits + row + t, live && t >= 0 && t < T);
+      }
+      slot += Cfg::NWARP;
+      for (tch += Cfg::NWARP; tch >= n_tch; tch -= n_tch) ++b;
     }
   };
   auto stage = [&](int st, int buf) {

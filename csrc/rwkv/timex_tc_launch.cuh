@@ -17,10 +17,12 @@ namespace kernels {
 // columns (16 for up to 2 rows) filled with batch rows and time folds: 32 rows; 16 rows x 2
 // folds; 4 rows x 8 folds (3 to 8 rows); 2 rows x 8 folds (1 and 2 rows). Chunks of 128
 // reduction indices, 256 with 8 folds (a block then spans 1024 outputs).
-// grad_w: 4 lag blocks of 16 per warp, 4 warps (16 lag blocks per block), 16 slots per stage.
-// The fastest of the tilings tried on the H100 at (16, 512, 1024), (4, 1024, 4096),
-// (32, 1024, 1024) and (1, 256, 2048) (chunks of 64, 128, 256; 2 or 4 tiles per warp; 4, 8
-// or 16 slots; 2 lag blocks per warp x 8 warps): benchmarks/results/timex_half_direct_h100.md.
+// The Toeplitz tilings: the fastest of those tried on the H100 at (16, 512, 1024),
+// (4, 1024, 4096), (32, 1024, 1024) and (1, 256, 2048) (chunks of 64, 128, 256; 2 or 4 tiles
+// per warp): benchmarks/results/timex_half_direct_h100.md.
+// grad_w: 4 lag blocks of 16 x 4 time shifts per warp, 4 warps (256 lags per block), 12 slots
+// of 256 times per stage (41.5 KB of shared memory, no opt-in; 4 blocks per SM):
+// benchmarks/results/timex_wgrad_half_h100.md.
 struct HalfTiles {
   template <typename F>
   static void toeplitz(int B, F&& f) {
@@ -36,7 +38,7 @@ struct HalfTiles {
   }
   template <typename F>
   static void wgrad(F&& f) {
-    f(WgradHalfConfig<4, 4, 16, 4>{});
+    f(WgradHalfConfig<4, 4, 12, 4>{});
   }
 };
 
@@ -76,7 +78,7 @@ void wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int B, int C,
            cudaStream_t stream) {
   kernels::HalfTiles::wgrad([&](auto cfg) {
     using Cfg = decltype(cfg);
-    const int64_t blocks = int64_t{C} * kernels::cdiv(T, 16 * (Cfg::NDB - 1));
+    const int64_t blocks = int64_t{C} * kernels::cdiv(T, Cfg::LAGS);
     auto kernel = kernels::wgrad_half_kernel<scalar_t, Cfg>;
     static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
     kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(

@@ -245,6 +245,9 @@ def test_build_facts_describe_this_build():
         assert sorted(p.replace("sm_", "compute_") for p in ptx) == sorted(facts.PTX), family
 
 
+# Without build facts (libraries copied without the generated _build_info.py, as onto the
+# lent GPU machine) info cannot know the targets and reports the GPU as not covered: exit 1.
+@pytest.mark.skipif(facts is None, reason="libraries without build facts (_build_info.py)")
 @pytest.mark.parametrize("module", ["torch_fused_ops", "lltm"])
 def test_info_command(module):
     here = str(Path(lltm.__file__).resolve().parent.parent)  # where `lltm` was imported from

@@ -215,7 +215,8 @@ Tensor gates_packed(const Tensor& X, const Tensor& weights, const Tensor& bias,
     const void* w = weights.const_data_ptr();
     float* out = gates.mutable_data_ptr<float>();
     torch::stable::parallel_for(0, row_blocks * chunks, 1, [&](int64_t t0, int64_t t1) {
-      std::unique_ptr<float[]> scratch(new float[static_cast<size_t>(gates_packed_scratch(K, per_task))]);
+      const size_t scratch_size = static_cast<size_t>(gates_packed_scratch(K, per_task));
+      std::unique_ptr<float[]> scratch(new float[scratch_size]);
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t n0 = t / chunks * block, p0 = t % chunks * per_task;
         gates_packed_avx2(st, w, xt.get(), b.data(), out, B, K, N, n0,

@@ -155,9 +155,10 @@ int64_t grain_blocks(int64_t per_block) {
 // Two kernels: gates_packed (outer products on 16-row batch panels) from kPackedMinBatch batch
 // rows, gates_dot (dot products along k, blocks of 3 batch rows) below. A panel costs the
 // same for 1 to 16 rows, the dot products grow with B: measured on the 2-core AMD EPYC (one
-// thread, forward time over float32's): at B = 12 dot 0.69-0.81x against packed 0.76-0.91x,
-// at (16, 32, 128) 0.91x against 0.77x and (16, 256, 1024) 0.65x against 0.49x; at
-// (64, 128, 256) packed 0.87-1.00x, dot 1.01-1.12x.
+// thread, forward time over float32's, both half types): at (12, 32, 128) and (12, 128, 256)
+// dot 0.69-0.81x against packed 0.76-0.91x; at (16, 32, 128) dot 0.91-0.92x against packed
+// 0.76-0.77x, (16, 256, 1024) 0.65-0.69x against 0.49-0.52x, (64, 128, 256) 1.01-1.12x
+// against 0.87-1.00x.
 constexpr int64_t kPackedMinBatch = 13;
 
 // Dot products (lltm_cpu_gemm_avx2.cpp: 4 rows of W converted into L1, 3 batch rows).

@@ -159,7 +159,7 @@ int64_t grain_blocks(int64_t per_block) {
 // dot 0.69-0.81x against packed 0.76-0.91x; at (16, 32, 128) dot 0.91-0.92x against packed
 // 0.76-0.77x, (16, 256, 1024) 0.65-0.69x against 0.49-0.52x, (64, 128, 256) 1.01-1.12x
 // against 0.87-1.00x. Two threads, B = 12: dot 0.36-0.68x against packed 0.41-0.77x at
-// (12, 32, 128), (12, 128, 256), (12, 256, 1024); B = 13: the two within 3% of each other at
+// (12, 32, 128), (12, 128, 256), (12, 256, 1024); B = 13: the two within 4% of each other at
 // the first two sizes, at (13, 256, 1024) dot 0.57-0.58x against packed 0.46-0.54x. Hence 13.
 constexpr int64_t kPackedMinBatch = 13;
 

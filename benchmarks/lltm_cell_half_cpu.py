@@ -4,12 +4,14 @@ fast as float32 or faster).
 Per size, in one process and alternating rounds (benchmarks/timing.py: medians_ms): the op's
 forward (lltm_forward) and backward (lltm_backward, every gradient) below autograd, and the
 training step through autograd (lltm_cell forward, then torch.autograd.grad of both outputs
-with respect to every input), for float32 and for each half type three times: the op's own choice (LLTM_CPU_PATH=auto), the
-fused GEMMs forced (LLTM_CPU_PATH=fused: W read in its half type, lltm_cpu_gemm_avx2.cpp) and
-the library's (LLTM_CPU_PATH=library: W converted to float per call, ATen's float GEMMs); and
-eager PyTorch's
-cell (lltm.reference) in the same dtype as the usual alternative. Ratios: time over float32's
-(ours) in the same run.
+with respect to every input), for float32 and for each half type three times: the op's own
+choice (LLTM_CPU_PATH=auto, which is the fused GEMMs on an AVX2 CPU), the fused GEMMs forced
+(LLTM_CPU_PATH=fused: W read in its half type; the forward by lltm_cpu_gemm_fwd_avx2.cpp's
+outer products from 13 batch rows, lltm_cpu_gemm_avx2.cpp's dot products below) and the
+library's (LLTM_CPU_PATH=library: W converted to float per call, ATen's float GEMMs); and
+eager PyTorch's cell (lltm.reference) in the same dtype as the usual alternative. auto and
+fused run the same code: the gap between their rows is the run's noise. Ratios: time over
+float32's (ours) in the same run.
 Usage: python -m benchmarks.lltm_cell_half_cpu [--sizes 16,32,128 256,256,1024] [--rounds 9]
 """
 

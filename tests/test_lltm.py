@@ -123,11 +123,17 @@ def check_half_type_against_float64(device, dtype, shape=(32, 24, 40)):
 
 
 # (B, F, S) with a tail of every kind for the CPU's half-type GEMMs (lltm_cpu_gemm_avx2.cpp:
-# blocks of 4 weight rows and 2 batch rows, 16-column tiles of d_X, 8-lane vectors): B odd and
-# 1, K = S + F not a multiple of 8, F = 0, S + F past one tile. Not B = F = S = 1: there each
-# result is one number and the norm-wise rule compares single roundings (both orders of the
-# same roundings land 1 ulp apart).
-HALF_SHAPES = [(32, 24, 40), (1, 3, 9), (7, 5, 33), (3, 0, 17), (5, 19, 9), (2, 3, 130)]
+# blocks of 4 weight rows and 3 batch rows, 16-column tiles of d_X, 8-lane vectors; below 13
+# batch rows its dot-product forward, from 13 lltm_cpu_gemm_fwd_avx2.cpp's: 16-row batch
+# panels, 6-row tiles of W, blocks of whole rows of W, blocks of at most 256 k): B odd and 1,
+# K = S + F not a multiple of 8, F = 0, S + F past one tile; B = 13 and 129 (a panel's tail of
+# 13 rows and of 1), 3S not a multiple of 6 (S = 7, 33, 129), K past one block of k (307, 633),
+# 3S past one block of W's rows (387 > 96; 99 > 60, the block at K = 633), 3S = 21 below one
+# block (the batch split among tasks instead). Not B = F = S = 1: there each result is one
+# number and the norm-wise rule compares single roundings (both orders of the same roundings
+# land 1 ulp apart).
+HALF_SHAPES = [(32, 24, 40), (1, 3, 9), (7, 5, 33), (3, 0, 17), (5, 19, 9), (2, 3, 130),
+               (13, 7, 129), (33, 1, 33), (129, 33, 7), (17, 300, 7), (14, 600, 33)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -139,10 +145,11 @@ def test_half_types_against_float64(device, dtype, shape):
 @pytest.mark.parametrize("path", ["fused", "library"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cpu_half_type_gemm_paths(monkeypatch, path, dtype):
-    # Both of the CPU's GEMM paths for the half types, forced (auto takes the library's for
-    # the forward only past a size none of the shapes above reach).
+    # Both of the CPU's GEMM paths for the half types, forced (auto takes the fused ones), at a
+    # size of each forward kernel (the dot products below 13 batch rows, outer products above).
     monkeypatch.setenv("LLTM_CPU_PATH", path)
     check_half_type_against_float64("cpu", dtype, (7, 5, 33))
+    check_half_type_against_float64("cpu", dtype, (33, 7, 129))
 
 
 def test_cpu_path_env_must_be_known(monkeypatch):

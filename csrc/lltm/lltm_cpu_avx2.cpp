@@ -33,18 +33,15 @@ void forward_rows(const float* gates, typename E::T* gates_out, const typename E
     for_each_vector(S, [&](int64_t j, const auto& io) {
       V z_i = io.load(z + j), z_o = io.load(z + S + j), z_c = io.load(z + 2 * S + j);
       if constexpr (kRound) {
-        z_i = round_to(z_i, e);
-        z_o = round_to(z_o, e);
-        z_c = round_to(z_c, e);
-        io.store(zo + j, z_i, e);
-        io.store(zo + S + j, z_o, e);
-        io.store(zo + 2 * S + j, z_c, e);
+        z_i = store_rounded(zo + j, z_i, io, e);
+        z_o = store_rounded(zo + S + j, z_o, io, e);
+        z_c = store_rounded(zo + 2 * S + j, z_c, io, e);
       }
       // new_cell is rounded before tanh reads it: new_h is the cell of the stored new_cell,
       // as in a computation that keeps its tensors in the op's dtype.
       const V input_gate = sigmoid(z_i), output_gate = sigmoid(z_o), candidate = elu(z_c);
-      const V cell = round_to(fma(candidate, input_gate, io.load(old_cell + r + j, e)), e);
-      io.store(new_cell + r + j, cell, e);
+      const V cell = store_rounded(new_cell + r + j,
+                                   fma(candidate, input_gate, io.load(old_cell + r + j, e)), io, e);
       io.store(new_h + r + j, mul(tanh(cell), output_gate), e);
       if (acts != nullptr) {
         io.store(static_cast<typename E::T*>(acts[0]) + r + j, input_gate, e);

@@ -6,10 +6,10 @@
 // (16, 32, 128): one write and one read of the whole float copy per call, forward and backward,
 // and d_W rounded in a pass of its own. Here W is converted where it is used (a block of its
 // rows into an L1 buffer, or a vector at a time), and d_W is rounded as it is stored.
-// The loop nests and register blocks are documented at each kernel. See common/avx2_target.h
-// for how this file alone gets AVX2; lltm_cpu_half.cpp calls it only where
-// fused_ops::cpu_has_avx2() (and, for the forward, below the size where MKL's float GEMM on a
-// converted W wins).
+// The loop nests and register blocks are documented at each kernel. The forward here (dot
+// products) runs below 13 batch rows; from there lltm_cpu_gemm_fwd_avx2.cpp's outer products.
+// See common/avx2_target.h for how this file alone gets AVX2; lltm_cpu_half.cpp calls it only
+// where fused_ops::cpu_has_avx2().
 #include "common/avx2_target.h"
 
 #include <stdexcept>
@@ -20,6 +20,7 @@
 
 #include <algorithm>
 
+#include "lltm/lltm_cpu_gemm_tile.h"
 #include "lltm/lltm_cpu_vec.h"
 
 namespace lltm {
@@ -130,34 +131,16 @@ void gates_rows(const typename E::T* w, const float* x, const float* bias, float
 // chunks of kChunkRows rows n: the chunk's piece of W (kChunkRows x 16) converted to float into
 // `chunk` (4 KiB, L1), then for each block of kTileRows batch rows the partial sums of earlier
 // chunks loaded from `sums` (B x 16 floats, the caller's), per n the chunk's two weight vectors
-// times d_gates[b, n] broadcast (kTileRows x 2 accumulators: 12 independent FMA chains, which
-// cover the FMA latency; with 4 rows, 8 chains, the backward at (256, 256, 1024) measured
-// 1.09-1.23x float32's time, with 6 rows 1.03-1.10x, on a noisy machine), and stored back; the
+// times d_gates[b, n] broadcast (kTileRows x 2 accumulators), and stored back; the
 // last chunk rounds them into out. Each element of W is converted once.
-constexpr int kTileRows = 6;
-constexpr int64_t kTileCols = 2 * kLanes;
+// (The tile and its rank-1 updates: lltm_cpu_gemm_tile.h; d_X's a[i] are d_gates' rows, its
+// panel a chunk of W's tile; d_W's a[i] are d_gates' transposed columns, its panel a tile of x.)
+using tile::kTileCols;
+using tile::kTileRows;
+using tile::rank1_updates;
 constexpr int64_t kChunkRows = 64;
-static_assert(kTileCols == kHalfGemmTileCols && kGateRows == kHalfGemmRows);
+static_assert(kGateRows == kHalfGemmRows);
 static_assert(d_x_half_scratch(0) == kChunkRows * kTileCols);
-
-// The micro-kernel of d_X and d_W: acc[i][v] += a[i][j] * p[j][8 v .. 8 v + 8] for j < count,
-// p a contiguous count x 16 float panel (d_X: a chunk of W's tile; d_W: a tile of x), a[i]
-// kTileRows rows of scalars (d_gates' rows, or its transposed columns), one broadcast per row
-// and j: 2 loads and 6 broadcasts feed 12 multiply-adds.
-__attribute__((always_inline)) inline void rank1_updates(V (&acc)[kTileRows][2],
-                                                         const float* const (&a)[kTileRows],
-                                                         const float* p, int64_t count) {
-  for (int64_t j = 0; j < count; ++j) {
-    const V p0 = _mm256_loadu_ps(p + j * kTileCols);
-    const V p1 = _mm256_loadu_ps(p + j * kTileCols + kLanes);
-    #pragma GCC unroll 8
-    for (int i = 0; i < kTileRows; ++i) {
-      const V av = _mm256_broadcast_ss(a[i] + j);
-      acc[i][0] = fma(av, p0, acc[i][0]);
-      acc[i][1] = fma(av, p1, acc[i][1]);
-    }
-  }
-}
 
 template <typename E, typename IO0, typename IO1>
 void d_x_tile(const typename E::T* w, int64_t K, const float* d_gates, int64_t B, int64_t N,
@@ -300,7 +283,7 @@ void by_storage(Storage storage, const Run& run) {
 
 }  // namespace
 
-void gates_half_avx2(Storage storage, const void* w, const float* x, const float* bias,
+void gates_dot_avx2(Storage storage, const void* w, const float* x, const float* bias,
                      float* gates, int64_t B, int64_t K, int64_t N, int64_t n0, int64_t n1,
                      float* scratch) {
   by_storage(storage, [&](auto e) {
@@ -337,7 +320,7 @@ void d_w_half_avx2(Storage storage, const float* x, const float* d_gates, int64_
 #else  // not x86-64 with GCC/Clang: lltm.cpp takes ATen's float GEMMs instead.
 
 namespace lltm {
-void gates_half_avx2(Storage, const void*, const float*, const float*, float*, int64_t, int64_t,
+void gates_dot_avx2(Storage, const void*, const float*, const float*, float*, int64_t, int64_t,
                      int64_t, int64_t, int64_t, float*) {
   throw std::runtime_error("lltm: AVX2 kernels are not built for this CPU");
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,27 +25,23 @@ using torch::headeronly::ScalarType;
 // ---- float16 and bfloat16: the GEMMs in float ----
 // An AVX2 CPU has no half-type dot products: ATen's float16 and bfloat16 GEMMs convert inside
 // and ran this cell 2x (bfloat16) to 5x (float16) slower than float32 on the 2-core AMD EPYC
-// machine (issue 27). So the GEMMs run in float: lltm_cpu_gemm_avx2.cpp's read W in its half
-// type and convert it in cache-sized blocks; the library path converts W and X to float
-// tensors once per call (AVX2: F16C, bfloat16 shifts) for ATen's float GEMMs. Only the op's
-// outputs are rounded to the half type (the pointwise kernels compute in float either way).
+// machine (issue 27). So the GEMMs run in float: lltm_cpu_gemm_fwd_avx2.cpp's and
+// lltm_cpu_gemm_avx2.cpp's read W in its half type and convert it as they go; the library
+// path converts W and X to float tensors once per call (AVX2: F16C, bfloat16 shifts) for
+// ATen's float GEMMs. Only the op's outputs are rounded to the half type (the pointwise
+// kernels compute in float either way).
 
-// Which GEMMs a float16 / bfloat16 cell runs: kFused, lltm_cpu_gemm_avx2.cpp's (W read in its
-// half type; AVX2 CPUs), or kLibrary, W and X converted to float tensors and ATen's float GEMMs
-// (CPUs without AVX2). auto: fused, except the forward where X in float (B x (S + F)) is past
-// kFusedForwardMaxX values: there MKL's blocked GEMM, converting W once, is the faster
-// (measured on the 2-core AMD EPYC, benchmarks/results/lltm_cpu_half.md: forward at
-// (256, 256, 1024) 1.08-1.10x float32's time through the library against 1.23-1.27x fused; at
-// (64, 128, 256), X 24576 values, fused 0.87-0.97x against 1.26-1.42x). LLTM_CPU_PATH=
-// fused|library|auto forces one (read at every call: tests and benchmarks set it between
-// calls).
+// Which GEMMs a float16 / bfloat16 cell runs: kFused, the AVX2 kernels (W read in its half
+// type), or kLibrary, W and X converted to float tensors and ATen's float GEMMs (CPUs without
+// AVX2). auto: fused (measured on the 2-core AMD EPYC, benchmarks/results/lltm_cpu_half.md:
+// the library's forward, backward and step are slower at every size measured).
+// LLTM_CPU_PATH=fused|library|auto forces one (read at every call: tests and benchmarks set
+// it between calls).
 enum class HalfGemms { kFused, kLibrary };
-constexpr int64_t kFusedForwardMaxX = 65536;
 
-HalfGemms half_gemms(bool forward, int64_t B, int64_t K) {
+HalfGemms half_gemms() {
   const char* v = std::getenv("LLTM_CPU_PATH");
-  HalfGemms choice =
-      forward && B * K > kFusedForwardMaxX ? HalfGemms::kLibrary : HalfGemms::kFused;
+  HalfGemms choice = HalfGemms::kFused;
   if (v != nullptr && *v != '\0' && std::strcmp(v, "auto") != 0) {
     if (std::strcmp(v, "fused") == 0) {
       choice = HalfGemms::kFused;
@@ -155,7 +152,19 @@ int64_t grain_blocks(int64_t per_block) {
 }
 
 // The forward's gates (B, 3S) in float = X W^T + bias; X, weights, bias contiguous, B > 0.
-Tensor gates_half(const Tensor& X, const Tensor& weights, const Tensor& bias,
+// Two kernels: gates_packed (outer products on 16-row batch panels) from kPackedMinBatch batch
+// rows, gates_dot (dot products along k, blocks of 3 batch rows) below. A panel costs the
+// same for 1 to 16 rows, the dot products grow with B: measured on the 2-core AMD EPYC (one
+// thread, forward time over float32's, both half types): at (12, 32, 128) and (12, 128, 256)
+// dot 0.69-0.81x against packed 0.76-0.91x; at (16, 32, 128) dot 0.91-0.92x against packed
+// 0.76-0.77x, (16, 256, 1024) 0.65-0.69x against 0.49-0.52x, (64, 128, 256) 1.01-1.12x
+// against 0.87-1.00x. Two threads, B = 12: dot 0.36-0.68x against packed 0.41-0.77x at
+// (12, 32, 128), (12, 128, 256), (12, 256, 1024); B = 13: the two within 4% of each other at
+// the first two sizes, at (13, 256, 1024) dot 0.57-0.58x against packed 0.46-0.54x. Hence 13.
+constexpr int64_t kPackedMinBatch = 13;
+
+// Dot products (lltm_cpu_gemm_avx2.cpp: 4 rows of W converted into L1, 3 batch rows).
+Tensor gates_dot(const Tensor& X, const Tensor& weights, const Tensor& bias,
                   const CellSizes& sizes) {
   const int64_t B = sizes.batch, S = sizes.state, K = sizes.state + sizes.features, N = 3 * S;
   Tensor gates = empty_of(X, ScalarType::Float, B, N);
@@ -170,9 +179,54 @@ Tensor gates_half(const Tensor& X, const Tensor& weights, const Tensor& bias,
     torch::stable::parallel_for(
         0, blocks, grain_blocks(kHalfGemmRows * B * K), [&](int64_t i0, int64_t i1) {
           std::vector<float> scratch(static_cast<size_t>(kHalfGemmRows * half_gemm_pitch(K)));
-          gates_half_avx2(storage_of<scalar_t>(), w, x.data(), b.data(), out, B, K, N,
+          gates_dot_avx2(storage_of<scalar_t>(), w, x.data(), b.data(), out, B, K, N,
                           i0 * kHalfGemmRows, std::min(N, i1 * kHalfGemmRows), scratch.data());
         });
+  });
+  return gates;
+}
+
+// The forward's gates in outer-product form (lltm_cpu_gemm_fwd_avx2.cpp): X packed into batch
+// panels once, then tasks of gate_block_rows(K) rows of W x a run of panels; the batch is split
+// too where the row blocks alone would leave a thread without two tasks.
+Tensor gates_packed(const Tensor& X, const Tensor& weights, const Tensor& bias,
+                    const CellSizes& sizes) {
+  const int64_t B = sizes.batch, S = sizes.state, K = sizes.state + sizes.features, N = 3 * S;
+  Tensor gates = empty_of(X, ScalarType::Float, B, N);
+  const int64_t panels = gate_panels(B);
+  const int64_t block = gate_block_rows(K);
+  const int64_t row_blocks = (N + block - 1) / block;
+  const int64_t want = 2 * static_cast<int64_t>(torch::stable::get_num_threads());
+  int64_t per_task = panels;  // panels per task
+  if (row_blocks < want) {
+    const int64_t chunks = std::min(panels, (want + row_blocks - 1) / row_blocks);
+    per_task = (panels + chunks - 1) / chunks;
+  }
+  const int64_t chunks = (panels + per_task - 1) / per_task;
+  FUSED_OPS_DISPATCH_HALF(X.scalar_type(), "lltm_forward_cpu", [&] {
+    constexpr Storage st = storage_of<scalar_t>();
+    // Uninitialised (new[], not a std::vector's zero fill): every value is written before read.
+    std::unique_ptr<float[]> xt(new float[static_cast<size_t>(panels * K * kGatePanel)]);
+    const void* x = X.const_data_ptr();
+    torch::stable::parallel_for(0, panels, std::max<int64_t>(1, kConvertGrain / (K * kGatePanel)),
+                                [&](int64_t p0, int64_t p1) {
+                                  pack_x_avx2(st, x, B, K, p0, p1, xt.get());
+                                });
+    std::vector<float> b(static_cast<size_t>(N));
+    const scalar_t* bias_src = bias.const_data_ptr<scalar_t>();
+    for (int64_t n = 0; n < N; ++n) b[n] = static_cast<float>(bias_src[n]);
+    const void* w = weights.const_data_ptr();
+    float* out = gates.mutable_data_ptr<float>();
+    torch::stable::parallel_for(0, row_blocks * chunks, 1, [&](int64_t t0, int64_t t1) {
+      const size_t scratch_size = static_cast<size_t>(gates_packed_scratch(K, per_task));
+      std::unique_ptr<float[]> scratch(new float[scratch_size]);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n0 = t / chunks * block, p0 = t % chunks * per_task;
+        gates_packed_avx2(st, w, xt.get(), b.data(), out, B, K, N, n0,
+                          std::min(N, n0 + block), p0, std::min(panels, p0 + per_task),
+                          scratch.get());
+      }
+    });
   });
   return gates;
 }
@@ -254,10 +308,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward_half(const Tensor& input, con
   Tensor X = new_empty({B, S + F}, input);  // [old_h, input] in the op's dtype (saved)
   copy_into_columns(X, 0, old_h);
   copy_into_columns(X, S, input);
-  const Tensor gates32 = half_gemms(true, B, S + F) == HalfGemms::kFused && B > 0
-                             ? gates_half(X, as_contiguous(weights), as_contiguous(bias), sizes)
-                             : fused_ops::aten::linear(as_float(X), as_float(weights),
-                                                       as_float(bias));
+  Tensor gates32;
+  if (half_gemms() == HalfGemms::kLibrary || B == 0) {
+    gates32 = fused_ops::aten::linear(as_float(X), as_float(weights), as_float(bias));
+  } else if (B < kPackedMinBatch) {
+    gates32 = gates_dot(X, as_contiguous(weights), as_contiguous(bias), sizes);
+  } else {
+    gates32 = gates_packed(X, as_contiguous(weights), as_contiguous(bias), sizes);
+  }
   Tensor gate_weights = new_empty({B, 3 * S}, input);
   Tensor new_h = new_empty({B, S}, input);
   Tensor new_cell = new_empty({B, S}, input);
@@ -288,7 +346,7 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
     });
   }
   auto skipped = [&] { return new_empty({0}, new_cell); };
-  if (half_gemms(false, B, S + F) == HalfGemms::kFused && B > 0 && S > 0) {
+  if (half_gemms() == HalfGemms::kFused && B > 0 && S > 0) {
     Tensor d_input = skipped(), d_weights = skipped(), d_bias = skipped(), d_old_h = skipped();
     backward_gemms_half(d_gates, as_contiguous(X), as_contiguous(weights), mask, sizes, d_input,
                         d_weights, d_bias, d_old_h);

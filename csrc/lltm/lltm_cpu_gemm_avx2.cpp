@@ -271,15 +271,7 @@ using P = typename E::T*;
 template <typename E>
 using CP = const typename E::T*;
 
-template <typename Run>
-void by_storage(Storage storage, const Run& run) {
-  switch (storage) {
-    case Storage::Half: return run(F16());
-    case Storage::BFloat16: return run(BF16());
-    case Storage::Float: break;
-  }
-  throw std::invalid_argument("lltm: the half-type GEMMs take float16 or bfloat16");
-}
+using tile::by_storage;
 
 }  // namespace
 

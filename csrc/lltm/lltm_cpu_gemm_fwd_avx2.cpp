@@ -184,15 +184,7 @@ void gates_block(const typename E::T* w, const float* xt, const float* bias, flo
   }
 }
 
-template <typename Run>
-void by_storage(Storage storage, const Run& run) {
-  switch (storage) {
-    case Storage::Half: return run(F16());
-    case Storage::BFloat16: return run(BF16());
-    case Storage::Float: break;
-  }
-  throw std::invalid_argument("lltm: the half-type GEMMs take float16 or bfloat16");
-}
+using tile::by_storage;
 
 }  // namespace
 

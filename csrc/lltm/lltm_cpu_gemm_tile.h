@@ -1,10 +1,11 @@
-// The register tile that the half-type cell's GEMMs on an AVX2 CPU share
-// (lltm_cpu_gemm_fwd_avx2.cpp: gates; lltm_cpu_gemm_avx2.cpp: d_X and d_W): kTileRows x 16
-// float accumulators, updated by rank-1 products. Include it only from a file that includes
+// What the half-type cell's GEMMs on an AVX2 CPU share (lltm_cpu_gemm_fwd_avx2.cpp: gates;
+// lltm_cpu_gemm_avx2.cpp: d_X and d_W): the register tile, kTileRows x 16 float accumulators
+// updated by rank-1 products, and the dispatch on the storage type. Include it only from a file that includes
 // common/avx2_target.h first, and only inside #ifdef FUSED_OPS_AVX2 (it is AVX2 code).
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "lltm/lltm_cpu_avx2.h"
 #include "lltm/lltm_cpu_vec.h"
@@ -36,6 +37,17 @@ __attribute__((always_inline)) inline void rank1_updates(vec::V (&acc)[kTileRows
       acc[i][1] = vec::fma(av, p1, acc[i][1]);
     }
   }
+}
+
+// run(vec::F16()) or run(vec::BF16()): the element type of a half-type GEMM's operands.
+template <typename Run>
+void by_storage(Storage storage, const Run& run) {
+  switch (storage) {
+    case Storage::Half: return run(vec::F16());
+    case Storage::BFloat16: return run(vec::BF16());
+    case Storage::Float: break;
+  }
+  throw std::invalid_argument("lltm: the half-type GEMMs take float16 or bfloat16");
 }
 
 }  // namespace tile

@@ -111,14 +111,17 @@ struct BF16 {
   using T = uint16_t;
 };
 
+// 8 stored half-type values (their bits) as floats, exactly.
+inline V from_bits(__m128i bits, F16) { return _mm256_cvtph_ps(bits); }
+inline V from_bits(__m128i bits, BF16) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
 // 8 elements at p (all readable) as floats.
 inline V load8(const float* p, F32) { return _mm256_loadu_ps(p); }
-inline V load8(const uint16_t* p, F16) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline V load8(const uint16_t* p, BF16) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+template <typename E>
+inline V load8(const uint16_t* p, E e) {
+  return from_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), e);
 }
 
 // v rounded to bfloat16, as the bits of 8 bfloat16s.
@@ -134,21 +137,21 @@ inline __m128i bf16_bits(V v) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
+// v rounded to the half type, as the bits of 8 values.
+inline __m128i to_bits(V v, F16) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
+inline __m128i to_bits(V v, BF16) { return bf16_bits(v); }
+
 inline void store8(float* p, V v, F32) { _mm256_storeu_ps(p, v); }
-inline void store8(uint16_t* p, V v, F16) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-inline void store8(uint16_t* p, V v, BF16) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bf16_bits(v));
+template <typename E>
+inline void store8(uint16_t* p, V v, E e) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), to_bits(v, e));
 }
 
 // v rounded to the storage type and back (the value a store then a load would give).
 inline V round_to(V v, F32) { return v; }
-inline V round_to(V v, F16) {
-  return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-inline V round_to(V v, BF16) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16_bits(v)), 16));
+template <typename E>
+inline V round_to(V v, E e) {
+  return from_bits(to_bits(v, e), e);
 }
 
 // Loads and stores of the first n (1 <= n <= 8) lanes: the rest read as 0 and never written.
@@ -203,17 +206,11 @@ inline V store_rounded(float* p, V v, const IO& io, F32) {
   io.store(p, v);
   return v;
 }
-template <typename IO>
-inline V store_rounded(uint16_t* p, V v, const IO& io, F16) {
-  const __m128i bits = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+template <typename IO, typename E>
+inline V store_rounded(uint16_t* p, V v, const IO& io, E e) {
+  const __m128i bits = to_bits(v, e);
   io.store_bits(p, bits);
-  return _mm256_cvtph_ps(bits);
-}
-template <typename IO>
-inline V store_rounded(uint16_t* p, V v, const IO& io, BF16) {
-  const __m128i bits = bf16_bits(v);
-  io.store_bits(p, bits);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  return from_bits(bits, e);
 }
 
 // Calls body(j, lanes) for j = 0, 8, 16, ... with all 8 lanes, and once more with the

@@ -57,21 +57,6 @@ HalfGemms half_gemms() {
   return fused_ops::cpu_has_avx2() ? choice : HalfGemms::kLibrary;
 }
 
-// An uninitialised contiguous 1-D or 2-D tensor of dtype `type` on like's device, straight
-// from the allocator (lltm_driver.h's new_empty, with a dtype of its own).
-Tensor empty_of(const Tensor& like, ScalarType type, int64_t rows, int64_t cols = -1) {
-  const int64_t ndim = cols < 0 ? 1 : 2;
-  const int64_t size[] = {rows, cols}, stride[] = {cols < 0 ? 1 : cols, 1};
-  int32_t device_type, device_index;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
-  AtenTensorHandle out = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, size, ndim == 1 ? stride + 1 : stride,
-                                                         static_cast<int32_t>(type), device_type,
-                                                         device_index, &out));
-  return Tensor(out);
-}
-
 // Elements per parallel_for task of the conversions below: the weights of a (16, 32, 128) cell
 // (61440 elements) split over two threads.
 constexpr int64_t kConvertGrain = 16384;
@@ -99,8 +84,8 @@ void from_float_n(const float* src, scalar_t* dst, int64_t n) {
 // A half-type t (1-D or 2-D) as a contiguous float tensor: converted here where t is
 // contiguous, by aten::copy_ otherwise.
 Tensor as_float(const Tensor& t) {
-  Tensor out = t.dim() == 1 ? empty_of(t, ScalarType::Float, t.size(0))
-                            : empty_of(t, ScalarType::Float, t.size(0), t.size(1));
+  Tensor out = t.dim() == 1 ? fused_ops::empty({t.size(0)}, ScalarType::Float, t)
+                            : fused_ops::empty({t.size(0), t.size(1)}, ScalarType::Float, t);
   if (!t.is_contiguous()) {
     torch::stable::copy_(out, t);
     return out;
@@ -113,7 +98,8 @@ Tensor as_float(const Tensor& t) {
 
 // A contiguous float t (1-D or 2-D) rounded to the half type `type`.
 Tensor rounded(const Tensor& t, ScalarType type) {
-  Tensor out = t.dim() == 1 ? empty_of(t, type, t.size(0)) : empty_of(t, type, t.size(0), t.size(1));
+  Tensor out = t.dim() == 1 ? fused_ops::empty({t.size(0)}, type, t)
+                            : fused_ops::empty({t.size(0), t.size(1)}, type, t);
   FUSED_OPS_DISPATCH_HALF(type, "lltm_cpu", [&] {
     from_float_n<scalar_t>(t.const_data_ptr<float>(), out.mutable_data_ptr<scalar_t>(), t.numel());
   });
@@ -167,7 +153,7 @@ constexpr int64_t kPackedMinBatch = 13;
 Tensor gates_dot(const Tensor& X, const Tensor& weights, const Tensor& bias,
                   const CellSizes& sizes) {
   const int64_t B = sizes.batch, S = sizes.state, K = sizes.state + sizes.features, N = 3 * S;
-  Tensor gates = empty_of(X, ScalarType::Float, B, N);
+  Tensor gates = fused_ops::empty({B, N}, ScalarType::Float, X);
   FUSED_OPS_DISPATCH_HALF(X.scalar_type(), "lltm_forward_cpu", [&] {
     const std::vector<float> x = padded_floats<scalar_t>(X);
     std::vector<float> b(static_cast<size_t>(N));
@@ -192,7 +178,7 @@ Tensor gates_dot(const Tensor& X, const Tensor& weights, const Tensor& bias,
 Tensor gates_packed(const Tensor& X, const Tensor& weights, const Tensor& bias,
                     const CellSizes& sizes) {
   const int64_t B = sizes.batch, S = sizes.state, K = sizes.state + sizes.features, N = 3 * S;
-  Tensor gates = empty_of(X, ScalarType::Float, B, N);
+  Tensor gates = fused_ops::empty({B, N}, ScalarType::Float, X);
   const int64_t panels = gate_panels(B);
   const int64_t block = gate_block_rows(K);
   const int64_t row_blocks = (N + block - 1) / block;
@@ -336,7 +322,7 @@ CellGrads backward_half(const Tensor& grad_h, const Tensor& grad_cell, const Ten
                         Tensor* d_gates_out) {
   const int64_t B = sizes.batch, F = sizes.features, S = sizes.state;
   const ScalarType dtype = new_cell.scalar_type();
-  Tensor d_gates = empty_of(new_cell, ScalarType::Float, B, 3 * S);
+  Tensor d_gates = fused_ops::empty({B, 3 * S}, ScalarType::Float, new_cell);
   Tensor d_old_cell = new_empty({B, S}, new_cell);
   if (B > 0 && S > 0) {
     const Tensor gh = as_contiguous(grad_h), gc = as_contiguous(grad_cell);

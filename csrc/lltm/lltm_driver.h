@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/alloc.h"
 #include "common/aten_ops.h"
 #include "common/checks.h"
 #include "lltm/lltm.h"
@@ -141,34 +142,9 @@ inline CellSizes check_backward_args(const Tensor& grad_h, const Tensor& grad_ce
   return {B, F, S};
 }
 
-// A contiguous uninitialised tensor of like's dtype and device, straight from the device's
-// allocator through the AOTI shim (no dispatcher round trip: at small sizes each op's host
-// time counts).
-inline Tensor new_empty(std::initializer_list<int64_t> size, const Tensor& like) {
-  constexpr int64_t kMaxDims = 2;
-  const int64_t ndim = static_cast<int64_t>(size.size());
-  FUSED_OPS_CHECK(ndim >= 1 && ndim <= kMaxDims, "lltm: new_empty of ", fused_ops::num(ndim),
-                  " dimensions");
-  int64_t strides[kMaxDims];
-  int64_t stride = 1;
-  for (int64_t d = ndim - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= size.begin()[d];
-  }
-  int32_t dtype, device_type, device_index;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
-  AtenTensorHandle out = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, size.begin(), strides, dtype,
-                                                         device_type, device_index, &out));
-  return Tensor(out);
-}
-
-// t itself when it is already contiguous (no dispatcher call), else a contiguous copy.
-inline Tensor as_contiguous(const Tensor& t) {
-  return t.is_contiguous() ? t : torch::stable::contiguous(t);
-}
+// Allocation and contiguity without a dispatcher call (common/alloc.h).
+using fused_ops::as_contiguous;
+using fused_ops::new_empty;
 
 // X[:, col0 : col0 + src.size(1)] = src, X contiguous. On the CPU with src's rows contiguous
 // (the usual case) one memcpy per row: two dispatcher calls (narrow, copy_) cost more than the

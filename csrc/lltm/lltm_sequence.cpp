@@ -63,7 +63,7 @@ Storage storage_of(ScalarType type) {
 // t as a contiguous tensor of dtype `type`: t itself where it already is one, else a
 // converted copy (aten::copy_, once per call).
 Tensor as_type(const Tensor& t, ScalarType type) {
-  if (t.scalar_type() == type) return seq_contiguous(t);
+  if (t.scalar_type() == type) return as_contiguous(t);
   const int32_t code = static_cast<int32_t>(type);
   Tensor out = t.dim() == 1   ? seq_empty({t.size(0)}, t, code)
                : t.dim() == 2 ? seq_empty({t.size(0), t.size(1)}, t, code)
@@ -211,7 +211,7 @@ SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Te
       seq_copy_matrix(kCpu, d_c0, seq_grad_c_n(kCpu, parts, input, sz));
     }
   } else {
-    const Tensor g = seq_contiguous(gates), c = seq_contiguous(cells);
+    const Tensor g = as_contiguous(gates), c = as_contiguous(cells);
     const Tensor gh = seq_grad_hs(kCpu, parts, input, sz);
     const Tensor gc = seq_grad_c_n(kCpu, parts, input, sz);
     FUSED_OPS_DISPATCH_FLOATING(dtype, "lltm_sequence_backward_cpu", [&] {

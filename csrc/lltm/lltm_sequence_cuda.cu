@@ -242,7 +242,7 @@ template <typename scalar_t>
 void cta_forward(const Tensor& weights, const Tensor& h0, const Tensor& c0, Tensor& gates,
                  Tensor& hs, Tensor& cells, const SeqSizes& sz) {
   const InPlaceWeights w = in_place_weights(weights, sz.state);
-  const Tensor h0c = seq_contiguous(h0), c0c = seq_contiguous(c0);
+  const Tensor h0c = as_contiguous(h0), c0c = as_contiguous(c0);
   SeqForward<scalar_t> a = forward_args<scalar_t>(w.w_h, gates, hs, cells, sz);
   a.ldw = w.ldw;
   a.h0 = h0c.const_data_ptr<scalar_t>();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/aten_ops.h"
+#include "common/alloc.h"
 #include "common/checks.h"
 #include "common/dispatch.h"
 #include "lltm/lltm_sequence.h"
@@ -69,24 +70,10 @@ struct SeqDevice {
 
 inline void seq_check(AOTITorchError err) { STABLE_TORCH_ERROR_CODE_CHECK(err); }
 
-// An uninitialised contiguous tensor on like's device: aoti_torch_empty_strided directly
-// (lltm_driver.h's new_empty, for up to 3 dimensions and any dtype), no dispatcher call.
+// An uninitialised contiguous tensor on like's device, of the shim's dtype code `dtype`
+// (common/alloc.h: no dispatcher call).
 inline Tensor seq_empty(std::initializer_list<int64_t> size, const Tensor& like, int32_t dtype) {
-  constexpr int64_t kMaxDims = 3;
-  const int64_t ndim = static_cast<int64_t>(size.size());
-  int64_t strides[kMaxDims];
-  int64_t stride = 1;
-  for (int64_t d = ndim - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= size.begin()[d];
-  }
-  int32_t device_type, device_index;
-  seq_check(aoti_torch_get_device_type(like.get(), &device_type));
-  seq_check(aoti_torch_get_device_index(like.get(), &device_index));
-  AtenTensorHandle out = nullptr;
-  seq_check(aoti_torch_empty_strided(ndim, size.begin(), strides, dtype, device_type,
-                                     device_index, &out));
-  return Tensor(out);
+  return fused_ops::empty_coded(size, dtype, like);
 }
 inline int32_t seq_dtype(const Tensor& t) {
   int32_t dtype;
@@ -122,9 +109,7 @@ inline Tensor seq_view(const Tensor& base, int64_t offset, std::initializer_list
   return Tensor(out);
 }
 
-inline Tensor seq_contiguous(const Tensor& t) {
-  return t.is_contiguous() ? t : torch::stable::contiguous(t);
-}
+using fused_ops::as_contiguous;
 
 // dst (rows, cols), contiguous, = src (rows, cols), same dtype: one raw 2-D copy where src's
 // rows are contiguous (the usual case), else ATen's copy_ (through the dispatcher).
@@ -235,7 +220,7 @@ inline SeqGradParts seq_grad_parts(const OptTensor& grad_hs, const OptTensor& gr
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
   SeqGradParts g;
   if (grad_hs) {
-    const Tensor gh = seq_contiguous(*grad_hs);
+    const Tensor gh = as_contiguous(*grad_hs);
     if (gh.size(0) == T + 1) {
       g.full = gh;
       g.h0 = seq_view(gh, 0, {B, S});
@@ -244,8 +229,8 @@ inline SeqGradParts seq_grad_parts(const OptTensor& grad_hs, const OptTensor& gr
       g.out = gh;
     }
   }
-  if (grad_h_n) g.h_n = seq_contiguous(*grad_h_n);
-  if (grad_c_n) g.c_n = seq_contiguous(*grad_c_n);
+  if (grad_h_n) g.h_n = as_contiguous(*grad_h_n);
+  if (grad_c_n) g.c_n = as_contiguous(*grad_c_n);
   return g;
 }
 
@@ -377,7 +362,7 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
       seq_copy_matrix(dev, d_c0, seq_grad_c_n(dev, grads, input, sz));
     }
   } else {
-    recurrence(weights, seq_contiguous(gates), dz, seq_contiguous(cells), grads, d_h0, d_c0, sz);
+    recurrence(weights, as_contiguous(gates), dz, as_contiguous(cells), grads, d_h0, d_c0, sz);
   }
   auto skipped = [&] { return seq_empty({0}, input); };
   const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
@@ -395,7 +380,7 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
     d_weights = seq_empty({3 * S, S + F}, input);
     const Tensor d_w_h = seq_strided(d_weights, 0, {3 * S, S}, {S + F, 1});
     const Tensor d_w_x = seq_strided(d_weights, S, {3 * S, F}, {S + F, 1});
-    const Tensor h_prev = seq_view(seq_contiguous(hs), 0, {T * B, S});
+    const Tensor h_prev = seq_view(as_contiguous(hs), 0, {T * B, S});
     seq_mm_out(dev, d_w_h, dz2_t, h_prev);
     seq_mm_out(dev, d_w_x, dz2_t, seq_flat_input(input, sz));
   }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/alloc.h"
 #include "common/checks.h"
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
@@ -286,8 +287,7 @@ void launch_backward(const Tensor& grad_y, Tensor& grad_x, const Geometry& g) {
   }
   const int64_t pixels = grad_x.numel();
   const auto acc_dtype = fused_ops::opmath_type(grad_y.scalar_type());
-  Tensor partial = torch::stable::empty({splits, pixels}, acc_dtype, std::nullopt,
-                                        grad_y.device());
+  Tensor partial = fused_ops::empty({splits, pixels}, acc_dtype, grad_y);
   backward_gather_kernel<scalar_t, acc_t, I><<<launch.grid, launch.block, 0, stream>>>(
       gy, partial.mutable_data_ptr<acc_t>(), dims_of<I>(g), static_cast<I>(g.lead), split, rows);
   FUSED_OPS_LAUNCH_CHECK();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/alloc.h"
 #include "common/checks.h"
 #include "padding/tile_pad.h"
 
@@ -173,7 +174,7 @@ inline Tensor forward(const Tensor& x, const std::vector<int64_t>& pad, int64_t 
   sizes[x.dim() - 1] = g.Wo;
   Tensor y = torch::stable::empty(sizes, x.scalar_type(), std::nullopt, x.device());
   if (y.numel() == 0) return y;
-  Tensor xc = torch::stable::contiguous(x);
+  Tensor xc = fused_ops::as_contiguous(x);
   // Kernels read whole elements: a storage offset that breaks element alignment (a
   // reinterpreted view) is copied into a fresh, aligned buffer first.
   if (reinterpret_cast<std::uintptr_t>(xc.const_data_ptr()) % xc.element_size() != 0) {
@@ -207,7 +208,7 @@ inline Tensor backward(const Tensor& grad_output, const std::vector<int64_t>& pa
   sizes[gy.dim() - 1] = W;
   Tensor grad_x = torch::stable::empty(sizes, gy.scalar_type(), std::nullopt, gy.device());
   if (grad_x.numel() == 0) return grad_x;
-  kernel(torch::stable::contiguous(gy), grad_x, g);
+  kernel(fused_ops::as_contiguous(gy), grad_x, g);
   return grad_x;
 }
 

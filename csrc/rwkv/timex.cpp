@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/alloc.h"
 #include "common/checks.h"
 #include "common/cpu_features.h"
 #include "common/dispatch.h"
@@ -76,17 +77,17 @@ void fill_padded_rows(const Tensor& w, Tensor& rows, bool reversed) {
 
 // w's rows in the kernels' zero-padded layout, as acc_type (float or double).
 Tensor padded_rows(const Tensor& w, ScalarType acc_type, bool reversed) {
-  Tensor rows = torch::stable::empty({w.size(0), padded_length(w.size(1))}, acc_type,
-                                     std::nullopt, w.device());
+  Tensor rows = fused_ops::empty({w.size(0), padded_length(w.size(1))}, acc_type, w);
   FUSED_OPS_DISPATCH_FLOATING(w.scalar_type(), "timex_padded_rows", [&] {
     fill_padded_rows<scalar_t, fused_ops::opmath_t<scalar_t>>(w, rows, reversed);
   });
   return rows;
 }
 
-// k converted to the accumulation type, contiguous (each a no-op where it already is).
+// k converted to the accumulation type, contiguous (no dispatcher call where it already is
+// both).
 Tensor as_contiguous(const Tensor& t, ScalarType type) {
-  return torch::stable::contiguous(torch::stable::to(t, type));
+  return fused_ops::as_contiguous(t.scalar_type() == type ? t : torch::stable::to(t, type));
 }
 
 template <typename scalar_t>
@@ -130,7 +131,7 @@ Tensor forward_cpu(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.numel() != 0 && use_fft_cpu(k)) {  // the FFT path allocates its output last
-    const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+    const Tensor wc = fused_ops::as_contiguous(w), kc = fused_ops::as_contiguous(k);
     Tensor result;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cpu_fft", [&] {
       result = fft::forward<scalar_t>(fft::CpuBackend<fused_ops::opmath_t<scalar_t>>{}, wc, kc, eps);
@@ -138,7 +139,7 @@ Tensor forward_cpu(Tensor w, Tensor k, double eps) {
     return result;
   }
   const ScalarType acc_type = fused_ops::opmath_type(k.scalar_type());
-  Tensor out = torch::stable::empty({B, C, T}, acc_type, std::nullopt, k.device());
+  Tensor out = fused_ops::empty({B, C, T}, acc_type, k);
   if (out.numel() == 0) return torch::stable::to(out, k.scalar_type());
   const Tensor w_rev = padded_rows(w, acc_type, /*reversed=*/true);
   const Tensor ka = as_contiguous(k, acc_type);
@@ -152,8 +153,8 @@ std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
   check_timex_grad(grad_out, w, k);
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.numel() != 0 && use_fft_cpu(k)) {  // the FFT path allocates its outputs last
-    const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
-    const Tensor kc = torch::stable::contiguous(k);
+    const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
+    const Tensor kc = fused_ops::as_contiguous(k);
     std::tuple<Tensor, Tensor> result;
     FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cpu_fft", [&] {
       result = fft::backward<scalar_t>(fft::CpuBackend<fused_ops::opmath_t<scalar_t>>{}, gc, wc, kc);
@@ -161,9 +162,9 @@ std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
     return result;
   }
   const ScalarType acc_type = fused_ops::opmath_type(k.scalar_type());
-  Tensor grad_k = torch::stable::empty({B, C, T}, acc_type, std::nullopt, k.device());
+  Tensor grad_k = fused_ops::empty({B, C, T}, acc_type, k);
   // The kernels write every element of grad_w; with B == 0 it is an empty sum, zeros.
-  Tensor grad_w = torch::stable::empty({C, T}, acc_type, std::nullopt, k.device());
+  Tensor grad_w = fused_ops::empty({C, T}, acc_type, k);
   if (grad_k.numel() == 0) {
     torch::stable::zero_(grad_w);
   } else {
@@ -184,7 +185,7 @@ std::tuple<Tensor, Tensor, Tensor> forward_keep_cpu(Tensor w, Tensor k, double e
   if (k.numel() == 0 || !use_fft_cpu(k)) {
     return {forward_cpu(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
   }
-  const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+  const Tensor wc = fused_ops::as_contiguous(w), kc = fused_ops::as_contiguous(k);
   std::tuple<Tensor, Tensor> keep;
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_keep_cpu", [&] {
@@ -200,8 +201,8 @@ std::tuple<Tensor, Tensor> backward_kept_cpu(Tensor grad_out, Tensor w, Tensor k
                                ? ScalarType::ComplexDouble
                                : ScalarType::ComplexFloat;
   if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cpu(grad_out, w, k);
-  const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
-  const Tensor kc = torch::stable::contiguous(k);
+  const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
+  const Tensor kc = fused_ops::as_contiguous(k);
   const std::tuple<Tensor, Tensor> kept{kz, wz};
   std::tuple<Tensor, Tensor> result;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_kept_cpu", [&] {

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "common/alloc.h"
 #include "common/checks.h"
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
@@ -240,14 +241,13 @@ std::tuple<Tensor, Tensor> fft_backward(const Tensor& g, const Tensor& w, const 
   return fft::backward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream}, g, w, k);
 }
 
-Tensor forward_cuda(Tensor w, Tensor k, double eps) {
-  check_timex_inputs(w, k);
+// timex_forward with its inputs checked and the algorithm chosen.
+Tensor forward_checked(const Tensor& w, const Tensor& k, double eps, fft::Kernel algo) {
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
-  const Tensor wc = torch::stable::contiguous(w);
-  const Tensor kc = torch::stable::contiguous(k);
-  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  const Tensor wc = fused_ops::as_contiguous(w);
+  const Tensor kc = fused_ops::as_contiguous(k);
   if (algo == fft::Kernel::kFftFused) return fft::fused_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftCluster) return fft::cluster_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its output last: lower peak memory
@@ -257,8 +257,7 @@ Tensor forward_cuda(Tensor w, Tensor k, double eps) {
     });
     return out;
   }
-  Tensor out = torch::stable::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(),
-                                    std::nullopt, k.device());
+  Tensor out = fused_ops::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(), k);
   if (out.numel() == 0) return out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_forward_cuda", [&] {
     toeplitz_for_batch<scalar_t, true>(wc, kc, out, eps, stream);
@@ -266,15 +265,20 @@ Tensor forward_cuda(Tensor w, Tensor k, double eps) {
   return out;
 }
 
-std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
-  check_timex_grad(grad_out, w, k);
+Tensor forward_cuda(Tensor w, Tensor k, double eps) {
+  check_timex_inputs(w, k);
+  return forward_checked(w, k, eps, k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect);
+}
+
+// timex_backward with its inputs checked and the algorithm chosen.
+std::tuple<Tensor, Tensor> backward_checked(const Tensor& grad_out, const Tensor& w,
+                                            const Tensor& k, fft::Kernel algo) {
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
-  const Tensor gc = torch::stable::contiguous(grad_out);
-  const Tensor wc = torch::stable::contiguous(w);
-  const Tensor kc = torch::stable::contiguous(k);
-  const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  const Tensor gc = fused_ops::as_contiguous(grad_out);
+  const Tensor wc = fused_ops::as_contiguous(w);
+  const Tensor kc = fused_ops::as_contiguous(k);
   if (algo == fft::Kernel::kFftFused) return fft::fused_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftCluster) return fft::cluster_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its outputs last: lower peak memory
@@ -284,16 +288,21 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
     });
     return grads;
   }
-  Tensor grad_k = torch::stable::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(),
-                                       std::nullopt, k.device());
+  Tensor grad_k = fused_ops::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(), k);
   Tensor grad_w =
-      torch::stable::empty({w.size(0), w.size(1)}, w.scalar_type(), std::nullopt, w.device());
+      fused_ops::empty({w.size(0), w.size(1)}, w.scalar_type(), w);
   if (grad_w.numel() == 0) return {grad_w, grad_k};  // C == 0 or T == 0: nothing to compute
   if (grad_k.numel() == 0) return {torch::stable::zero_(grad_w), grad_k};  // B == 0: empty sum
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda", [&] {
     backward_for_batch<scalar_t>(gc, wc, kc, grad_w, grad_k, stream);
   });
   return {grad_w, grad_k};
+}
+
+std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
+  check_timex_grad(grad_out, w, k);
+  return backward_checked(grad_out, w, k,
+                          k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect);
 }
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
@@ -306,12 +315,12 @@ std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double 
   check_timex_inputs(w, k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (algo == fft::Kernel::kDirect) {
-    return {forward_cuda(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
+    return {forward_checked(w, k, eps, algo), fft::no_spectra(k), fft::no_spectra(k)};
   }
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
-  const Tensor wc = torch::stable::contiguous(w), kc = torch::stable::contiguous(k);
+  const Tensor wc = fused_ops::as_contiguous(w), kc = fused_ops::as_contiguous(k);
   if (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused) {
     Tensor wz;
     Tensor out = algo == fft::Kernel::kFftFused ? fft::fused_forward(wc, kc, eps, stream, &wz)
@@ -352,19 +361,21 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
     fused_ops::check_kernel_image(k);
     const fused_ops::DeviceGuard guard(k.get_device_index());
     const cudaStream_t stream = fused_ops::current_stream(k);
-    const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
-    const Tensor kc = torch::stable::contiguous(k);
+    const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
+    const Tensor kc = fused_ops::as_contiguous(k);
     return fused ? fft::fused_backward(gc, wc, kc, stream, &wz)
                  : fft::cluster_backward(gc, wc, kc, stream, &wz);
   }
-  if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) return backward_cuda(grad_out, w, k);
+  if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) {
+    return backward_checked(grad_out, w, k, algo);
+  }
   FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),
                   "timex_backward_kept: kz and wz must be on k's device");
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
-  const Tensor gc = torch::stable::contiguous(grad_out), wc = torch::stable::contiguous(w);
-  const Tensor kc = torch::stable::contiguous(k);
+  const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
+  const Tensor kc = fused_ops::as_contiguous(k);
   const std::tuple<Tensor, Tensor> kept{kz, wz};
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_kept_cuda", [&] {

@@ -39,6 +39,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/alloc.h"
 #include "common/checks.h"
 #include "common/dispatch.h"
 
@@ -119,7 +120,7 @@ inline bool check_kept(const Tensor& kz, const Tensor& wz, const Tensor& k, Scal
 }
 
 inline Tensor no_spectra(const Tensor& k) {
-  return torch::stable::empty({0}, k.scalar_type(), std::nullopt, k.device());
+  return fused_ops::empty({0}, k.scalar_type(), k);
 }
 
 // The packed spectra of the rows of x (rows, T), read reversed or not: (rows, M) complex.
@@ -127,7 +128,7 @@ template <typename scalar_t, typename Backend>
 Tensor spectra(const Backend& be, const Tensor& x, int64_t rows, int64_t T, int64_t M,
                bool reversed) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
-  Tensor z = torch::stable::empty({rows, M}, complex_type<acc_t>(), std::nullopt, x.device());
+  Tensor z = fused_ops::empty({rows, M}, complex_type<acc_t>(), x);
   be.pack(x.const_data_ptr<scalar_t>(), rows, T, reversed, reals<acc_t>(z), M);
   return c2c(be.c2c_shim, z, true);
 }
@@ -144,14 +145,13 @@ Tensor forward(const Backend& be, const Tensor& w, const Tensor& k, double eps,
   Tensor zw = spectra<scalar_t>(be, w, C, T, M, /*reversed=*/true);
   Tensor zk = spectra<scalar_t>(be, k, B * C, T, M, /*reversed=*/false);
   Tensor z = keep == nullptr ? zk
-                             : torch::stable::empty({B * C, M}, complex_type<acc_t>(),
-                                                    std::nullopt, k.device());
+                             : fused_ops::empty({B * C, M}, complex_type<acc_t>(), k);
   be.forward_product(reals<acc_t>(zk), reals<acc_t>(zw), reals<acc_t>(z), B * C, C, M);
   if (keep != nullptr) *keep = {zk, zw};
   zk = Tensor();  // freed (unless kept) before the inverse's output is allocated
   zw = Tensor();
   z = c2c(be.c2c_shim, z, false);
-  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   be.crop(reals<acc_t>(z), B * C, T, M, eps, /*reversed=*/false, out.mutable_data_ptr<scalar_t>());
   return out;
 }
@@ -167,18 +167,18 @@ std::tuple<Tensor, Tensor> backward(const Backend& be, const Tensor& g, const Te
   Tensor zw = kept ? std::get<1>(*kept) : spectra<scalar_t>(be, w, C, T, M, /*reversed=*/true);
   Tensor zk = kept ? std::get<0>(*kept) : spectra<scalar_t>(be, k, B * C, T, M, false);
   Tensor zg = spectra<scalar_t>(be, g, B * C, T, M, /*reversed=*/false);
-  Tensor zp = torch::stable::empty({C, M}, complex_type<acc_t>(), std::nullopt, k.device());
+  Tensor zp = fused_ops::empty({C, M}, complex_type<acc_t>(), k);
   be.backward_product(reals<acc_t>(zg), reals<acc_t>(zk), reals<acc_t>(zw), reals<acc_t>(zp),
                       B, C, M);
   zk = Tensor();
   zw = Tensor();
   zg = c2c(be.c2c_shim, zg, false);
-  Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   be.crop(reals<acc_t>(zg), B * C, T, M, 0.0, /*reversed=*/false,
           grad_k.mutable_data_ptr<scalar_t>());
   zg = Tensor();
   zp = c2c(be.c2c_shim, zp, false);
-  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   be.crop(reals<acc_t>(zp), C, T, M, 0.0, /*reversed=*/true, grad_w.mutable_data_ptr<scalar_t>());
   return {grad_w, grad_k};
 }

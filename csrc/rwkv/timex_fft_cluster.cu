@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/alloc.h"
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
 #include "rwkv/timex_fft_cluster_forward.cuh"
@@ -107,7 +108,7 @@ void launch(void (*kernel)(Params...), int64_t clusters, cudaStream_t stream, Ar
 }
 
 Tensor bytes(int64_t n, const Tensor& like) {
-  return torch::stable::empty({n}, ScalarType::Byte, std::nullopt, like.device());
+  return fused_ops::empty({n}, ScalarType::Byte, like);
 }
 
 template <typename T>
@@ -230,8 +231,7 @@ int resident_clusters(cudaStream_t stream) {
 template <typename scalar_t, class CS>
 Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
-                                     w.device());
+  Tensor spec = fused_ops::empty({C, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
              static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.staged),
              as<const cf32>(tws.twc));
@@ -247,9 +247,8 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   if (fused_forward_for(B, C, resident)) {
     const int level = prefetch_level();
     const int ahead = level == 2 ? resident : 0;
-    Tensor spec = torch::stable::empty({C, CS::M}, ScalarType::ComplexFloat, std::nullopt,
-                                       w.device());
-    Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+    Tensor spec = fused_ops::empty({C, CS::M}, ScalarType::ComplexFloat, w);
+    Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
     const bool staged = staged_twiddles<CS>();
     launch<CS>(forward_kernel<scalar_t, CS>(staged), C, stream, w.const_data_ptr<scalar_t>(),
                k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
@@ -260,7 +259,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
     return out;
   }
   const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
-  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
              k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
              static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
@@ -285,8 +284,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto tws = twiddles<CS>(k, stream);
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
-  Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
+  Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
   const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
   const auto* twp = as<const cf32>(tws.staged);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/alloc.h"
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
 #include "rwkv/timex_fft_backward.cuh"
@@ -24,8 +25,7 @@ using fused_ops::Tensor;
 using torch::headeronly::ScalarType;
 
 Tensor bytes(int64_t n, const Tensor& like) {
-  return torch::stable::empty({static_cast<int64_t>(n)}, ScalarType::Byte, std::nullopt,
-                              like.device());
+  return fused_ops::empty({static_cast<int64_t>(n)}, ScalarType::Byte, like);
 }
 
 template <typename T>
@@ -46,8 +46,7 @@ Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream) {
 template <typename scalar_t>
 Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = torch::stable::empty({C, static_cast<int64_t>(fft_length(T))},
-                                     ScalarType::ComplexFloat, std::nullopt, w.device());
+  Tensor spec = fused_ops::empty({C, static_cast<int64_t>(fft_length(T))}, ScalarType::ComplexFloat, w);
   FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T,
                                                  /*reversed=*/true, as<cf32>(spec),
                                                  as<const cf32>(tw), stream));
@@ -60,7 +59,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const Tensor tw = twiddles(T, k, stream);
   const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
-  Tensor out = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
+  Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                                              out.mutable_data_ptr<scalar_t>(), B, C, T,
                                              static_cast<float>(eps), as<const cf32>(tw), stream));
@@ -86,8 +85,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const Tensor tw = twiddles(T, k, stream);
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, tw, stream);
-  Tensor grad_k = torch::stable::empty({B, C, T}, k.scalar_type(), std::nullopt, k.device());
-  Tensor grad_w = torch::stable::empty({C, T}, w.scalar_type(), std::nullopt, w.device());
+  Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
+  Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const BackwardPlan plan = backward_plan(B, C, T, resident_ctas<scalar_t>(T, k));
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(

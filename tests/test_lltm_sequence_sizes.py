@@ -41,6 +41,17 @@ def test_sizes_float32(device, T, B, S):
     assert_close_to(got, want, 2e-5, f"T={T} B={B} S={S}")
 
 
+# Batches past which auto leaves the cluster kernels for the per-step fallback in float32
+# (lltm_sequence_path.h: from B S^2 = 18 * 2^20 backward, 2^25 forward), and one below.
+@pytest.mark.parametrize("B,S", [(64, 384), (128, 512), (256, 384)])
+def test_large_batches_float32(device, B, S):
+    T, F = 6, 5
+    want, inputs = reference_results(T, B, F, S)
+    got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
+              cotangents(T, B, S))
+    assert_close_to(got, want, F32_TOL, f"B={B} S={S}")
+
+
 @pytest.mark.parametrize("T,B,S", [(300, 3, 129), (300, 1, 7)])
 def test_long_recurrence_float32(device, T, B, S):
     # Through 300 steps the float32 error of the gradients varies some 50x from one draw of

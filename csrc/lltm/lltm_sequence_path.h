@@ -69,6 +69,36 @@ bool step_supported(const Tensor& t, const SeqSizes& sz) {
 // forward and the backward of one problem may run on different paths.
 constexpr int64_t kStepMinForwardState = 512;
 
+// Where large batches leave the cluster kernels behind. A cluster's per-step time grows with
+// its batch slice times S^2 (the slice's GEMV on the cluster's SMs), while the step kernels
+// and the fallback's cuBLAS GEMM spread a step over the whole GPU. H100, T = 128, F = 128,
+// each path forced, same run (benchmarks/results/lltm_sequence_crossover_h100.md), ms:
+// - float32, cluster against fallback, forward: S = 512, B = 128: 3.37 / 3.30, B = 192:
+//   4.71 / 2.97, B = 256: 6.68 / 3.43; S = 384, B = 128: 1.30 / 3.15, B = 256: 4.10 / 3.43;
+//   S = 256, B = 256: 1.70 / 2.46. Backward (fwd+bwd less fwd): S = 512, B = 64: 3.69 / 3.56,
+//   B = 96: 5.15 / 4.37, B = 128: 7.20 / 2.53; S = 384, B = 128: 3.41 / 3.34, B = 256: 6.30 /
+//   4.48; S = 256, B = 256: 3.63 / 3.80. So the fallback from B S^2 = 2^25 forward and from
+//   B S^2 = 18 * 2^20 backward (the fallback's time is the host's launch rate, about 20 us a
+//   step, so these lie where the cluster's step passes that).
+// - bfloat16, cluster against step, forward: S = 256, B = 64: 0.52 / 0.76, B = 128: 0.90 /
+//   0.64, B = 256: 1.27 / 0.87; backward: S = 256, B = 128: 1.18 / 1.28, B = 256: 1.76 / 1.24;
+//   S = 512, B = 64: 1.11 / 1.40, B = 128: 2.39 / 1.73, B = 256: 3.64 / 2.78. So the step
+//   kernels from B S = 2^15 forward and B S = 3 * 2^14 backward.
+constexpr int64_t kFallbackMinWorkForward = int64_t{1} << 25;    // B S^2, float32
+constexpr int64_t kFallbackMinWorkBackward = int64_t{18} << 20;  // B S^2, float32
+constexpr int64_t kStepMinBatchStateForward = int64_t{1} << 15;  // B S, half types
+constexpr int64_t kStepMinBatchStateBackward = int64_t{3} << 14; // B S, half types
+
+// Whether auto leaves the cluster kernels for a problem they run: the step kernels (half
+// types) or the fallback (float32) from the measured sizes above on.
+bool past_cluster_crossover(const Tensor& t, const SeqSizes& sz, bool backward) {
+  const int64_t B = sz.batch, S = sz.state;
+  if (t.scalar_type() == torch::headeronly::ScalarType::Float) {
+    return B * S * S >= (backward ? kFallbackMinWorkBackward : kFallbackMinWorkForward);
+  }
+  return B * S >= (backward ? kStepMinBatchStateBackward : kStepMinBatchStateForward);
+}
+
 [[noreturn]] void raise_unsupported(const Tensor& t, const SeqSizes& sz, const char* path,
                                     const char* what, const char* missing) {
   const cudaDeviceProp& prop = fused_ops::device_properties(t);
@@ -107,6 +137,10 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   if (path == SeqPath::kPersistent && !supported) {
     raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",
                       LLTM_SEQUENCE_HAVE_PERSISTENT ? "" : "; this build has none");
+  }
+  if (supported && path == SeqPath::kAuto && past_cluster_crossover(t, sz, backward)) {
+    if (step) return SeqPath::kStep;
+    if (t.scalar_type() == torch::headeronly::ScalarType::Float) return SeqPath::kFallback;
   }
   if (supported) return SeqPath::kPersistent;
   return step ? SeqPath::kStep : SeqPath::kFallback;

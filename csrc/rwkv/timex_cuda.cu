@@ -289,8 +289,7 @@ std::tuple<Tensor, Tensor> backward_checked(const Tensor& grad_out, const Tensor
     return grads;
   }
   Tensor grad_k = fused_ops::empty({k.size(0), k.size(1), k.size(2)}, k.scalar_type(), k);
-  Tensor grad_w =
-      fused_ops::empty({w.size(0), w.size(1)}, w.scalar_type(), w);
+  Tensor grad_w = fused_ops::empty({w.size(0), w.size(1)}, w.scalar_type(), w);
   if (grad_w.numel() == 0) return {grad_w, grad_k};  // C == 0 or T == 0: nothing to compute
   if (grad_k.numel() == 0) return {torch::stable::zero_(grad_w), grad_k};  // B == 0: empty sum
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_cuda", [&] {

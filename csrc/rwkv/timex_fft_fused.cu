@@ -46,7 +46,8 @@ Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream) {
 template <typename scalar_t>
 Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = fused_ops::empty({C, static_cast<int64_t>(fft_length(T))}, ScalarType::ComplexFloat, w);
+  Tensor spec =
+      fused_ops::empty({C, static_cast<int64_t>(fft_length(T))}, ScalarType::ComplexFloat, w);
   FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T,
                                                  /*reversed=*/true, as<cf32>(spec),
                                                  as<const cf32>(tw), stream));

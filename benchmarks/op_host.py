@@ -2,8 +2,8 @@
 
 For each case: the host time of one call issued to an idle GPU (synchronised before each
 call, only the call timed; median of many), the wall time per call of back-to-back calls
-(max of host and GPU), the whole training step through eager autograd, and the profiler's
-host-side events of the op calls (the CUDA runtime calls among them: launches, attribute
+(max of host and GPU; step_host.per_call_us), the whole training step through eager
+autograd, and the profiler's host-side events of the op calls (the CUDA runtime calls among them: launches, attribute
 and occupancy queries, memsets) per call, so a fixed cost per call shows with its name.
 Usage: python -m benchmarks.op_host [--cases timex lltm] [--dtype bfloat16 float32]
 """
@@ -16,6 +16,7 @@ import torch
 
 import lltm
 import rwkv_ops
+from benchmarks.step_host import per_call_us
 from torch_fused_ops._eager import below_autograd
 
 
@@ -30,21 +31,6 @@ def host_us(fn, n=200):
         fn()
         times.append((time.perf_counter() - start) * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(times)
-
-
-def loop_us(fn, n=200, rounds=5):
-    """Median over rounds of the wall time per call of n back-to-back calls."""
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) / n * 1e6)
     return statistics.median(times)
 
 
@@ -72,7 +58,7 @@ def runtime_calls(fn, calls=50):
 def report(name, fns):
     print(f"\n### {name}")
     for label, fn in fns:
-        print(f"{label:34s} host {host_us(fn):8.1f} us   loop {loop_us(fn):8.1f} us")
+        print(f"{label:34s} host {host_us(fn):8.1f} us   loop {per_call_us(fn, "cuda", n=200, rounds=5):8.1f} us")
     label, fn = fns[0]
     rows, gpu = runtime_calls(fn)
     print(f"profile of '{label}': GPU {gpu:.1f} us per call; host events per call:")

@@ -26,6 +26,15 @@ from test_lltm_sequence import (  # noqa: F401 (seq_path: the module's autouse f
 import lltm
 
 
+def check_float32(device, T, B, F, S, tol):
+    """lltm_sequence in float32 on device: outputs and gradients within tol of the float64
+    reference on reference_results' inputs."""
+    want, inputs = reference_results(T, B, F, S)
+    got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
+              cotangents(T, B, S))
+    assert_close_to(got, want, tol, f"T={T} B={B} F={F} S={S}")
+
+
 # The CPU kernels' edge cases: state sizes that fill no, one or several vector panels and leave
 # every kind of tail (the forward's panels are 8 states wide, the backward's 16), batches that
 # leave every kind of row block (4 rows) in each thread's share; T = 1, 2 and more (T = 0:
@@ -34,22 +43,14 @@ import lltm
 @pytest.mark.parametrize("B", [1, 7, 33])
 @pytest.mark.parametrize("T", [1, 2, 9])
 def test_sizes_float32(device, T, B, S):
-    F = 3
-    want, inputs = reference_results(T, B, F, S)
-    got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
-              cotangents(T, B, S))
-    assert_close_to(got, want, 2e-5, f"T={T} B={B} S={S}")
+    check_float32(device, T, B, 3, S, 2e-5)
 
 
 # Batches past which auto leaves the cluster kernels for the per-step fallback in float32
 # (lltm_sequence_path.h: from B S^2 = 18 * 2^20 backward, 2^25 forward), and one below.
 @pytest.mark.parametrize("B,S", [(64, 384), (128, 512), (256, 384)])
 def test_large_batches_float32(device, B, S):
-    T, F = 6, 5
-    want, inputs = reference_results(T, B, F, S)
-    got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
-              cotangents(T, B, S))
-    assert_close_to(got, want, F32_TOL, f"B={B} S={S}")
+    check_float32(device, 6, B, 5, S, F32_TOL)
 
 
 @pytest.mark.parametrize("T,B,S", [(300, 3, 129), (300, 1, 7)])
@@ -83,11 +84,7 @@ def test_odd_sizes_float32(device, B, S):
     # The cta kernels' k split over a lane pair (S = 33: 9 float4 groups, 5 on lane 0 at
     # KC = 20; 96: KC = 48), idle lanes (S = 1), rows per CTA and partial last CTAs (B = 7,
     # 33); S = 129: past cta.
-    T, F = 12, 3
-    want, inputs = reference_results(T, B, F, S)
-    got = run(lltm.lltm_sequence, [t.to(device, torch.float32) for t in inputs],
-              cotangents(T, B, S))
-    assert_close_to(got, want, F32_TOL, f"B={B} S={S}")
+    check_float32(device, 12, B, 3, S, F32_TOL)
 
 
 def test_half_types_long(device):
@@ -158,10 +155,7 @@ def test_cuda_cta_kernels(monkeypatch):
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
     for T, B, S in [(40, 3, 7), (30, 7, 33), (30, 5, 40), (40, 2, 64), (64, 5, 96),
                     (40, 9, 128), (20, 300, 100)]:
-        want, inputs = reference_results(T, B, 5, S)
-        got = run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs],
-                  cotangents(T, B, S))
-        assert_close_to(got, want, F32_TOL, f"T={T} B={B} S={S}")
+        check_float32("cuda", T, B, 5, S, F32_TOL)
     for T, B, F, S in [(64, 4, 32, 96), (64, 7, 16, 33)]:
         want, inputs = reference_results(T, B, F, S)
         half = [t.to("cuda", torch.float16) for t in inputs]

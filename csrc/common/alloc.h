@@ -34,31 +34,39 @@ inline int32_t aoti_dtype(ScalarType t) {
                             std::string(torch::headeronly::toString(t)));
 }
 
-// A contiguous uninitialised tensor of `size` and the shim's dtype code `dtype` on the device
-// of `on` (up to 4 dimensions: the families' largest rank is 3).
-inline Tensor empty_coded(std::initializer_list<int64_t> size, int32_t dtype, const Tensor& on) {
+// A contiguous uninitialised tensor of the ndim sizes at `size` and the shim's dtype code
+// `dtype` on the device of `on` (up to 4 dimensions: the families' largest rank is 3).
+inline Tensor empty_coded(const int64_t* size, int64_t ndim, int32_t dtype, const Tensor& on) {
   constexpr int64_t kMaxDims = 4;
-  const int64_t ndim = static_cast<int64_t>(size.size());
   FUSED_OPS_CHECK(ndim >= 1 && ndim <= kMaxDims, "torch-fused-ops: empty of ", num(ndim),
                   " dimensions");
   int64_t strides[kMaxDims];
   int64_t stride = 1;
   for (int64_t d = ndim - 1; d >= 0; --d) {
     strides[d] = stride;
-    stride *= size.begin()[d];
+    stride *= size[d];
   }
   int32_t device_type, device_index;
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(on.get(), &device_type));
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(on.get(), &device_index));
   AtenTensorHandle out = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
-      ndim, size.begin(), strides, dtype, device_type, device_index, &out));
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      aoti_torch_empty_strided(ndim, size, strides, dtype, device_type, device_index, &out));
   return Tensor(out);
+}
+
+inline Tensor empty_coded(std::initializer_list<int64_t> size, int32_t dtype, const Tensor& on) {
+  return empty_coded(size.begin(), static_cast<int64_t>(size.size()), dtype, on);
 }
 
 // A contiguous uninitialised tensor of `size` and `dtype` on the device of `on`.
 inline Tensor empty(std::initializer_list<int64_t> size, ScalarType dtype, const Tensor& on) {
   return empty_coded(size, aoti_dtype(dtype), on);
+}
+
+// A contiguous uninitialised tensor of t's sizes, of `dtype`, on t's device.
+inline Tensor empty_shaped(const Tensor& t, ScalarType dtype) {
+  return empty_coded(t.sizes().data(), t.dim(), aoti_dtype(dtype), t);
 }
 
 // The same with like's dtype and device.

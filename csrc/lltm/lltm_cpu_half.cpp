@@ -84,8 +84,7 @@ void from_float_n(const float* src, scalar_t* dst, int64_t n) {
 // A half-type t (1-D or 2-D) as a contiguous float tensor: converted here where t is
 // contiguous, by aten::copy_ otherwise.
 Tensor as_float(const Tensor& t) {
-  Tensor out = t.dim() == 1 ? fused_ops::empty({t.size(0)}, ScalarType::Float, t)
-                            : fused_ops::empty({t.size(0), t.size(1)}, ScalarType::Float, t);
+  Tensor out = fused_ops::empty_shaped(t, ScalarType::Float);
   if (!t.is_contiguous()) {
     torch::stable::copy_(out, t);
     return out;
@@ -98,8 +97,7 @@ Tensor as_float(const Tensor& t) {
 
 // A contiguous float t (1-D or 2-D) rounded to the half type `type`.
 Tensor rounded(const Tensor& t, ScalarType type) {
-  Tensor out = t.dim() == 1 ? fused_ops::empty({t.size(0)}, type, t)
-                            : fused_ops::empty({t.size(0), t.size(1)}, type, t);
+  Tensor out = fused_ops::empty_shaped(t, type);
   FUSED_OPS_DISPATCH_HALF(type, "lltm_cpu", [&] {
     from_float_n<scalar_t>(t.const_data_ptr<float>(), out.mutable_data_ptr<scalar_t>(), t.numel());
   });

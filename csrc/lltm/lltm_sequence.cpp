@@ -64,10 +64,7 @@ Storage storage_of(ScalarType type) {
 // converted copy (aten::copy_, once per call).
 Tensor as_type(const Tensor& t, ScalarType type) {
   if (t.scalar_type() == type) return as_contiguous(t);
-  const int32_t code = static_cast<int32_t>(type);
-  Tensor out = t.dim() == 1   ? seq_empty({t.size(0)}, t, code)
-               : t.dim() == 2 ? seq_empty({t.size(0), t.size(1)}, t, code)
-                              : seq_empty({t.size(0), t.size(1), t.size(2)}, t, code);
+  Tensor out = fused_ops::empty_shaped(t, type);
   torch::stable::copy_(out, t);
   return out;
 }
@@ -82,10 +79,10 @@ void forward_recurrence(const Tensor& w_acc, const Tensor& proj, Tensor& gates, 
                         Tensor& cells, const SeqSizes& sz) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   const int64_t B = sz.batch, S = sz.state;
-  Tensor w_pack = seq_empty({fwd_pack_size(S)}, proj);
+  Tensor w_pack = new_empty({fwd_pack_size(S)}, proj);
   pack_forward<acc_t>(w_acc.const_data_ptr<acc_t>(), w_acc.stride(0), w_acc.stride(1), S,
                       w_pack.mutable_data_ptr<acc_t>());
-  Tensor state = seq_empty({3, B, state_pitch(S)}, proj);  // h_{t-1}, h_t, c_t
+  Tensor state = new_empty({3, B, state_pitch(S)}, proj);  // h_{t-1}, h_t, c_t
   acc_t* st = state.mutable_data_ptr<acc_t>();
   const CpuForward<acc_t> a{w_pack.const_data_ptr<acc_t>(),
                             proj.const_data_ptr<acc_t>(),
@@ -112,9 +109,9 @@ std::tuple<Tensor, Tensor, Tensor> sequence_forward_cpu(Tensor input, Tensor wei
                                                         Tensor bias, Tensor h0, Tensor c0) {
   const SeqSizes sz = check_sequence_forward_args(input, weights, bias, h0, c0);
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
-  Tensor hs = seq_empty({T + 1, B, S}, input);
-  Tensor cells = seq_empty({T + 1, B, S}, input);
-  Tensor gates = seq_empty({T, B, 3 * S}, input);
+  Tensor hs = new_empty({T + 1, B, S}, input);
+  Tensor cells = new_empty({T + 1, B, S}, input);
+  Tensor gates = new_empty({T, B, 3 * S}, input);
   if (B > 0 && S > 0) {
     Tensor hs0 = seq_view(hs, 0, {B, S});
     seq_copy_matrix(kCpu, hs0, h0);
@@ -127,7 +124,7 @@ std::tuple<Tensor, Tensor, Tensor> sequence_forward_cpu(Tensor input, Tensor wei
   // accumulation type (for a half type on converted copies, into a float buffer; else
   // straight into gates, which the recurrence then overwrites with z in place).
   const Tensor w_acc = acc == dtype ? weights : as_type(weights, acc);
-  const Tensor proj = acc == dtype ? gates : seq_empty({T, B, 3 * S}, input, static_cast<int32_t>(acc));
+  const Tensor proj = acc == dtype ? gates : fused_ops::empty({T, B, 3 * S}, acc, input);
   const Tensor x_acc = acc == dtype ? input : as_type(input, acc);
   const Tensor b_acc = acc == dtype ? bias : as_type(bias, acc);
   const Tensor w_x = seq_input_weights(w_acc, sz);
@@ -146,10 +143,10 @@ void backward_recurrence(const Tensor& w_acc, const Tensor& gates, const Tensor&
                          Tensor& d_c0, const SeqSizes& sz) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
   const int64_t B = sz.batch, S = sz.state;
-  Tensor w_pack = seq_empty({bwd_pack_size(S)}, dz);
+  Tensor w_pack = new_empty({bwd_pack_size(S)}, dz);
   pack_backward<acc_t>(w_acc.const_data_ptr<acc_t>(), w_acc.stride(0), w_acc.stride(1), S,
                        w_pack.mutable_data_ptr<acc_t>());
-  Tensor dc_state = seq_empty({B, state_pitch(S)}, dz);
+  Tensor dc_state = new_empty({B, state_pitch(S)}, dz);
   const CpuBackward<acc_t> a{w_pack.const_data_ptr<acc_t>(), gates.const_data_ptr(),
                              cells.const_data_ptr(),          grad_hs.const_data_ptr(),
                              grad_c_n.const_data_ptr(),       dz.mutable_data_ptr<acc_t>(),
@@ -194,12 +191,11 @@ SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Te
   const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
   const SeqGradParts parts = seq_grad_parts(grad_hs_arg, grad_h_n, grad_c_n_arg, sz);
   const ScalarType dtype = input.scalar_type(), acc = fused_ops::opmath_type(dtype);
-  const int32_t acc_code = static_cast<int32_t>(acc);
-  Tensor d_h0 = seq_empty({B, S}, input);
-  Tensor d_c0 = seq_empty({B, S}, input);
+  Tensor d_h0 = new_empty({B, S}, input);
+  Tensor d_c0 = new_empty({B, S}, input);
   // dz = dL/dz_t of every step, in the accumulation type (float for the half types: the
   // GEMMs below then run in float on it).
-  Tensor dz = seq_empty({T, B, 3 * S}, input, acc_code);
+  Tensor dz = fused_ops::empty({T, B, 3 * S}, acc, input);
   // The weights in the accumulation type: W_h for the recurrence, W_x for d_input.
   const bool need_weights = (T > 0 && B > 0 && S > 0) || mask[0];
   const Tensor w_acc = !need_weights || acc == dtype ? weights : as_type(weights, acc);
@@ -218,7 +214,7 @@ SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Te
       backward_recurrence<scalar_t>(w_acc, g, c, gh, gc, dz, d_h0, d_c0, sz);
     });
   }
-  auto skipped = [&] { return seq_empty({0}, input); };
+  auto skipped = [&] { return new_empty({0}, input); };
   // A result computed in the accumulation type, as the op's dtype (converted once).
   auto in_dtype = [&](const Tensor& t) { return acc == dtype ? t : as_type(t, dtype); };
   const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
@@ -226,7 +222,7 @@ SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Te
   Tensor d_input = skipped();
   if (mask[0]) {
     // d_x = dz W_x: one GEMM over all steps (W_x a strided view, read in place).
-    Tensor d_x = seq_empty({T, B, F}, input, acc_code);
+    Tensor d_x = fused_ops::empty({T, B, F}, acc, input);
     seq_mm_out(kCpu, seq_view(d_x, 0, {T * B, F}), dz2, seq_input_weights(w_acc, sz));
     d_input = in_dtype(d_x);
   }
@@ -234,7 +230,7 @@ SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Te
   if (mask[1]) {
     // [d_W_h | d_W_x] = dz^T [hs[:T] | x]: two GEMMs over all steps, each written straight
     // into its column block of one (3S, S + F) buffer.
-    Tensor d_w = seq_empty({3 * S, S + F}, input, acc_code);
+    Tensor d_w = fused_ops::empty({3 * S, S + F}, acc, input);
     const Tensor d_w_h = seq_strided(d_w, 0, {3 * S, S}, {S + F, 1});
     const Tensor d_w_x = seq_strided(d_w, S, {3 * S, F}, {S + F, 1});
     const Tensor h_prev = seq_view(as_type(hs, acc), 0, {T * B, S});
@@ -244,7 +240,7 @@ SeqGrads sequence_backward_cpu(OptTensor grad_hs_arg, OptTensor grad_c_n_arg, Te
   }
   Tensor d_bias = skipped();
   if (mask[2]) {
-    d_bias = seq_empty({3 * S}, input);
+    d_bias = new_empty({3 * S}, input);
     if (S > 0) {
       FUSED_OPS_DISPATCH_FLOATING(dtype, "lltm_sequence_backward_cpu", [&] {
         column_sum<scalar_t>(dz, d_bias, T * B, 3 * S);

@@ -294,9 +294,9 @@ void step_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Ten
   if constexpr (std::is_same_v<scalar_t, float>) {
     fused_ops::raise<std::runtime_error>("lltm_sequence: no step kernel for float32");
   } else {
-    Tensor w_h_t = seq_empty({sz.state, 3 * sz.state}, dz);
-    Tensor carry = seq_empty({sz.batch, sz.state}, dz,
-                             static_cast<int32_t>(torch::headeronly::ScalarType::Float));
+    Tensor w_h_t = new_empty({sz.state, 3 * sz.state}, dz);
+    Tensor carry =
+        fused_ops::empty({sz.batch, sz.state}, torch::headeronly::ScalarType::Float, dz);
     seq_step_backward<scalar_t>(
         backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
         w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(),

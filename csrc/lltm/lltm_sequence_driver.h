@@ -22,8 +22,8 @@
 #include <tuple>
 #include <vector>
 
-#include "common/aten_ops.h"
 #include "common/alloc.h"
+#include "common/aten_ops.h"
 #include "common/checks.h"
 #include "common/dispatch.h"
 #include "lltm/lltm_sequence.h"
@@ -70,19 +70,8 @@ struct SeqDevice {
 
 inline void seq_check(AOTITorchError err) { STABLE_TORCH_ERROR_CODE_CHECK(err); }
 
-// An uninitialised contiguous tensor on like's device, of the shim's dtype code `dtype`
-// (common/alloc.h: no dispatcher call).
-inline Tensor seq_empty(std::initializer_list<int64_t> size, const Tensor& like, int32_t dtype) {
-  return fused_ops::empty_coded(size, dtype, like);
-}
-inline int32_t seq_dtype(const Tensor& t) {
-  int32_t dtype;
-  seq_check(aoti_torch_get_dtype(t.get(), &dtype));
-  return dtype;
-}
-inline Tensor seq_empty(std::initializer_list<int64_t> size, const Tensor& like) {
-  return seq_empty(size, like, seq_dtype(like));
-}
+// Allocation without a dispatcher call (common/alloc.h).
+using fused_ops::new_empty;
 
 // A view of base's storage with the given sizes and strides, offset elements past base's own
 // storage offset (aoti_torch__reinterpret_tensor: a new TensorImpl, no dispatcher call, no
@@ -176,7 +165,7 @@ inline void per_step_forward(const SeqDevice& dev, const Tensor& w_h, Tensor& ga
                              Tensor& cells, const SeqSizes& sz, SeqForwardStep step) {
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
   const Tensor w_h_t = seq_strided(w_h, 0, {S, 3 * S}, {1, S});  // W_h^T, a view
-  Tensor rec = seq_empty({B, 3 * S}, gates);
+  Tensor rec = new_empty({B, 3 * S}, gates);
   for (int64_t t = 0; t < T; ++t) {
     seq_mm_out(dev, rec, seq_view(hs, t * B * S, {B, S}), w_h_t);
     step(rec, gates, hs, cells, t);
@@ -190,11 +179,11 @@ inline void per_step_backward(const SeqDevice& dev, const Tensor& w_h, Tensor& d
                               const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0,
                               const SeqSizes& sz, SeqBackwardStep step) {
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
-  Tensor rec_dh = seq_empty({B, S}, dz);
+  Tensor rec_dh = new_empty({B, S}, dz);
   dev.zero(rec_dh, rec_dh.mutable_data_ptr(),
            B * S * static_cast<int64_t>(rec_dh.element_size()));
   const torch::headeronly::ScalarType acc = fused_ops::opmath_type(dz.scalar_type());
-  Tensor carry = seq_empty({B, S}, dz, static_cast<int32_t>(acc));
+  Tensor carry = fused_ops::empty({B, S}, acc, dz);
   if (acc == dz.scalar_type()) {
     seq_copy_matrix(dev, carry, grad_c_n);
   } else {
@@ -241,7 +230,7 @@ inline Tensor seq_grad_hs(const SeqDevice& dev, const SeqGradParts& g, const Ten
                           const SeqSizes& sz) {
   if (g.full && !g.h_n) return *g.full;
   const int64_t T = sz.steps, n = sz.batch * sz.state;
-  Tensor gh = seq_empty({T + 1, sz.batch, sz.state}, like);
+  Tensor gh = new_empty({T + 1, sz.batch, sz.state}, like);
   const int64_t row = n * static_cast<int64_t>(gh.element_size());
   char* base = static_cast<char*>(gh.mutable_data_ptr());
   auto fill = [&](char* dst, const OptTensor& src, int64_t bytes) {
@@ -267,14 +256,14 @@ inline Tensor seq_grad_hs(const SeqDevice& dev, const SeqGradParts& g, const Ten
 inline Tensor seq_grad_c_n(const SeqDevice& dev, const SeqGradParts& g, const Tensor& like,
                            const SeqSizes& sz) {
   if (g.c_n) return *g.c_n;
-  Tensor z = seq_empty({sz.batch, sz.state}, like);
+  Tensor z = new_empty({sz.batch, sz.state}, like);
   dev.zero(z, z.mutable_data_ptr(), z.numel() * static_cast<int64_t>(z.element_size()));
   return z;
 }
 
 // W_h = weights[:, :S], contiguous (lltm_sequence.h's w_h): one raw 2-D copy.
 inline Tensor recurrent_weights(const SeqDevice& dev, const Tensor& weights, int64_t S) {
-  Tensor w_h = seq_empty({3 * S, S}, weights);
+  Tensor w_h = new_empty({3 * S, S}, weights);
   seq_copy_matrix(dev, w_h, seq_strided(weights, 0, {3 * S, S},
                                         {weights.stride(0), weights.stride(1)}));
   return w_h;
@@ -323,9 +312,9 @@ inline std::tuple<Tensor, Tensor, Tensor> sequence_forward(
     const SeqDevice& dev, const Tensor& input, const Tensor& weights, const Tensor& bias,
     const Tensor& h0, const Tensor& c0, const SeqSizes& sz, SeqForwardRecurrence recurrence) {
   const int64_t T = sz.steps, B = sz.batch, S = sz.state;
-  Tensor hs = seq_empty({T + 1, B, S}, input);
-  Tensor cells = seq_empty({T + 1, B, S}, input);
-  Tensor gates = seq_empty({T, B, 3 * S}, input);
+  Tensor hs = new_empty({T + 1, B, S}, input);
+  Tensor cells = new_empty({T + 1, B, S}, input);
+  Tensor gates = new_empty({T, B, 3 * S}, input);
   if (B == 0 || S == 0) return {hs, cells, gates};
   if (T == 0) {
     (void)prepare_forward(dev, weights, h0, c0, hs, cells, sz);
@@ -351,9 +340,9 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
                                   const SeqGradMask& mask, const SeqSizes& sz,
                                   SeqBackwardRecurrence recurrence) {
   const int64_t T = sz.steps, B = sz.batch, F = sz.features, S = sz.state;
-  Tensor d_h0 = seq_empty({B, S}, input);
-  Tensor d_c0 = seq_empty({B, S}, input);
-  Tensor dz = seq_empty({T, B, 3 * S}, input);
+  Tensor d_h0 = new_empty({B, S}, input);
+  Tensor d_c0 = new_empty({B, S}, input);
+  Tensor dz = new_empty({T, B, 3 * S}, input);
   if (T == 0 || B == 0 || S == 0) {
     if (B > 0 && S > 0) {
       // d_h0 = dL/dhs[0] (h_n's gradient included at T = 0), d_c0 = dL/dc_n.
@@ -364,20 +353,20 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
   } else {
     recurrence(weights, as_contiguous(gates), dz, as_contiguous(cells), grads, d_h0, d_c0, sz);
   }
-  auto skipped = [&] { return seq_empty({0}, input); };
+  auto skipped = [&] { return new_empty({0}, input); };
   const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
   const Tensor dz2_t = seq_strided(dz, 0, {3 * S, T * B}, {1, 3 * S});  // dz^T, a view
   Tensor d_input = skipped();
   if (mask[0]) {
     // d_x = dz W_x: one GEMM over all steps (W_x a strided view, read in place).
-    d_input = seq_empty({T, B, F}, input);
+    d_input = new_empty({T, B, F}, input);
     seq_mm_out(dev, seq_view(d_input, 0, {T * B, F}), dz2, seq_input_weights(weights, sz));
   }
   Tensor d_weights = skipped();
   if (mask[1]) {
     // [d_W_h | d_W_x] = dz^T [hs[:T] | x]: two GEMMs over all steps, each written straight
     // into its column block of one (3S, S + F) buffer.
-    d_weights = seq_empty({3 * S, S + F}, input);
+    d_weights = new_empty({3 * S, S + F}, input);
     const Tensor d_w_h = seq_strided(d_weights, 0, {3 * S, S}, {S + F, 1});
     const Tensor d_w_x = seq_strided(d_weights, S, {3 * S, F}, {S + F, 1});
     const Tensor h_prev = seq_view(as_contiguous(hs), 0, {T * B, S});
@@ -386,7 +375,7 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
   }
   Tensor d_bias = skipped();
   if (mask[2]) {
-    d_bias = seq_empty({3 * S}, input);
+    d_bias = new_empty({3 * S}, input);
     if (S > 0) dev.column_sum(d_bias, d_bias.mutable_data_ptr(), dz.const_data_ptr(), T * B, 3 * S);
   }
   return {d_input, d_weights, d_bias, d_h0, d_c0};

@@ -70,7 +70,8 @@ struct SeqDevice {
 
 inline void seq_check(AOTITorchError err) { STABLE_TORCH_ERROR_CODE_CHECK(err); }
 
-// Allocation without a dispatcher call (common/alloc.h).
+// Allocation and contiguity without a dispatcher call (common/alloc.h).
+using fused_ops::as_contiguous;
 using fused_ops::new_empty;
 
 // A view of base's storage with the given sizes and strides, offset elements past base's own
@@ -97,8 +98,6 @@ inline Tensor seq_view(const Tensor& base, int64_t offset, std::initializer_list
   seq_check(aoti_torch__reinterpret_tensor(base.get(), ndim, size.begin(), strides, offset, &out));
   return Tensor(out);
 }
-
-using fused_ops::as_contiguous;
 
 // dst (rows, cols), contiguous, = src (rows, cols), same dtype: one raw 2-D copy where src's
 // rows are contiguous (the usual case), else ATen's copy_ (through the dispatcher).

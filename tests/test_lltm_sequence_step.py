@@ -1,24 +1,28 @@
-"""lltm.lltm_sequence on the "step" path (LLTM_SEQUENCE_PATH=step): bfloat16 / float16, one
-tensor-core kernel per step with the cell in its epilogue (csrc/lltm/lltm_sequence_step*.cu*).
-Both of its tiles (LLTM_STEP_TILE) against float64 within the half-type rule of
-test_lltm_sequence.py (check_half: at most twice plain PyTorch's error in the same dtype),
+"""lltm.lltm_sequence on the "step" path (LLTM_SEQUENCE_PATH=step): float32 (3xTF32),
+bfloat16 and float16, one tensor-core kernel per step with the cell in its epilogue
+(csrc/lltm/lltm_sequence_step*.cu*). Both of its tiles (LLTM_STEP_TILE) against float64 within
+twice plain PyTorch's error in the same dtype (check_half of test_lltm_sequence.py; float32:
+check_within_twice_plain of test_lltm_sequence_float32.py),
 with and without programmatic dependent launch (LLTM_STEP_PDL=0: bitwise the same results),
 bitwise deterministic backward, CUDA graph capture, and the error of a forced path that does
 not run the problem. The op's own choice reaches this path at large states
 (test_lltm_sequence.py's large-state half tests), for the forward only from S = 512 on, with
 the backward on the cluster kernels: the two directions share their buffers, which
-test_step_forward_cluster_backward checks."""
+test_step_forward_cluster_backward checks; float32 reaches it past S = 512 and at large
+batches (test_lltm_sequence_sizes.py)."""
 
 import pytest
 import torch
 from conftest import needs_sm90, rel_err
 from test_lltm_sequence import (HALF_FLOOR, NAMES, check_graph_capture, check_half, cotangents,
                                 make_inputs, reference_results, reference_sequence, run)
+from test_lltm_sequence_float32 import check_within_twice_plain
 
 import lltm
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 HALF = [torch.float16, torch.bfloat16]
+DTYPES = [torch.float32, *HALF]
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +30,7 @@ def step_path(monkeypatch):
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "step")
 
 
-@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tile", ["big", "small"])
 # One tile (S = 8, B = 1), row tails (B = 7, 70, 130), column and k tails (S = 40, 200),
 # the benchmark's large states (S = 512 at B = 64, S = 1024).
@@ -34,10 +38,20 @@ def step_path(monkeypatch):
                                      (12, 64, 6, 512), (3, 130, 4, 1024)])
 def test_step_matches_reference(monkeypatch, dtype, tile, T, B, F, S):
     monkeypatch.setenv("LLTM_STEP_TILE", tile)
-    check_half("cuda", dtype, T, B, F, S)
+    if dtype == torch.float32:
+        check_within_twice_plain(T, B, F, S)
+    else:
+        check_half("cuda", dtype, T, B, F, S)
 
 
-@pytest.mark.parametrize("dtype", HALF)
+# float32 through long sequences at large states (where auto takes this path in float32):
+# the rounding errors that 300 steps accumulate within twice plain PyTorch's.
+@pytest.mark.parametrize("T,B,S", [(300, 4, 1024), (300, 33, 520)])
+def test_step_float32_long(T, B, S):
+    check_within_twice_plain(T, B, 16, S)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_step_without_pdl_same_bits(monkeypatch, dtype):
     T, B, F, S = 9, 33, 5, 128
     inputs = make_inputs(T, B, F, S, "cuda", dtype)
@@ -49,7 +63,7 @@ def test_step_without_pdl_same_bits(monkeypatch, dtype):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tile", ["big", "small"])
 def test_step_backward_deterministic(monkeypatch, dtype, tile):
     monkeypatch.setenv("LLTM_STEP_TILE", tile)
@@ -61,12 +75,13 @@ def test_step_backward_deterministic(monkeypatch, dtype, tile):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_step_graph_capture_forward_and_backward(dtype):
     check_graph_capture(dtype, 64)
 
 
-@pytest.mark.parametrize("dtype,S", [(torch.float32, 64), (torch.float16, 33)])
+@pytest.mark.parametrize("dtype,S", [(torch.float32, 36), (torch.float16, 33),
+                                     (torch.float64, 64)])
 def test_step_forced_unsupported(dtype, S):
     inputs = make_inputs(3, 2, 3, S, "cuda", dtype)
     with pytest.raises(ValueError, match=r"LLTM_SEQUENCE_PATH=step, but .*multiple of 8"):

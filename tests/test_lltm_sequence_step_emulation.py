@@ -1,4 +1,5 @@
-"""CPU emulation of the LLTM sequence's per-step tensor-core kernels (the "step" path,
+"""CPU emulation of the LLTM sequence's per-step tensor-core kernels (the "step" path, float32
+as 3xTF32 and the half types,
 csrc/lltm/lltm_sequence_step_*.cuh): the kernels compile as host C++ under
 tests/cuda_emulation.h (a thread per CUDA thread, ldmatrix and mma.sync emulated with PTX's
 fragment layouts, the asynchronous copies done at once) and run step by step with the
@@ -90,6 +91,14 @@ int main() {
   check<c10::BFloat16, FwdBig, BwdBig>("bf16 big", 2, 3, 136, 2e-2);
   check<c10::Half, FwdBig, BwdBig>("f16 big", 1, 65, 8, 5e-3);
   check<c10::Half, FwdBig, BwdWide>("f16 wide", 2, 70, 72, 5e-3);
+  // float32 (3xTF32 products, 32 values of k a stage): the same tails, K = S = 40 and 72 past
+  // one stage, the backward's 3S = 408 through more stages than the pipeline holds, and the
+  // float32 bound of the other emulation tests (measured errors about 3e-7).
+  check<float, FwdSmall, BwdSmall>("f32 small", 3, 1, 8, 2e-6);
+  check<float, FwdSmall, BwdSmall>("f32 small", 2, 33, 72, 2e-6);
+  check<float, FwdBig, BwdBig>("f32 big", 2, 70, 40, 2e-6);
+  check<float, FwdBig, BwdBig>("f32 big", 2, 3, 136, 2e-6);
+  check<float, FwdBig, BwdWide>("f32 wide", 1, 65, 72, 2e-6);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

@@ -24,6 +24,15 @@ FUSED_OPS_MMA_FN uint32_t float_bits(float x) {
 #endif
 }
 
+// The float whose bits are u (a fragment register that ldmatrix filled with a float).
+FUSED_OPS_MMA_FN float bits_float(uint32_t u) {
+#if defined(FUSED_OPS_EMULATE)
+  return emu_as_float(u);
+#else
+  return __uint_as_float(u);
+#endif
+}
+
 // x = big + small: big is x with the low 13 mantissa bits cleared (a tf32 value), small =
 // x - big exactly (at most 13 significant bits). The tensor cores read a .tf32 operand's top
 // 19 bits, so small enters its products truncated to tf32: an error below 2^-21 |x|. A

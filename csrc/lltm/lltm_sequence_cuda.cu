@@ -28,7 +28,6 @@
 
 #include <algorithm>
 #include <string>
-#include <type_traits>
 
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
@@ -279,29 +278,20 @@ void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const 
 template <typename scalar_t>
 void step_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                   const SeqSizes& sz) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    fused_ops::raise<std::runtime_error>("lltm_sequence: no step kernel for float32");
-  } else {
-    seq_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
-                               fused_ops::current_stream(gates));
-  }
+  seq_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
+                             fused_ops::current_stream(gates));
 }
 
 // The step backward's scratch: W_h^T (S, 3S) in the dtype and the float carry (B, S).
 template <typename scalar_t>
 void step_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
                    const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    fused_ops::raise<std::runtime_error>("lltm_sequence: no step kernel for float32");
-  } else {
-    Tensor w_h_t = new_empty({sz.state, 3 * sz.state}, dz);
-    Tensor carry =
-        fused_ops::empty({sz.batch, sz.state}, torch::headeronly::ScalarType::Float, dz);
-    seq_step_backward<scalar_t>(
-        backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
-        w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(),
-        fused_ops::current_stream(dz));
-  }
+  Tensor w_h_t = new_empty({sz.state, 3 * sz.state}, dz);
+  Tensor carry = fused_ops::empty({sz.batch, sz.state}, torch::headeronly::ScalarType::Float, dz);
+  seq_step_backward<scalar_t>(
+      backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
+      w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(),
+      fused_ops::current_stream(dz));
 }
 
 #if LLTM_SEQUENCE_HAVE_PERSISTENT

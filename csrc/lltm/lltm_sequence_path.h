@@ -124,15 +124,16 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   if (path == SeqPath::kStep) {
     if (!step_supported(t, sz)) {
       raise_unsupported(t, sz, "step",
-                        "per-step tensor-core LLTM sequence kernels (bfloat16 / float16, "
-                        "state_size a multiple of 8, sm_80+)",
+                        "per-step tensor-core LLTM sequence kernels (float32 / bfloat16 / "
+                        "float16, state_size a multiple of 8, sm_80+)",
                         "");
     }
     return path;
   }
   if (path == SeqPath::kAuto && cta_supported(t, sz)) return SeqPath::kCta;
   const bool step = path == SeqPath::kAuto && step_supported(t, sz);
-  if (step && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
+  const bool half = t.scalar_type() != torch::headeronly::ScalarType::Float;
+  if (step && half && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {
     raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",
@@ -140,7 +141,7 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   }
   if (supported && path == SeqPath::kAuto && past_cluster_crossover(t, sz, backward)) {
     if (step) return SeqPath::kStep;
-    if (t.scalar_type() == torch::headeronly::ScalarType::Float) return SeqPath::kFallback;
+    if (!half) return SeqPath::kFallback;
   }
   if (supported) return SeqPath::kPersistent;
   return step ? SeqPath::kStep : SeqPath::kFallback;

@@ -1,5 +1,5 @@
-// LLTM over a whole sequence, bfloat16 / float16, the "step" path: the launchers of the step
-// kernels (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) and the choice of
+// LLTM over a whole sequence, the "step" path (float32, bfloat16, float16): the launchers of
+// the step kernels (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) and the choice of
 // tile.
 //
 // Tiles (rows BM x state columns J per CTA): "big" 64 x 32 with 8 warps where that gives most
@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 
 #include "common/cuda_utils.cuh"
 #include "lltm/lltm_sequence_step.h"
@@ -95,7 +96,7 @@ void backward_steps(const SeqBackward<T>& a, const T* w_h_t, float* carry, int d
   FUSED_OPS_LAUNCH_CHECK();
 }
 
-// Whether this device runs the kernels: sm_80+ (mma.sync bf16, cp.async) and this build holds
+// Whether this device runs the kernels: sm_80+ (mma.sync bf16 and tf32, cp.async) and this build holds
 // code of at least that architecture for it, asked once per device.
 bool device_runs_kernels(int device) {
   static fused_ops::Memo<int, bool> memo;
@@ -114,7 +115,9 @@ bool device_runs_kernels(int device) {
 }  // namespace
 
 bool seq_step_supported(int device, ScalarType dtype, int64_t batch, int64_t state) {
-  if (dtype != ScalarType::Half && dtype != ScalarType::BFloat16) return false;
+  if (dtype != ScalarType::Float && dtype != ScalarType::Half && dtype != ScalarType::BFloat16) {
+    return false;
+  }
   if (batch < 1 || state < 8 || state % 8 != 0) return false;
   if (ceil_div(state, 8) > 65535) return false;  // grid y
   return device_runs_kernels(device);
@@ -139,8 +142,9 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
   const int64_t S = args.state;
   const dim3 block(32, 8), grid(static_cast<unsigned>(ceil_div(S, 32)),
                                 static_cast<unsigned>(ceil_div(3 * S, 32)));
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
   step::transpose_kernel<<<grid, block, 0, stream>>>(
-      reinterpret_cast<uint16_t*>(w_h_t), reinterpret_cast<const uint16_t*>(args.w_h), 3 * S, S);
+      reinterpret_cast<Bits*>(w_h_t), reinterpret_cast<const Bits*>(args.w_h), 3 * S, S);
   FUSED_OPS_LAUNCH_CHECK();
   const char* wide = std::getenv("LLTM_STEP_BWD_TILE");
   if (wide != nullptr && std::strcmp(wide, "wide") == 0) {
@@ -152,6 +156,8 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
   }
 }
 
+template void seq_step_forward<float>(const SeqForward<float>&, cudaStream_t);
+template void seq_step_backward<float>(const SeqBackward<float>&, float*, float*, cudaStream_t);
 template void seq_step_forward<c10::Half>(const SeqForward<c10::Half>&, cudaStream_t);
 template void seq_step_forward<c10::BFloat16>(const SeqForward<c10::BFloat16>&, cudaStream_t);
 template void seq_step_backward<c10::Half>(const SeqBackward<c10::Half>&, c10::Half*, float*,

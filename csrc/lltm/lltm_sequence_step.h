@@ -1,9 +1,10 @@
-// LLTM over a whole sequence, bfloat16 / float16: the "step" path's entry points. One kernel
-// launch per step each way (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh):
-// the step's recurrent product on tensor cores with the LLTM cell in its epilogue, launched
-// with programmatic dependent launch on sm_90 so that a step's launch overlaps the previous
-// step's tail. It serves the states the persistent kernels do not hold (W_h of S = 1024 in a
-// half type is 6 MiB) and, where measured faster, the ones they do. Plain C++ for the callers.
+// LLTM over a whole sequence, float32 / bfloat16 / float16: the "step" path's entry points.
+// One kernel launch per step each way (lltm_sequence_step_forward.cuh,
+// lltm_sequence_step_backward.cuh): the step's recurrent product on tensor cores (float32 as
+// 3xTF32, float32-accurate) with the LLTM cell in its epilogue, launched with programmatic
+// dependent launch on sm_90 so that a step's launch overlaps the previous step's tail. It
+// serves the states the persistent kernels do not hold (W_h of S = 1024 is 12 MiB in float32)
+// and, where measured faster, the ones they do. Plain C++ for the callers.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,15 +16,15 @@
 
 namespace lltm {
 
-// Whether the step kernels run this problem on this CUDA device: bfloat16 or float16, batch
-// >= 1, state a multiple of 8 (16-byte rows for the asynchronous copies), sm_80 or newer, and
-// the kernels compiled for it.
+// Whether the step kernels run this problem on this CUDA device: float32, bfloat16 or float16,
+// batch >= 1, state a multiple of 8 (16-byte rows for the asynchronous copies, even column
+// pairs), sm_80 or newer, and the kernels compiled for it.
 bool seq_step_supported(int device, torch::headeronly::ScalarType dtype, int64_t batch,
                         int64_t state);
 
 // The recurrences of lltm_sequence.h on `stream` (seq_step_supported true). The backward also
 // takes scratch on the same device: w_h_t (S, 3S) elements of T (it writes W_h^T there) and
-// carry (B, S) floats. T = c10::Half, c10::BFloat16.
+// carry (B, S) floats. T = float, c10::Half, c10::BFloat16.
 template <typename T>
 void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream);
 template <typename T>

@@ -1,5 +1,5 @@
-// LLTM over a sequence, bfloat16 / float16, the "step" path: the backward kernel of one step,
-// launched once per step from t = T-1 down to 0 and once more after step 0
+// LLTM over a sequence, the "step" path (float32, bfloat16, float16): the backward kernel of
+// one step, launched once per step from t = T-1 down to 0 and once more after step 0
 // (lltm_sequence_step.cu), and the transpose of W_h that its product reads.
 //
 // Step t computes dh_rec = dz_{t+1} W_h for its tile on tensor cores
@@ -152,12 +152,13 @@ __global__ void __launch_bounds__(Tl::kThreads)
       }
 }
 
-// out (cols, rows) = in (rows, cols)^T, both contiguous, 2-byte elements moved as bits:
-// 32 x 32 tiles through shared memory (padded a column so that the transposed reads fall in
-// distinct banks); block (32, 8).
-__global__ void transpose_kernel(uint16_t* __restrict__ out, const uint16_t* __restrict__ in,
+// out (cols, rows) = in (rows, cols)^T, both contiguous, elements moved as bits (Bits:
+// uint16_t for the half types, uint32_t for float32): 32 x 32 tiles through shared memory
+// (padded a column so that the transposed reads fall in distinct banks); block (32, 8).
+template <typename Bits>
+__global__ void transpose_kernel(Bits* __restrict__ out, const Bits* __restrict__ in,
                                  int64_t rows, int64_t cols) {
-  __shared__ uint16_t tile[32][33];
+  __shared__ Bits tile[32][33];
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
   for (int i = threadIdx.y; i < 32; i += 8) {

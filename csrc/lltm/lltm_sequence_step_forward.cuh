@@ -1,5 +1,5 @@
-// LLTM over a sequence, bfloat16 / float16, the "step" path: the forward kernel of one step,
-// launched once per step (lltm_sequence_step.cu). It computes h_{t-1} W_h^T for its tile on
+// LLTM over a sequence, the "step" path (float32, bfloat16, float16): the forward kernel of one
+// step, launched once per step (lltm_sequence_step.cu). It computes h_{t-1} W_h^T for its tile on
 // tensor cores (lltm_sequence_step_gemm.cuh, the 3 gates of each state column in one CTA) and
 // runs the cell in the epilogue straight from the accumulators:
 //   z = P_t + (h_{t-1} W_h^T)   (float sum, rounded once to T and stored over P_t in gates[t]:

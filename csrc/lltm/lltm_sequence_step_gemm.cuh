@@ -1,39 +1,62 @@
-// LLTM over a sequence, bfloat16 / float16, the "step" path: the tile product that each step
-// kernel (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) runs before its
-// cell epilogue. One CTA computes, for BM rows of the batch (from m0) and NG column groups of
+// LLTM over a sequence, the "step" path: the tile product that each step kernel
+// (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) runs before its cell
+// epilogue. One CTA computes, for BM rows of the batch (from m0) and NG column groups of
 // J columns each (from j0), the float sums
 //   acc[n][g][jj] = sum_k A[m0 + n][k] * Bw[g * gstride + j0 + jj][k],   k < K,
-// on tensor cores (mma.sync m16n8k16, float accumulation), with A (rows_a, K) and Bw both
-// row-major [row][k] in global memory (row strides lda, ldb elements). Forward: A = h_{t-1},
-// Bw = W_h (3S, S), NG = 3 groups (the gates) with gstride = S, so that one thread ends up
-// holding z_i, z_o and z_c of the same (row, column) in registers. Backward: A = dz_{t+1},
-// Bw = W_h^T (S, 3S), NG = 1.
+// on tensor cores, with A (rows_a, K) and Bw both row-major [row][k] in global memory (row
+// strides lda, ldb elements). Forward: A = h_{t-1}, Bw = W_h (3S, S), NG = 3 groups (the gates)
+// with gstride = S, so that one thread ends up holding z_i, z_o and z_c of the same (row,
+// column) in registers. Backward: A = dz_{t+1}, Bw = W_h^T (S, 3S), NG = 1.
 //
-// K is consumed in chunks of kBK through a cp.async pipeline of Tl::kStages stages in shared
-// memory (deep: a step's product is short, so the chunks in flight are what hides the L2
-// latency);
-// each stage holds A's BM rows and Bw's NG * J rows of the chunk, row stride kLdk elements
-// (144 bytes: an odd multiple of 16 modulo 128, so the 8 rows that one ldmatrix 8x8 matrix
-// reads fall in 8 distinct bank groups). Rows past rows_a, columns past ncols and k past K are
-// zero-filled by the copy (cp.async with source size 0), so they add nothing.
+// Element types: bfloat16 / float16 as one mma.sync m16n8k16 per k step of 16 (float
+// accumulation: every product of two half-type values is exact in float); float32 as 3xTF32
+// (common/mma_tf32.h: each operand split into a tf32 big part and the tf32 rest, three
+// mma.sync m16n8k8 per k step of 8, big*small + small*big + big*big), so that the product is
+// float32-accurate. The tensor cores round their sums toward zero, so the float32 product sums
+// each stage (32 values of k) in a fragment of its own and adds it to the total with an
+// ordinary (round-to-nearest) float add: the truncation then acts on a stage's partial sum
+// only, not on a running total of up to 3S products.
+//
+// K is consumed in chunks of Chunk<T>::kBK (128 bytes of a row: 64 half-type values, 32
+// floats) through a cp.async pipeline of Tl::kStages stages in shared memory (deep: a step's
+// product is short, so the chunks in flight are what hides the L2 latency); each stage holds
+// A's BM rows and Bw's NG * J rows of the chunk, row stride 144 bytes (an odd multiple of 16
+// modulo 128, so the 8 rows that one ldmatrix 8x8 matrix reads fall in 8 distinct bank
+// groups). Rows past rows_a, columns past ncols and k past K are zero-filled by the copy
+// (cp.async with source size 0), so they add nothing.
 //
 // Warps: WM x WN; warp (wm, wn) owns MT = BM / WM / 16 row tiles of 16 and, in each group,
-// NJ = J / WN / 8 column tiles of 8 (columns wn * NJ * 8 ...). Accumulator fragments as PTX
-// lays them out (lltm_sequence_mma.cuh): acc[mt][g][nj][e] with e = 2 h + c holds row
-// 16 mt + lane / 4 + 8 h, column 8 nj + 2 (lane % 4) + c of the warp's tile. The sums run in a
-// fixed order (k ascending within each MMA chain), so every result is bitwise reproducible.
+// NJ = J / WN / 8 column tiles of 8 (columns wn * NJ * 8 ...). Both MMA shapes take their
+// fragments from the same ldmatrix calls: an 8x8 matrix of 16-bit elements is 8 rows of 16
+// bytes, i.e. 8 half-type values or 4 floats of k, and lane (g, q) receives the 4 bytes at
+// offset 4q of row g, which is the pair (2q, 2q + 1) of an m16n8k16 fragment and the single
+// value q of an m16n8k8 .tf32 one. Accumulator fragments as PTX lays them out
+// (lltm_sequence_mma.cuh): acc[mt][g][nj][e] with e = 2 h + c holds row 16 mt + lane / 4 +
+// 8 h, column 8 nj + 2 (lane % 4) + c of the warp's tile. The sums run in a fixed order (k
+// ascending within each MMA chain), so every result is bitwise reproducible.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "common/mma_tf32.h"
 #include "lltm/lltm_sequence_mma.cuh"
 
 namespace lltm::step {
 
-constexpr int kBK = 64;          // k per pipeline stage
-constexpr int kLdk = kBK + 8;    // shared row stride in elements (see above)
-constexpr int kSegs = kBK / 8;   // 16-byte copies per row and stage
+constexpr int kSegs = 8;          // 16-byte copies per row and stage
+constexpr int kRowBytes = 144;    // shared row stride (see above): 128 bytes of k and 16 spare
+constexpr int kKSteps = 4;        // MMA k steps per stage (4 of 16 half values, 4 of 8 floats)
+
+// A stage's k extent in elements of T.
+template <typename T>
+struct Chunk {
+  static constexpr int kPiece = 16 / static_cast<int>(sizeof(T));  // elements per 16 bytes
+  static constexpr int kBK = kSegs * kPiece;                        // k per stage
+  static constexpr int kLdk = kRowBytes / static_cast<int>(sizeof(T));  // row stride
+  static_assert(kBK == kKSteps * 2 * kPiece, "an MMA k step is 32 bytes of k");
+};
 
 template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES>
 struct Tile {
@@ -42,16 +65,16 @@ struct Tile {
   static constexpr int MT = BM / WM / 16;  // 16-row tiles per warp
   static constexpr int NJ = J / WN / 8;    // 8-column tiles per warp and group
   static constexpr int BN = NG * J;        // Bw rows per CTA
-  static constexpr int kStageElems = (BM + BN) * kLdk;
-  static constexpr int kSmemBytes = kStages * kStageElems * 2;
+  static constexpr int kStageBytes = (BM + BN) * kRowBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
   static_assert(BM % (16 * WM) == 0 && J % (8 * WN) == 0, "warp tiles of whole MMA tiles");
   static_assert(kStages >= 2, "a pipeline");
 };
 
-// Two consecutive elements of T as one 4-byte access (the epilogues' pairs of columns 2q,
-// 2q + 1: even columns of rows whose length is a multiple of 8, so 4-byte aligned).
+// Two consecutive elements of T as one access of twice their size (the epilogues' pairs of
+// columns 2q, 2q + 1: even columns of rows whose length is a multiple of 8, so aligned).
 template <typename T>
-struct alignas(4) Two {
+struct alignas(2 * sizeof(T)) Two {
   T lo, hi;
 };
 
@@ -77,7 +100,8 @@ struct alignas(8) FloatTwo {
 
 // The launcher's tiles (lltm_sequence_step.cu says which runs when): 64 rows x 32 columns on
 // 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps; stages
-// as many as keep the shared memory near 110-140 KiB (big) or 46-64 KiB (small).
+// as many as keep the shared memory near 110-140 KiB (big) or 46-64 KiB (small). The same
+// bytes per stage in every dtype, so float32 stages hold half the k.
 using FwdBig = Tile<64, 32, 3, 2, 4, 6>;
 using BwdBig = Tile<64, 32, 1, 2, 4, 8>;
 using FwdSmall = Tile<32, 8, 3, 2, 1, 8>;
@@ -169,7 +193,8 @@ __device__ __forceinline__ T* dynamic_smem() {
 
 // One thread's share of every stage's copies: copy n of a stage is element i = tid + n
 // kThreads of the (BM + BN) x kSegs grid of 16-byte pieces (row i / kSegs, piece i % kSegs).
-// kThreads is a multiple of kSegs, so a thread's pieces share one k offset (8 (tid % kSegs))
+// kThreads is a multiple of kSegs, so a thread's pieces share one k offset (kPiece (tid %
+// kSegs))
 // and sit kThreads / kSegs rows apart. The row pointers are worked out once per kernel; a
 // stage then costs a thread an add, a compare and a copy per piece.
 template <typename Tl, typename T>
@@ -182,12 +207,12 @@ struct StageCopies {
   int koff;                  // this thread's k offset in a chunk
 
   LLTM_MMA_FN StageCopies(const Operands<T>& op, int tid) {
-    koff = 8 * (tid % kSegs);
+    koff = Chunk<T>::kPiece * (tid % kSegs);
 #pragma unroll
     for (int n = 0; n < kPerThread; ++n) {
       const int i = tid + n * Tl::kThreads, r = i / kSegs;
       src[n] = nullptr;
-      dst[n] = i < kCopies ? r * kLdk + koff : -1;
+      dst[n] = i < kCopies ? r * Chunk<T>::kLdk + koff : -1;
       if (i >= kCopies) continue;
       if (r < Tl::BM) {
         const int64_t row = op.m0 + r;
@@ -202,7 +227,7 @@ struct StageCopies {
 
   // Stage kc (k in [kc kBK, (kc + 1) kBK)) into st.
   LLTM_MMA_FN void issue(T* st, const Operands<T>& op, int kc) const {
-    const int64_t k0 = static_cast<int64_t>(kc) * kBK;
+    const int64_t k0 = static_cast<int64_t>(kc) * Chunk<T>::kBK;
     const bool k_in = k0 + koff < op.k;
 #pragma unroll
     for (int n = 0; n < kPerThread; ++n) {
@@ -213,10 +238,66 @@ struct StageCopies {
   }
 };
 
+// The float32 stage: part = this stage's 3xTF32 products (see the top of this file), from the
+// fragments as ldmatrix delivered them (raw float bits), then added to acc.
+template <typename Tl>
+LLTM_MMA_FN void stage_mma_tf32(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                const uint32_t (&af)[kKSteps][Tl::MT][4],
+                                const uint32_t (&bf)[kKSteps][Tl::NG][Tl::NJ][2]) {
+  float part[Tl::MT][Tl::NG][Tl::NJ][4];
+#pragma unroll
+  for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+    for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+      for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[mt][g][nj][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t ab[Tl::MT][4], as[Tl::MT][4], bb[Tl::NG][Tl::NJ][2], bs[Tl::NG][Tl::NJ][2];
+#pragma unroll
+    for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        fused_ops::split_tf32(fused_ops::bits_float(af[kk][mt][e]), ab[mt][e], as[mt][e]);
+      }
+#pragma unroll
+    for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+      for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          fused_ops::split_tf32(fused_ops::bits_float(bf[kk][g][nj][e]), bb[g][nj][e],
+                                bs[g][nj][e]);
+        }
+#pragma unroll
+    for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+      for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+        for (int mt = 0; mt < Tl::MT; ++mt) {
+          fused_ops::mma_tf32(part[mt][g][nj], as[mt], bb[g][nj]);
+          fused_ops::mma_tf32(part[mt][g][nj], ab[mt], bs[g][nj]);
+          fused_ops::mma_tf32(part[mt][g][nj], ab[mt], bb[g][nj]);
+        }
+  }
+#pragma unroll
+  for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+    for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+      for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] += part[mt][g][nj][e];
+}
+
 // acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it.
 template <typename Tl, typename T>
 __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
                                           const Operands<T>& op, T* smem) {
+  using C = Chunk<T>;
+  constexpr int kStageElems = Tl::kStageBytes / static_cast<int>(sizeof(T));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / Tl::WN, wn = warp % Tl::WN;
 #pragma unroll
@@ -227,17 +308,19 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
       for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = 0.f;
-  const int nk = static_cast<int>((op.k + kBK - 1) / kBK);
-  // ldmatrix rows of this lane: A .x4 (matrix lane / 8: rows + 8 (bit 0), k + 8 (bit 1)),
-  // Bw .x4 over two k steps (matrix lane / 8: k + 8 (lane / 8); matrices 0, 1 are the
-  // fragment of the first step, 2, 3 of the second).
+  const int nk = static_cast<int>((op.k + C::kBK - 1) / C::kBK);
+  // ldmatrix rows of this lane, in units of 16 bytes of k (a piece): A .x4 (matrix lane / 8:
+  // rows + 8 (bit 0), k + 1 piece (bit 1)), a k step being 2 pieces; Bw .x4 over two k steps
+  // (matrix lane / 8: k + lane / 8 pieces; matrices 0, 1 are the fragment of the first step,
+  // 2, 3 of the second).
   const int i8 = lane >> 3;
-  const int a_off = (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * kLdk + 8 * (i8 >> 1);
-  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * kLdk + 8 * i8;
+  const int a_off =
+      (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * C::kLdk + C::kPiece * (i8 >> 1);
+  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * C::kLdk + C::kPiece * i8;
   const StageCopies<Tl, T> copies(op, tid);
 #pragma unroll
   for (int s = 0; s < Tl::kStages - 1; ++s) {
-    if (s < nk) copies.issue(smem + s * Tl::kStageElems, op, s);
+    if (s < nk) copies.issue(smem + s * kStageElems, op, s);
     cp_async_commit();
   }
   for (int kc = 0; kc < nk; ++kc) {
@@ -246,43 +329,47 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
     cp_async_wait<Tl::kStages - 2>();
     __syncthreads();
     const int next = kc + Tl::kStages - 1;
-    if (next < nk) copies.issue(smem + (next % Tl::kStages) * Tl::kStageElems, op, next);
+    if (next < nk) copies.issue(smem + (next % Tl::kStages) * kStageElems, op, next);
     cp_async_commit();
-    const T* st = smem + (kc % Tl::kStages) * Tl::kStageElems;
+    const T* st = smem + (kc % Tl::kStages) * kStageElems;
     // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
     // which the compiler keeps in program order, so loading each fragment just before its
     // MMA would leave every MMA waiting out an ldmatrix latency.
-    uint32_t af[kBK / 16][Tl::MT][4], bf[kBK / 16][Tl::NG][Tl::NJ][2];
+    uint32_t af[kKSteps][Tl::MT][4], bf[kKSteps][Tl::NG][Tl::NJ][2];
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
+    for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < Tl::MT; ++mt) {
-        mma::ldmatrix_x4(af[kk][mt], st + a_off + mt * 16 * kLdk + kk * 16);
+        mma::ldmatrix_x4(af[kk][mt], st + a_off + mt * 16 * C::kLdk + kk * 2 * C::kPiece);
       }
     }
 #pragma unroll
-    for (int k2 = 0; k2 < kBK / 32; ++k2)
+    for (int k2 = 0; k2 < kKSteps / 2; ++k2)
 #pragma unroll
       for (int g = 0; g < Tl::NG; ++g)
 #pragma unroll
         for (int nj = 0; nj < Tl::NJ; ++nj) {
           uint32_t r[4];
-          mma::ldmatrix_x4(r, st + b_off + (g * Tl::J + nj * 8) * kLdk + k2 * 32);
+          mma::ldmatrix_x4(r, st + b_off + (g * Tl::J + nj * 8) * C::kLdk + k2 * 4 * C::kPiece);
           bf[2 * k2][g][nj][0] = r[0];
           bf[2 * k2][g][nj][1] = r[1];
           bf[2 * k2 + 1][g][nj][0] = r[2];
           bf[2 * k2 + 1][g][nj][1] = r[3];
         }
+    if constexpr (std::is_same_v<T, float>) {
+      stage_mma_tf32<Tl>(acc, af, bf);
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
+      for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
-      for (int g = 0; g < Tl::NG; ++g)
+        for (int g = 0; g < Tl::NG; ++g)
 #pragma unroll
-        for (int nj = 0; nj < Tl::NJ; ++nj)
+          for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
-          for (int mt = 0; mt < Tl::MT; ++mt) {
-            mma::mma_16816<T>(acc[mt][g][nj], af[kk][mt], bf[kk][g][nj]);
-          }
+            for (int mt = 0; mt < Tl::MT; ++mt) {
+              mma::mma_16816<T>(acc[mt][g][nj], af[kk][mt], bf[kk][g][nj]);
+            }
+    }
   }
   cp_async_wait<0>();
 }

@@ -1,6 +1,7 @@
-"""LLTM sequence in bfloat16 / float16 on the GPU: the CUDA paths of lltm_sequence against each
+"""LLTM sequence on the GPU (float32, bfloat16, float16): the CUDA paths of lltm_sequence against each
 other and against cuDNN's nn.LSTM in the same dtype, forward and forward + backward, every
-variant in the same run (CUDA events, medians over alternating rounds; benchmarks/timing.py).
+variant in the same run (CUDA events, medians over alternating rounds; benchmarks/timing.py;
+TF32 off).
 Variants are environment settings read at each call (LLTM_SEQUENCE_PATH, LLTM_STEP_TILE,
 LLTM_STEP_PDL); a path that does not run a size is left out there. Used to place the op's
 crossover between the cluster kernels and the step kernels.
@@ -23,6 +24,7 @@ VARIANTS = {
     "step": {"LLTM_SEQUENCE_PATH": "step"},
     "step-big": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "big"},
     "step-small": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "small"},
+    "step-split": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "split"},
     "step-nopdl": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_PDL": "0"},
     "step-wide": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_BWD_TILE": "wide"},
     "fallback": {"LLTM_SEQUENCE_PATH": "fallback"},
@@ -94,6 +96,7 @@ def main():
     ap.add_argument("--md", default=None)
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     lines = [f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
              f"{torch.backends.cudnn.version()}, commit {os.environ.get('FUSED_OPS_COMMIT', '?')}",

@@ -99,6 +99,11 @@ int main() {
   check<float, FwdBig, BwdBig>("f32 big", 2, 70, 40, 2e-6);
   check<float, FwdBig, BwdBig>("f32 big", 2, 3, 136, 2e-6);
   check<float, FwdBig, BwdWide>("f32 wide", 1, 65, 72, 2e-6);
+  // The split tile (each stage's k steps over 4 warp sets, summed through shared memory),
+  // float32 as auto runs it and a half type.
+  check<float, FwdSplit, BwdSplit>("f32 split", 3, 1, 8, 2e-6);
+  check<float, FwdSplit, BwdSplit>("f32 split", 2, 33, 136, 2e-6);
+  check<c10::Half, FwdSplit, BwdSplit>("f16 split", 2, 5, 72, 5e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

@@ -4,8 +4,10 @@
 //
 // Tiles (rows BM x state columns J per CTA): "big" 64 x 32 with 8 warps where that gives most
 // SMs a CTA (ceil(B / 64) ceil(S / 32) >= 3/4 of the SMs, e.g. B = 256, S = 1024: 128 CTAs),
-// else "small" 32 x 8 with 2 warps (B = 64, S = 512: 128 CTAs). LLTM_STEP_TILE=big|small
-// forces one, LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step
+// else "small" 32 x 8 with 2 warps (B = 64, S = 512: 128 CTAs) for the half types and "split"
+// (the same 32 x 8 with each stage's k steps split over 4 sets of 2 warps) for float32, whose
+// 3xTF32 k steps are 3 MMAs each. LLTM_STEP_TILE=big|small|split forces one,
+// LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step
 // is one cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
 // (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
 // its CTAs wait in griddepcontrol.wait, so the launch latency between dependent steps is
@@ -29,19 +31,28 @@ namespace {
 using torch::headeronly::ScalarType;
 using step::BwdBig;
 using step::BwdSmall;
+using step::BwdSplit;
 using step::BwdWide;
 using step::FwdBig;
 using step::FwdSmall;
+using step::FwdSplit;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Whether the big tile runs (batch, state) on this device (see the top of this file).
-bool use_big(int device, int64_t batch, int64_t state) {
+enum class TileKind { kBig, kSmall, kSplit };
+
+// The tile that runs (batch, state) in dtype T on this device (see the top of this file).
+template <typename T>
+TileKind pick_tile(int device, int64_t batch, int64_t state) {
   const char* forced = std::getenv("LLTM_STEP_TILE");
-  if (forced != nullptr && std::strcmp(forced, "big") == 0) return true;
-  if (forced != nullptr && std::strcmp(forced, "small") == 0) return false;
+  if (forced != nullptr && std::strcmp(forced, "big") == 0) return TileKind::kBig;
+  if (forced != nullptr && std::strcmp(forced, "small") == 0) return TileKind::kSmall;
+  if (forced != nullptr && std::strcmp(forced, "split") == 0) return TileKind::kSplit;
   const int sms = fused_ops::device_properties(device).multiProcessorCount;
-  return ceil_div(batch, 64) * ceil_div(state, 32) * 4 >= 3 * static_cast<int64_t>(sms);
+  if (ceil_div(batch, 64) * ceil_div(state, 32) * 4 >= 3 * static_cast<int64_t>(sms)) {
+    return TileKind::kBig;
+  }
+  return std::is_same_v<T, float> ? TileKind::kSplit : TileKind::kSmall;
 }
 
 bool use_pdl(int device) {
@@ -127,10 +138,16 @@ template <typename T>
 void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
   const int device = fused_ops::current_device();
-  if (use_big(device, args.batch, args.state)) {
-    forward_steps<FwdBig>(args, device, stream);
-  } else {
-    forward_steps<FwdSmall>(args, device, stream);
+  switch (pick_tile<T>(device, args.batch, args.state)) {
+    case TileKind::kBig:
+      forward_steps<FwdBig>(args, device, stream);
+      break;
+    case TileKind::kSmall:
+      forward_steps<FwdSmall>(args, device, stream);
+      break;
+    case TileKind::kSplit:
+      forward_steps<FwdSplit>(args, device, stream);
+      break;
   }
 }
 
@@ -149,10 +166,18 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
   const char* wide = std::getenv("LLTM_STEP_BWD_TILE");
   if (wide != nullptr && std::strcmp(wide, "wide") == 0) {
     backward_steps<BwdWide>(args, w_h_t, carry, device, stream);
-  } else if (use_big(device, args.batch, S)) {
-    backward_steps<BwdBig>(args, w_h_t, carry, device, stream);
-  } else {
-    backward_steps<BwdSmall>(args, w_h_t, carry, device, stream);
+    return;
+  }
+  switch (pick_tile<T>(device, args.batch, S)) {
+    case TileKind::kBig:
+      backward_steps<BwdBig>(args, w_h_t, carry, device, stream);
+      break;
+    case TileKind::kSmall:
+      backward_steps<BwdSmall>(args, w_h_t, carry, device, stream);
+      break;
+    case TileKind::kSplit:
+      backward_steps<BwdSplit>(args, w_h_t, carry, device, stream);
+      break;
   }
 }
 

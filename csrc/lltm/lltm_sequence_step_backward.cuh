@@ -71,7 +71,10 @@ __global__ void __launch_bounds__(Tl::kThreads)
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * Tl::BM;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * Tl::J;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+  // Warp set 0 holds the CTA's sums after tile_gemm and runs the epilogue; sets 1.. (Tl::KS
+  // > 1) only multiply.
+  const int tw = warp % Tl::kTileWarps, wm = tw / Tl::WN, wn = tw % Tl::WN;
+  const bool epilogue = warp < Tl::kTileWarps;
   const bool final = p.d_h0 != nullptr;
   auto row = [&](int mt, int h) { return m0 + wm * Tl::MT * 16 + mt * 16 + lane / 4 + 8 * h; };
   auto col = [&](int nj) { return j0 + wn * Tl::NJ * 8 + nj * 8 + 2 * (lane % 4); };
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(Tl::kThreads)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t b = row(mt, h), j = col(nj);
-        if (b >= B || j >= S) continue;  // S is even: j + 1 < S too
+        if (!epilogue || b >= B || j >= S) continue;  // S is even: j + 1 < S too
         const int64_t k = b * S + j;
         gh[mt][nj][h] = load_two(p.grad_h + k);
         if (p.grad_c != nullptr) {
@@ -114,6 +117,7 @@ __global__ void __launch_bounds__(Tl::kThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][0][nj][e] = 0.f;
   }
+  if (!epilogue) return;
 #pragma unroll
   for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll

@@ -55,7 +55,10 @@ __global__ void __launch_bounds__(Tl::kThreads)
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * Tl::BM;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * Tl::J;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+  // Warp set 0 holds the CTA's sums after tile_gemm and runs the epilogue; sets 1.. (Tl::KS
+  // > 1) only multiply.
+  const int tw = warp % Tl::kTileWarps, wm = tw / Tl::WN, wn = tw % Tl::WN;
+  const bool epilogue = warp < Tl::kTileWarps;
   auto row = [&](int mt, int h) { return m0 + wm * Tl::MT * 16 + mt * 16 + lane / 4 + 8 * h; };
   auto col = [&](int nj) { return j0 + wn * Tl::NJ * 8 + nj * 8 + 2 * (lane % 4); };
   // The epilogue's inputs (P_t and c_{t-1} of this thread's cells) are loaded before the
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(Tl::kThreads)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t b = row(mt, h), j = col(nj);
-        if (b < B && j < S) {  // S is even: j + 1 < S too
+        if (epilogue && b < B && j < S) {  // S is even: j + 1 < S too
           const T* zr = p.z + b * 3 * S + j;
 #pragma unroll
           for (int g = 0; g < 3; ++g) pz[mt][nj][h][g] = load_two(zr + g * S);
@@ -78,6 +81,7 @@ __global__ void __launch_bounds__(Tl::kThreads)
   const Operands<T> op{p.h_prev, S, B, m0, p.w_h, S, S, S, j0, S};
   float acc[Tl::MT][Tl::NG][Tl::NJ][4];
   tile_gemm<Tl>(acc, op, smem);
+  if (!epilogue) return;
 #pragma unroll
   for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll

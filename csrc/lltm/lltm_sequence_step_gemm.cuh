@@ -12,10 +12,12 @@
 // accumulation: every product of two half-type values is exact in float); float32 as 3xTF32
 // (common/mma_tf32.h: each operand split into a tf32 big part and the tf32 rest, three
 // mma.sync m16n8k8 per k step of 8, big*small + small*big + big*big), so that the product is
-// float32-accurate. The tensor cores round their sums toward zero, so the float32 product sums
-// each stage (32 values of k) in a fragment of its own and adds it to the total with an
-// ordinary (round-to-nearest) float add: the truncation then acts on a stage's partial sum
-// only, not on a running total of up to 3S products.
+// float32-accurate. The tensor cores truncate their sums (toward zero), which biases a long
+// chain of MMAs into one accumulator: chained over each stage's 4 k steps, the H100 measured 3-4x
+// plain PyTorch's float32 error. So the float32 product sums each k step's big * big (8
+// exact products) in a fragment of its own and adds it to the total with an ordinary
+// (round-to-nearest) float add, and chains only the cross terms (2^-11 of the total and less,
+// where the truncation is far below float32's rounding).
 //
 // K is consumed in chunks of Chunk<T>::kBK (128 bytes of a row: 64 half-type values, 32
 // floats) through a cp.async pipeline of Tl::kStages stages in shared memory (deep: a step's
@@ -58,17 +60,26 @@ struct Chunk {
   static_assert(kBK == kKSteps * 2 * kPiece, "an MMA k step is 32 bytes of k");
 };
 
-template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES>
+// KS > 1 splits every stage's k steps over KS sets of WM x WN warps (warp w: set w / (WM WN),
+// position w % (WM WN)); set ks multiplies k steps ks, ks + KS, ... and the sets' sums are
+// added in set order through shared memory after the last stage (kernels: only set 0 runs
+// the epilogue). That shortens each warp's chain of dependent MMAs KS times where a CTA's
+// tile is narrow and K long (float32 at S = 1024: 3 MMAs a k step).
+template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES, int KS_ = 1>
 struct Tile {
   static constexpr int BM = BM_, J = J_, NG = NG_, WM = WM_, WN = WN_, kStages = STAGES;
-  static constexpr int kWarps = WM * WN, kThreads = 32 * kWarps;
+  static constexpr int KS = KS_;
+  static constexpr int kTileWarps = WM * WN, kWarps = kTileWarps * KS, kThreads = 32 * kWarps;
   static constexpr int MT = BM / WM / 16;  // 16-row tiles per warp
   static constexpr int NJ = J / WN / 8;    // 8-column tiles per warp and group
   static constexpr int BN = NG * J;        // Bw rows per CTA
+  static constexpr int kAcc = MT * NG * NJ * 4;  // accumulators per thread
   static constexpr int kStageBytes = (BM + BN) * kRowBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static_assert(BM % (16 * WM) == 0 && J % (8 * WN) == 0, "warp tiles of whole MMA tiles");
   static_assert(kStages >= 2, "a pipeline");
+  static_assert(kKSteps % KS == 0, "whole k steps per warp set");
+  static_assert((KS - 1) * kTileWarps * 32 * kAcc * 4 <= kSmemBytes, "the sets' sums fit");
 };
 
 // Two consecutive elements of T as one access of twice their size (the epilogues' pairs of
@@ -109,6 +120,9 @@ using BwdSmall = Tile<32, 8, 1, 2, 1, 8>;
 // 64 x 64 on 8 warps (32 x 16 each), the backward only: fewer fragment loads per MMA than
 // BwdBig, half the CTAs (LLTM_STEP_BWD_TILE=wide).
 using BwdWide = Tile<64, 64, 1, 2, 4, 6>;
+// The small tiles with each stage's 4 k steps split over 4 sets of warps (8 warps).
+using FwdSplit = Tile<32, 8, 3, 2, 1, 8, 4>;
+using BwdSplit = Tile<32, 8, 1, 2, 1, 8, 4>;
 
 // The operands of one CTA's product (see the top of this file).
 template <typename T>
@@ -238,23 +252,17 @@ struct StageCopies {
   }
 };
 
-// The float32 stage: part = this stage's 3xTF32 products (see the top of this file), from the
-// fragments as ldmatrix delivered them (raw float bits), then added to acc.
-template <typename Tl>
-LLTM_MMA_FN void stage_mma_tf32(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
-                                const uint32_t (&af)[kKSteps][Tl::MT][4],
-                                const uint32_t (&bf)[kKSteps][Tl::NG][Tl::NJ][2]) {
-  float part[Tl::MT][Tl::NG][Tl::NJ][4];
+// The float32 product of a warp's k steps of one stage (fragments as ldmatrix delivered
+// them: raw float bits), 3xTF32: each k step's big * big sums in a fragment of its own that
+// is added to acc (round to nearest), the cross terms big * small + small * big (2^-11 of the
+// product and less) accumulate in cross across the whole K (see the top of this file).
+template <typename Tl, int N>
+LLTM_MMA_FN void steps_mma_tf32(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                float (&cross)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                const uint32_t (&af)[N][Tl::MT][4],
+                                const uint32_t (&bf)[N][Tl::NG][Tl::NJ][2]) {
 #pragma unroll
-  for (int mt = 0; mt < Tl::MT; ++mt)
-#pragma unroll
-    for (int g = 0; g < Tl::NG; ++g)
-#pragma unroll
-      for (int nj = 0; nj < Tl::NJ; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[mt][g][nj][e] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
+  for (int kk = 0; kk < N; ++kk) {
     uint32_t ab[Tl::MT][4], as[Tl::MT][4], bb[Tl::NG][Tl::NJ][2], bs[Tl::NG][Tl::NJ][2];
 #pragma unroll
     for (int mt = 0; mt < Tl::MT; ++mt)
@@ -277,29 +285,52 @@ LLTM_MMA_FN void stage_mma_tf32(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
       for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
         for (int mt = 0; mt < Tl::MT; ++mt) {
-          fused_ops::mma_tf32(part[mt][g][nj], as[mt], bb[g][nj]);
-          fused_ops::mma_tf32(part[mt][g][nj], ab[mt], bs[g][nj]);
-          fused_ops::mma_tf32(part[mt][g][nj], ab[mt], bb[g][nj]);
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+          fused_ops::mma_tf32(part, ab[mt], bb[g][nj]);
+          fused_ops::mma_tf32(cross[mt][g][nj], as[mt], bb[g][nj]);
+          fused_ops::mma_tf32(cross[mt][g][nj], ab[mt], bs[g][nj]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] += part[e];
         }
   }
-#pragma unroll
-  for (int mt = 0; mt < Tl::MT; ++mt)
-#pragma unroll
-    for (int g = 0; g < Tl::NG; ++g)
-#pragma unroll
-      for (int nj = 0; nj < Tl::NJ; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] += part[mt][g][nj][e];
 }
 
-// acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it.
+// Adds the KS warp sets' sums in set order into set 0's acc, through shared memory (after the
+// pipeline's last stage: every copy has landed and been read). The whole CTA calls it.
+template <typename Tl>
+__device__ __forceinline__ void reduce_sets(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4], void* smem,
+                                            int ks, int tw, int lane) {
+  float* flat = &acc[0][0][0][0];
+  float* red = static_cast<float*>(smem);
+  __syncthreads();
+  if (ks > 0) {
+    float* mine = red + ((ks - 1) * Tl::kTileWarps + tw) * 32 * Tl::kAcc + lane;
+#pragma unroll
+    for (int i = 0; i < Tl::kAcc; ++i) mine[i * 32] = flat[i];
+  }
+  __syncthreads();
+  if (ks == 0) {
+    for (int set = 1; set < Tl::KS; ++set) {
+      const float* theirs = red + ((set - 1) * Tl::kTileWarps + tw) * 32 * Tl::kAcc + lane;
+#pragma unroll
+      for (int i = 0; i < Tl::kAcc; ++i) flat[i] += theirs[i * 32];
+    }
+  }
+}
+
+// acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it. With
+// KS > 1 only the warps of set 0 (warp < kTileWarps) hold the CTA's sums on return.
 template <typename Tl, typename T>
 __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
                                           const Operands<T>& op, T* smem) {
   using C = Chunk<T>;
   constexpr int kStageElems = Tl::kStageBytes / static_cast<int>(sizeof(T));
+  constexpr int kLocal = kKSteps / Tl::KS;  // k steps a warp multiplies per stage
+  constexpr bool kFloat = std::is_same_v<T, float>;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm = warp / Tl::WN, wn = warp % Tl::WN;
+  const int tw = warp % Tl::kTileWarps, ks = warp / Tl::kTileWarps;
+  const int wm = tw / Tl::WN, wn = tw % Tl::WN;
+  float cross[Tl::MT][Tl::NG][Tl::NJ][4];  // float32 only (see steps_mma_tf32)
 #pragma unroll
   for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll
@@ -307,16 +338,18 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
 #pragma unroll
       for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = 0.f;
+        for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = cross[mt][g][nj][e] = 0.f;
   const int nk = static_cast<int>((op.k + C::kBK - 1) / C::kBK);
-  // ldmatrix rows of this lane, in units of 16 bytes of k (a piece): A .x4 (matrix lane / 8:
-  // rows + 8 (bit 0), k + 1 piece (bit 1)), a k step being 2 pieces; Bw .x4 over two k steps
+  // ldmatrix rows of this lane, in units of 16 bytes of k (a piece; a k step is 2 pieces):
+  // A .x4 (matrix lane / 8: rows + 8 (bit 0), k + 1 piece (bit 1)); Bw .x4 over two k steps
   // (matrix lane / 8: k + lane / 8 pieces; matrices 0, 1 are the fragment of the first step,
-  // 2, 3 of the second).
+  // 2, 3 of the second), or .x2 over one where the warp sets split the k steps (lanes 0-15's
+  // addresses: k + (lane / 8) pieces).
   const int i8 = lane >> 3;
   const int a_off =
       (wm * Tl::MT * 16 + (lane & 7) + 8 * (i8 & 1)) * C::kLdk + C::kPiece * (i8 >> 1);
-  const int b_off = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * C::kLdk + C::kPiece * i8;
+  const int b_row = (Tl::BM + wn * Tl::NJ * 8 + (lane & 7)) * C::kLdk;
+  const int b_off = b_row + C::kPiece * (Tl::KS == 1 ? i8 : (i8 & 1));
   const StageCopies<Tl, T> copies(op, tid);
 #pragma unroll
   for (int s = 0; s < Tl::kStages - 1; ++s) {
@@ -334,44 +367,70 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
     const T* st = smem + (kc % Tl::kStages) * kStageElems;
     // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
     // which the compiler keeps in program order, so loading each fragment just before its
-    // MMA would leave every MMA waiting out an ldmatrix latency.
-    uint32_t af[kKSteps][Tl::MT][4], bf[kKSteps][Tl::NG][Tl::NJ][2];
+    // MMA would leave every MMA waiting out an ldmatrix latency. Local step j is the stage's
+    // k step j KS + ks.
+    uint32_t af[kLocal][Tl::MT][4], bf[kLocal][Tl::NG][Tl::NJ][2];
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
+    for (int j = 0; j < kLocal; ++j) {
+      const int kk = j * Tl::KS + ks;
 #pragma unroll
       for (int mt = 0; mt < Tl::MT; ++mt) {
-        mma::ldmatrix_x4(af[kk][mt], st + a_off + mt * 16 * C::kLdk + kk * 2 * C::kPiece);
+        mma::ldmatrix_x4(af[j][mt], st + a_off + mt * 16 * C::kLdk + kk * 2 * C::kPiece);
       }
     }
+    if constexpr (Tl::KS == 1) {
 #pragma unroll
-    for (int k2 = 0; k2 < kKSteps / 2; ++k2)
+      for (int k2 = 0; k2 < kKSteps / 2; ++k2)
 #pragma unroll
-      for (int g = 0; g < Tl::NG; ++g)
+        for (int g = 0; g < Tl::NG; ++g)
 #pragma unroll
-        for (int nj = 0; nj < Tl::NJ; ++nj) {
-          uint32_t r[4];
-          mma::ldmatrix_x4(r, st + b_off + (g * Tl::J + nj * 8) * C::kLdk + k2 * 4 * C::kPiece);
-          bf[2 * k2][g][nj][0] = r[0];
-          bf[2 * k2][g][nj][1] = r[1];
-          bf[2 * k2 + 1][g][nj][0] = r[2];
-          bf[2 * k2 + 1][g][nj][1] = r[3];
-        }
-    if constexpr (std::is_same_v<T, float>) {
-      stage_mma_tf32<Tl>(acc, af, bf);
+          for (int nj = 0; nj < Tl::NJ; ++nj) {
+            uint32_t r[4];
+            mma::ldmatrix_x4(r, st + b_off + (g * Tl::J + nj * 8) * C::kLdk + k2 * 4 * C::kPiece);
+            bf[2 * k2][g][nj][0] = r[0];
+            bf[2 * k2][g][nj][1] = r[1];
+            bf[2 * k2 + 1][g][nj][0] = r[2];
+            bf[2 * k2 + 1][g][nj][1] = r[3];
+          }
     } else {
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk)
+      for (int j = 0; j < kLocal; ++j)
+#pragma unroll
+        for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+          for (int nj = 0; nj < Tl::NJ; ++nj) {
+            const int kk = j * Tl::KS + ks;
+            mma::ldmatrix_x2(bf[j][g][nj],
+                             st + b_off + (g * Tl::J + nj * 8) * C::kLdk + kk * 2 * C::kPiece);
+          }
+    }
+    if constexpr (kFloat) {
+      steps_mma_tf32<Tl>(acc, cross, af, bf);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kLocal; ++j)
 #pragma unroll
         for (int g = 0; g < Tl::NG; ++g)
 #pragma unroll
           for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
             for (int mt = 0; mt < Tl::MT; ++mt) {
-              mma::mma_16816<T>(acc[mt][g][nj], af[kk][mt], bf[kk][g][nj]);
+              mma::mma_16816<T>(acc[mt][g][nj], af[j][mt], bf[j][g][nj]);
             }
     }
   }
   cp_async_wait<0>();
+  if constexpr (kFloat) {
+#pragma unroll
+    for (int mt = 0; mt < Tl::MT; ++mt)
+#pragma unroll
+      for (int g = 0; g < Tl::NG; ++g)
+#pragma unroll
+        for (int nj = 0; nj < Tl::NJ; ++nj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] += cross[mt][g][nj][e];
+  }
+  if constexpr (Tl::KS > 1) reduce_sets<Tl>(acc, smem, ks, tw, lane);
 }
 
 }  // namespace lltm::step

@@ -47,6 +47,27 @@ FUSED_OPS_MMA_FN void split_tf32(float x, uint32_t& big, uint32_t& small) {
 #endif
 }
 
+// x = big + small with both parts rounded to nearest tf32 (cvt.rna): big is x rounded to
+// tf32, small = x - big (exact, |small| <= 2^-11 |big|, either sign) rounded to tf32 too, so
+// that the parts' errors are unbiased (split_tf32's small always has x's sign and the tensor
+// cores truncate it). The LLTM step kernels' products through hundreds of recurrent steps.
+FUSED_OPS_MMA_FN uint32_t round_tf32(float x) {
+#if defined(FUSED_OPS_EMULATE)
+  return (emu_as_bits(x) + 0x1000u) & 0xffffe000u;  // ties away, on the magnitude's bits
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+#else
+  return __float_as_uint(x);
+#endif
+}
+
+FUSED_OPS_MMA_FN void split_tf32_rn(float x, uint32_t& big, uint32_t& small) {
+  big = round_tf32(x);
+  small = round_tf32(x - bits_float(big));
+}
+
 // An MMA operand x: with SPLIT, big + small as above (3xTF32: the caller multiplies
 // big*small + small*big + big*big); else x as it is (a tf32 value already: float16 and
 // bfloat16 values are), small unused.

@@ -268,7 +268,7 @@ LLTM_MMA_FN void steps_mma_tf32(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
     for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        fused_ops::split_tf32(fused_ops::bits_float(af[kk][mt][e]), ab[mt][e], as[mt][e]);
+        fused_ops::split_tf32_rn(fused_ops::bits_float(af[kk][mt][e]), ab[mt][e], as[mt][e]);
       }
 #pragma unroll
     for (int g = 0; g < Tl::NG; ++g)
@@ -276,8 +276,8 @@ LLTM_MMA_FN void steps_mma_tf32(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
       for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          fused_ops::split_tf32(fused_ops::bits_float(bf[kk][g][nj][e]), bb[g][nj][e],
-                                bs[g][nj][e]);
+          fused_ops::split_tf32_rn(fused_ops::bits_float(bf[kk][g][nj][e]), bb[g][nj][e],
+                                   bs[g][nj][e]);
         }
 #pragma unroll
     for (int g = 0; g < Tl::NG; ++g)

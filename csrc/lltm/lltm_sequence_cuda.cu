@@ -9,15 +9,16 @@
 // Two persistent paths: "cta" (lltm_sequence_cta.h: one CTA holds all of W_h in registers and
 // runs its batch rows for the whole sequence; S <= 128) and "persistent" (the cluster kernels
 // of lltm_sequence_persistent.h: W_h's columns split over a cluster; S up to 512 in float32).
-// A third for bfloat16 / float16, "step" (lltm_sequence_step.h): one tensor-core kernel per
-// step with the cell in its epilogue, launched back to back (no cluster, W_h read from L2
-// each step), so any S (a multiple of 8) fits.
+// A third, "step" (lltm_sequence_step.h): one tensor-core kernel per step with the cell in its
+// epilogue (float32 as 3xTF32), launched back to back (no cluster, W_h read from L2 each
+// step), so any S (a multiple of 8) fits.
 // LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests; the choice is
 // lltm_sequence_path.h's); unset or "auto":
-// cta where it runs, else (forward only) step for the half types from kStepMinForwardState
-// on, else the cluster kernels where they run and the batch is below their measured
-// crossover (past_cluster_crossover: step for the half types, the fallback for float32),
-// else step where it runs, else the fallback
+// cta where it runs, else step for the half types' forward from kStepMinForwardState on and
+// for float32 from kStepMinStateFloatForward / Backward on, else the cluster kernels where
+// they run and the batch is below their measured crossover (past_cluster_crossover: step, or
+// the fallback for float32 where step does not run), else step where it runs, else the
+// fallback
 // (on the H100, in float32, the cta path measured faster than the cluster kernels at every
 // size it supports, benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too:
 // both paths hold W_h and sum as float, so their per-step costs hardly depend on the dtype,

@@ -69,6 +69,16 @@ bool step_supported(const Tensor& t, const SeqSizes& sz) {
 // forward and the backward of one problem may run on different paths.
 constexpr int64_t kStepMinForwardState = 512;
 
+// float32 takes the step kernels (the split tile, 3xTF32) from these states on, in both
+// directions, over the cluster kernels (H100, each path forced, same run,
+// benchmarks/results/lltm_sequence_float32_step_h100.md, ms fwd / fwd+bwd): S = 512, B = 64:
+// step 1.27 / 3.92 against cluster 2.19 / 6.27; B = 32 (T = 64): 0.48 / 1.47 against 0.65 /
+// 1.76; S = 384, B = 64: 0.90 / 2.58 against 1.07 / 2.59 (the backward alone 1.68 against
+// 1.52, so it stays on the cluster kernels there); S = 256, B = 64: 0.75 / 2.12 against 0.61 /
+// 1.67.
+constexpr int64_t kStepMinStateFloatForward = 384;
+constexpr int64_t kStepMinStateFloatBackward = 512;
+
 // Where large batches leave the cluster kernels behind. A cluster's per-step time grows with
 // its batch slice times S^2 (the slice's GEMV on the cluster's SMs), while the step kernels
 // and the fallback's cuBLAS GEMM spread a step over the whole GPU. H100, T = 128, F = 128,
@@ -89,8 +99,10 @@ constexpr int64_t kFallbackMinWorkBackward = int64_t{18} << 20;  // B S^2, float
 constexpr int64_t kStepMinBatchStateForward = int64_t{1} << 15;  // B S, half types
 constexpr int64_t kStepMinBatchStateBackward = int64_t{3} << 14; // B S, half types
 
-// Whether auto leaves the cluster kernels for a problem they run: the step kernels (half
-// types) or the fallback (float32) from the measured sizes above on.
+// Whether auto leaves the cluster kernels for a problem they run: for the step kernels, or
+// in float32 for the fallback where the step kernels do not run (S not a multiple of 8), from
+// the measured sizes above on (the float32 ones measured against the fallback, before float32
+// had step kernels; float32 now takes them from S = 384 on regardless).
 bool past_cluster_crossover(const Tensor& t, const SeqSizes& sz, bool backward) {
   const int64_t B = sz.batch, S = sz.state;
   if (t.scalar_type() == torch::headeronly::ScalarType::Float) {
@@ -134,6 +146,10 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   const bool step = path == SeqPath::kAuto && step_supported(t, sz);
   const bool half = t.scalar_type() != torch::headeronly::ScalarType::Float;
   if (step && half && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
+  if (step && !half &&
+      sz.state >= (backward ? kStepMinStateFloatBackward : kStepMinStateFloatForward)) {
+    return SeqPath::kStep;
+  }
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {
     raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",

@@ -4,9 +4,13 @@
 //
 // Tiles (rows BM x state columns J per CTA): "big" 64 x 32 with 8 warps where that gives most
 // SMs a CTA (ceil(B / 64) ceil(S / 32) >= 3/4 of the SMs, e.g. B = 256, S = 1024: 128 CTAs),
-// else "small" 32 x 8 with 2 warps (B = 64, S = 512: 128 CTAs) for the half types and "split"
-// (the same 32 x 8 with each stage's k steps split over 4 sets of 2 warps) for float32, whose
-// 3xTF32 k steps are 3 MMAs each. LLTM_STEP_TILE=big|small|split forces one,
+// else "split": 32 x 8 (B = 64, S = 512: 128 CTAs) with each stage's k steps split over 4 sets
+// of 2 warps, which measured faster than the same tile on 2 warps ("small") in every dtype
+// (H100, benchmarks/results/lltm_sequence_float32_step_h100.md: float16 (128, 64, 512, 512)
+// forward 0.70 against 0.81 ms, (1024, 4, 64, 1024) 5.75 / 16.35 against 7.78 / 22.64 ms fwd /
+// fwd+bwd; float32 (128, 64, 512, 512) 1.27 / 3.92 against 1.62 / 4.97), since a warp's chain
+// of dependent MMAs per stage is 4 times shorter (3xTF32: 3 MMAs a k step). LLTM_STEP_TILE=
+// big|small|split forces one,
 // LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step
 // is one cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
 // (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
@@ -41,8 +45,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 enum class TileKind { kBig, kSmall, kSplit };
 
-// The tile that runs (batch, state) in dtype T on this device (see the top of this file).
-template <typename T>
+// The tile that runs (batch, state) on this device (see the top of this file).
 TileKind pick_tile(int device, int64_t batch, int64_t state) {
   const char* forced = std::getenv("LLTM_STEP_TILE");
   if (forced != nullptr && std::strcmp(forced, "big") == 0) return TileKind::kBig;
@@ -52,7 +55,7 @@ TileKind pick_tile(int device, int64_t batch, int64_t state) {
   if (ceil_div(batch, 64) * ceil_div(state, 32) * 4 >= 3 * static_cast<int64_t>(sms)) {
     return TileKind::kBig;
   }
-  return std::is_same_v<T, float> ? TileKind::kSplit : TileKind::kSmall;
+  return TileKind::kSplit;
 }
 
 bool use_pdl(int device) {
@@ -138,7 +141,7 @@ template <typename T>
 void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
   const int device = fused_ops::current_device();
-  switch (pick_tile<T>(device, args.batch, args.state)) {
+  switch (pick_tile(device, args.batch, args.state)) {
     case TileKind::kBig:
       forward_steps<FwdBig>(args, device, stream);
       break;
@@ -168,7 +171,7 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
     backward_steps<BwdWide>(args, w_h_t, carry, device, stream);
     return;
   }
-  switch (pick_tile<T>(device, args.batch, S)) {
+  switch (pick_tile(device, args.batch, S)) {
     case TileKind::kBig:
       backward_steps<BwdBig>(args, w_h_t, carry, device, stream);
       break;

@@ -15,10 +15,10 @@
 // LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests; the choice is
 // lltm_sequence_path.h's); unset or "auto":
 // cta where it runs, else step for the half types' forward from kStepMinForwardState on and
-// for float32 from kStepMinStateFloatForward / Backward on, else the cluster kernels where
-// they run and the batch is below their measured crossover (past_cluster_crossover: step, or
-// the fallback for float32 where step does not run), else step where it runs, else the
-// fallback
+// for float32 from kStepMinStateFloatForward / Backward and kStepMinBatchFloat on, else the
+// cluster kernels where they run and the batch is below their measured crossover
+// (past_cluster_crossover: step, or the fallback for float32 where step does not run), else
+// step where it runs, else the fallback
 // (on the H100, in float32, the cta path measured faster than the cluster kernels at every
 // size it supports, benchmarks/results/lltm_sequence_cta_h100.md; the half types take it too:
 // both paths hold W_h and sum as float, so their per-step costs hardly depend on the dtype,

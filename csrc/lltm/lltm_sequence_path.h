@@ -69,15 +69,18 @@ bool step_supported(const Tensor& t, const SeqSizes& sz) {
 // forward and the backward of one problem may run on different paths.
 constexpr int64_t kStepMinForwardState = 512;
 
-// float32 takes the step kernels (the split tile, 3xTF32) from these states on, in both
-// directions, over the cluster kernels (H100, each path forced, same run,
-// benchmarks/results/lltm_sequence_float32_step_h100.md, ms fwd / fwd+bwd): S = 512, B = 64:
-// step 1.27 / 3.92 against cluster 2.19 / 6.27; B = 32 (T = 64): 0.48 / 1.47 against 0.65 /
-// 1.76; S = 384, B = 64: 0.90 / 2.58 against 1.07 / 2.59 (the backward alone 1.68 against
-// 1.52, so it stays on the cluster kernels there); S = 256, B = 64: 0.75 / 2.12 against 0.61 /
-// 1.67.
+// float32 takes the step kernels (the split tile, 3xTF32) over the cluster kernels from
+// these states and batches on (H100, each path forced, benchmarks/results/
+// lltm_sequence_float32_step_h100.md, ms fwd / fwd+bwd): S = 512, B = 64: step 1.27 / 3.92
+// against cluster 2.19 / 6.27; B = 32 (T = 64): 0.48 / 1.47 against 0.65 / 1.76; but B = 4
+// (T = 256): 1.80 / 5.00 against 0.74 / 1.74. S = 384, B = 64: 0.90 / 2.58 against 1.07 / 2.59
+// (the backward alone 1.68 against 1.52, so it stays on the cluster kernels there); B = 16
+// (T = 256): 1.65 / 4.41 against 0.95 / 2.32. S = 256, B = 64: 0.75 / 2.12 against 0.61 /
+// 1.67. A step's fixed cost (launch, the wait on the previous step, the pipeline's fill)
+// is a few microseconds, which the cluster kernels' on-chip steps undercut at small batches.
 constexpr int64_t kStepMinStateFloatForward = 384;
 constexpr int64_t kStepMinStateFloatBackward = 512;
+constexpr int64_t kStepMinBatchFloat = 32;
 
 // Where large batches leave the cluster kernels behind. A cluster's per-step time grows with
 // its batch slice times S^2 (the slice's GEMV on the cluster's SMs), while the step kernels
@@ -102,7 +105,7 @@ constexpr int64_t kStepMinBatchStateBackward = int64_t{3} << 14; // B S, half ty
 // Whether auto leaves the cluster kernels for a problem they run: for the step kernels, or
 // in float32 for the fallback where the step kernels do not run (S not a multiple of 8), from
 // the measured sizes above on (the float32 ones measured against the fallback, before float32
-// had step kernels; float32 now takes them from S = 384 on regardless).
+// had step kernels; from S = 384 and B = 32 on float32 takes the step kernels regardless).
 bool past_cluster_crossover(const Tensor& t, const SeqSizes& sz, bool backward) {
   const int64_t B = sz.batch, S = sz.state;
   if (t.scalar_type() == torch::headeronly::ScalarType::Float) {
@@ -146,7 +149,7 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   const bool step = path == SeqPath::kAuto && step_supported(t, sz);
   const bool half = t.scalar_type() != torch::headeronly::ScalarType::Float;
   if (step && half && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
-  if (step && !half &&
+  if (step && !half && sz.batch >= kStepMinBatchFloat &&
       sz.state >= (backward ? kStepMinStateFloatBackward : kStepMinStateFloatForward)) {
     return SeqPath::kStep;
   }

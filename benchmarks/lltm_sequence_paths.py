@@ -1,9 +1,9 @@
 """LLTM sequence on the GPU (float32, bfloat16, float16): the CUDA paths of lltm_sequence
 against each other and against cuDNN's nn.LSTM in the same dtype, forward and forward +
 backward, every variant in the same run (CUDA events, medians over alternating rounds;
-benchmarks/timing.py; TF32 off). Variants are environment settings read at each call (LLTM_SEQUENCE_PATH, LLTM_STEP_TILE,
-LLTM_STEP_PDL); a path that does not run a size is left out there. Used to place the op's
-crossover between the cluster kernels and the step kernels.
+benchmarks/timing.py; TF32 off). Variants are environment settings read at each call
+(LLTM_SEQUENCE_PATH, LLTM_STEP_TILE, LLTM_STEP_PDL); a path that does not run a size is left
+out there. Used to place the op's crossover between the cluster kernels and the step kernels.
 
     python -m benchmarks.lltm_sequence_paths [--sizes T,B,F,S ...] [--dtypes float16 ...]
         [--variants NAME ...] [--md FILE]

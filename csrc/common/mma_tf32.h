@@ -50,7 +50,7 @@ FUSED_OPS_MMA_FN void split_tf32(float x, uint32_t& big, uint32_t& small) {
 // x = big + small with both parts rounded to nearest tf32 (cvt.rna): big is x rounded to
 // tf32, small = x - big (exact, |small| <= 2^-11 |big|, either sign) rounded to tf32 too, so
 // that the parts' errors are unbiased (split_tf32's small always has x's sign and the tensor
-// cores truncate it). The LLTM step kernels' products through hundreds of recurrent steps.
+// cores truncate it): the LLTM step kernels' products feed hundreds of recurrent steps.
 FUSED_OPS_MMA_FN uint32_t round_tf32(float x) {
 #if defined(FUSED_OPS_EMULATE)
   return (emu_as_bits(x) + 0x1000u) & 0xffffe000u;  // ties away, on the magnitude's bits

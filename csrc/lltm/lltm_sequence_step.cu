@@ -1,6 +1,6 @@
 // LLTM over a whole sequence, the "step" path (float32, bfloat16, float16): the launchers of
-// the step kernels (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) and the choice of
-// tile.
+// the step kernels (lltm_sequence_step_forward.cuh, lltm_sequence_step_backward.cuh) and the
+// choice of tile.
 //
 // Tiles (rows BM x state columns J per CTA): "big" 64 x 32 with 8 warps where that gives most
 // SMs a CTA (ceil(B / 64) ceil(S / 32) >= 3/4 of the SMs, e.g. B = 256, S = 1024: 128 CTAs),
@@ -8,11 +8,11 @@
 // of 2 warps, which measured faster than the same tile on 2 warps ("small") in every dtype
 // (H100, benchmarks/results/lltm_sequence_float32_step_h100.md: float16 (128, 64, 512, 512)
 // forward 0.70 against 0.81 ms, (1024, 4, 64, 1024) 5.75 / 16.35 against 7.78 / 22.64 ms fwd /
-// fwd+bwd; float32 (128, 64, 512, 512) 1.27 / 3.92 against 1.62 / 4.97), since a warp's chain
-// of dependent MMAs per stage is 4 times shorter (3xTF32: 3 MMAs a k step). LLTM_STEP_TILE=
-// big|small|split forces one,
-// LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step
-// is one cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
+// fwd+bwd; float32 (128, 64, 512, 512) 1.27 / 3.92 against 1.62 / 4.97): there each warp's
+// chain of dependent MMAs per stage is 4 times shorter (float32: 3 MMAs a k step) and 4 times
+// as many threads issue the copies. LLTM_STEP_TILE=big|small|split forces one,
+// LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step is one
+// cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
 // (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
 // its CTAs wait in griddepcontrol.wait, so the launch latency between dependent steps is
 // hidden; the data dependency is unchanged (the wait returns only after the previous grid has
@@ -110,8 +110,8 @@ void backward_steps(const SeqBackward<T>& a, const T* w_h_t, float* carry, int d
   FUSED_OPS_LAUNCH_CHECK();
 }
 
-// Whether this device runs the kernels: sm_80+ (mma.sync bf16 and tf32, cp.async) and this build holds
-// code of at least that architecture for it, asked once per device.
+// Whether this device runs the kernels: sm_80+ (mma.sync bf16 and tf32, cp.async) and this
+// build holds code of at least that architecture for it, asked once per device.
 bool device_runs_kernels(int device) {
   static fused_ops::Memo<int, bool> memo;
   return memo.get(device, [&] {

@@ -12,12 +12,13 @@
 // accumulation: every product of two half-type values is exact in float); float32 as 3xTF32
 // (common/mma_tf32.h: each operand split into a tf32 big part and the tf32 rest, three
 // mma.sync m16n8k8 per k step of 8, big*small + small*big + big*big), so that the product is
-// float32-accurate. The tensor cores truncate their sums (toward zero), which biases a long
-// chain of MMAs into one accumulator: chained over each stage's 4 k steps, the H100 measured 3-4x
-// plain PyTorch's float32 error. So the float32 product sums each k step's big * big (8
-// exact products) in a fragment of its own and adds it to the total with an ordinary
-// (round-to-nearest) float add, and chains only the cross terms (2^-11 of the total and less,
-// where the truncation is far below float32's rounding).
+// float32-accurate. Both parts are rounded to nearest (split_tf32_rn): with big truncated
+// (split_tf32) small always has x's sign and is truncated again as it enters the tensor cores,
+// and the H100 measured 3-4x plain PyTorch's float32 error through the recurrence (rounded:
+// within 1.6x, benchmarks/results/lltm_sequence_float32_step_h100.md). The tensor cores also
+// truncate their sums, so each k step's big * big (8 exact products) sums in a fragment of its
+// own that is added to the total with an ordinary (round-to-nearest) float add, and only the
+// cross terms (2^-11 of the total and less) are chained across K.
 //
 // K is consumed in chunks of Chunk<T>::kBK (128 bytes of a row: 64 half-type values, 32
 // floats) through a cp.async pipeline of Tl::kStages stages in shared memory (deep: a step's
@@ -35,7 +36,8 @@
 // value q of an m16n8k8 .tf32 one. Accumulator fragments as PTX lays them out
 // (lltm_sequence_mma.cuh): acc[mt][g][nj][e] with e = 2 h + c holds row 16 mt + lane / 4 +
 // 8 h, column 8 nj + 2 (lane % 4) + c of the warp's tile. The sums run in a fixed order (k
-// ascending within each MMA chain), so every result is bitwise reproducible.
+// ascending within each MMA chain, the warp sets of a split tile added in set order), so every
+// result is bitwise reproducible.
 #pragma once
 
 #include <cstdint>
@@ -110,9 +112,10 @@ struct alignas(8) FloatTwo {
 };
 
 // The launcher's tiles (lltm_sequence_step.cu says which runs when): 64 rows x 32 columns on
-// 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps; stages
-// as many as keep the shared memory near 110-140 KiB (big) or 46-64 KiB (small). The same
-// bytes per stage in every dtype, so float32 stages hold half the k.
+// 8 warps (each 32 rows x 8 columns per group), and 32 rows x 8 columns on 2 warps (small) or
+// on 4 sets of 2 (split); stages as many as keep the shared memory near 110-140 KiB (big) or
+// 46-64 KiB (small, split). The same bytes per stage in every dtype, so float32 stages hold
+// half the k.
 using FwdBig = Tile<64, 32, 3, 2, 4, 6>;
 using BwdBig = Tile<64, 32, 1, 2, 4, 8>;
 using FwdSmall = Tile<32, 8, 3, 2, 1, 8>;
@@ -208,9 +211,8 @@ __device__ __forceinline__ T* dynamic_smem() {
 // One thread's share of every stage's copies: copy n of a stage is element i = tid + n
 // kThreads of the (BM + BN) x kSegs grid of 16-byte pieces (row i / kSegs, piece i % kSegs).
 // kThreads is a multiple of kSegs, so a thread's pieces share one k offset (kPiece (tid %
-// kSegs))
-// and sit kThreads / kSegs rows apart. The row pointers are worked out once per kernel; a
-// stage then costs a thread an add, a compare and a copy per piece.
+// kSegs)) and sit kThreads / kSegs rows apart. The row pointers are worked out once per
+// kernel; a stage then costs a thread an add, a compare and a copy per piece.
 template <typename Tl, typename T>
 struct StageCopies {
   static constexpr int kCopies = (Tl::BM + Tl::BN) * kSegs;

@@ -1,6 +1,6 @@
 """lltm.lltm_sequence on the "step" path (LLTM_SEQUENCE_PATH=step): float32 (3xTF32),
 bfloat16 and float16, one tensor-core kernel per step with the cell in its epilogue
-(csrc/lltm/lltm_sequence_step*.cu*). Both of its tiles (LLTM_STEP_TILE) against float64 within
+(csrc/lltm/lltm_sequence_step*.cu*). Each of its tiles (LLTM_STEP_TILE) against float64 within
 twice plain PyTorch's error in the same dtype (check_half of test_lltm_sequence.py; float32:
 check_within_twice_plain of test_lltm_sequence_float32.py),
 with and without programmatic dependent launch (LLTM_STEP_PDL=0: bitwise the same results),
@@ -8,8 +8,8 @@ bitwise deterministic backward, CUDA graph capture, and the error of a forced pa
 not run the problem. The op's own choice reaches this path at large states
 (test_lltm_sequence.py's large-state half tests), for the forward only from S = 512 on, with
 the backward on the cluster kernels: the two directions share their buffers, which
-test_step_forward_cluster_backward checks; float32 reaches it past S = 512 and at large
-batches (test_lltm_sequence_sizes.py)."""
+test_step_forward_cluster_backward checks; float32 reaches it from S = 384 (forward) and 512
+(backward) at B >= 32 and past S = 512 (test_lltm_sequence_sizes.py's large batches)."""
 
 import pytest
 import torch
@@ -31,7 +31,7 @@ def step_path(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", ["big", "small"])
+@pytest.mark.parametrize("tile", ["big", "small", "split"])
 # One tile (S = 8, B = 1), row tails (B = 7, 70, 130), column and k tails (S = 40, 200),
 # the benchmark's large states (S = 512 at B = 64, S = 1024).
 @pytest.mark.parametrize("T,B,F,S", [(5, 1, 3, 8), (12, 7, 6, 40), (4, 70, 5, 200),
@@ -64,7 +64,7 @@ def test_step_without_pdl_same_bits(monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", ["big", "small"])
+@pytest.mark.parametrize("tile", ["big", "small", "split"])
 def test_step_backward_deterministic(monkeypatch, dtype, tile):
     monkeypatch.setenv("LLTM_STEP_TILE", tile)
     T, B, F, S = 30, 5, 6, 72

@@ -19,17 +19,14 @@ def device(request):
 def not_a_path_case(item):
     """Whether item is a forced-CUDA-path combination that does not exist: the seq_path
     fixture of test_lltm_sequence.py (and the files that import it) forces "cta",
-    "persistent" or "step" only on CUDA tensors, only in tests not marked auto_path_only, "cta"
-    only up to the module's CTA_MAX_STATE, and "step" only in tests parametrised with S a
-    multiple of 8."""
+    "persistent" or "step" only on CUDA tensors, only in tests not marked auto_path_only, and
+    "cta" only up to the module's CTA_MAX_STATE."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     path = params.get("seq_path", "auto")
     if path == "auto":
         return False
     if params.get("device", "cuda") != "cuda" or item.get_closest_marker("auto_path_only"):
         return True
-    if path == "step":
-        return params.get("S", 1) % 8 != 0
     return path == "cta" and params.get("S", 0) > getattr(item.module, "CTA_MAX_STATE", 128)
 
 

@@ -4,8 +4,8 @@ Every check compares against the tutorial's cell (lltm/reference.py) looped over
 float64 on the CPU: the outputs, h_n, c_n and the gradients of all five arguments, from a loss
 that reaches the output, h_n and c_n alike. On CUDA the default path is the single-CTA kernels
 ("cta", S <= 128), else the cluster kernels ("persistent"), else the per-step kernels ("step")
-or fallback; every CUDA test also runs with "cta" and "persistent" forced, and those
-parametrised with S a multiple of 8 with "step" (LLTM_SEQUENCE_PATH, the seq_path fixture);
+or fallback; every CUDA test also runs with "cta", "persistent" and "step" forced
+(LLTM_SEQUENCE_PATH, the seq_path fixture);
 the fallback is tested forced (LLTM_SEQUENCE_PATH=fallback).
 """
 
@@ -23,13 +23,11 @@ ARGS = ("input", "weights", "bias", "h0", "c0")
 
 # The CUDA paths each test runs on besides the op's own choice ("auto"), forced through
 # LLTM_SEQUENCE_PATH: the single-CTA kernels (S <= 128), the cluster kernels and the per-step
-# tensor-core kernels (S a multiple of 8). None runs float64: tests of float64 problems,
-# CPU-only tests and tests that set the variable themselves carry auto_path_only; a test
-# parametrised with S > 128 has no "cta" case (it raises there, as
-# test_cuda_cta_forced_unsupported checks), and "step" runs only tests parametrised with S a
-# multiple of 8 (the fixed sizes of the other tests are tails of other kinds: 4 to 7;
-# test_lltm_sequence_step.py has the step path's own tests). conftest.py leaves those
-# combinations out.
+# tensor-core kernels (a state not a multiple of 8 as the zero-padded problem). None runs
+# float64: tests of float64 problems, CPU-only tests and tests that set the variable
+# themselves carry auto_path_only; a test parametrised with S > 128 has no "cta" case (it
+# raises there, as test_cuda_cta_forced_unsupported checks); test_lltm_sequence_step.py has
+# the step path's own tests. conftest.py leaves those combinations out.
 FORCED_PATHS = ["cta", "persistent", "step"] if torch.cuda.is_available() else []
 CTA_MAX_STATE = 128
 auto_path_only = pytest.mark.auto_path_only

@@ -33,9 +33,11 @@ def step_path(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tile", ["big", "small", "split"])
 # One tile (S = 8, B = 1), row tails (B = 7, 70, 130), column and k tails (S = 40, 200),
-# the benchmark's large states (S = 512 at B = 64, S = 1024).
+# the benchmark's large states (S = 512 at B = 64, S = 1024), and states that are not a
+# multiple of 8, run as the zero-padded problem (S = 1, 33, 129, 1001).
 @pytest.mark.parametrize("T,B,F,S", [(5, 1, 3, 8), (12, 7, 6, 40), (4, 70, 5, 200),
-                                     (12, 64, 6, 512), (3, 130, 4, 1024)])
+                                     (12, 64, 6, 512), (3, 130, 4, 1024), (6, 3, 2, 1),
+                                     (9, 7, 5, 33), (5, 33, 4, 129), (3, 5, 3, 1001)])
 def test_step_matches_reference(monkeypatch, dtype, tile, T, B, F, S):
     monkeypatch.setenv("LLTM_STEP_TILE", tile)
     if dtype == torch.float32:
@@ -46,7 +48,7 @@ def test_step_matches_reference(monkeypatch, dtype, tile, T, B, F, S):
 
 # float32 through long sequences at large states (where auto takes this path in float32):
 # the rounding errors that 300 steps accumulate within twice plain PyTorch's.
-@pytest.mark.parametrize("T,B,S", [(300, 4, 1024), (300, 33, 520)])
+@pytest.mark.parametrize("T,B,S", [(300, 4, 1024), (300, 33, 520), (300, 4, 1000)])
 def test_step_float32_long(T, B, S):
     check_within_twice_plain(T, B, 16, S)
 
@@ -65,9 +67,10 @@ def test_step_without_pdl_same_bits(monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tile", ["big", "small", "split"])
-def test_step_backward_deterministic(monkeypatch, dtype, tile):
+@pytest.mark.parametrize("S", [72, 75])  # 75: the padded problem
+def test_step_backward_deterministic(monkeypatch, dtype, tile, S):
     monkeypatch.setenv("LLTM_STEP_TILE", tile)
-    T, B, F, S = 30, 5, 6, 72
+    T, B, F = 30, 5, 6
     inputs = make_inputs(T, B, F, S, "cuda", dtype)
     cots = cotangents(T, B, S)
     first, second = run(lltm.lltm_sequence, inputs, cots), run(lltm.lltm_sequence, inputs, cots)
@@ -76,15 +79,14 @@ def test_step_backward_deterministic(monkeypatch, dtype, tile):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_step_graph_capture_forward_and_backward(dtype):
-    check_graph_capture(dtype, 64)
+@pytest.mark.parametrize("S", [64, 61])  # 61: the padded problem's copies in the graph too
+def test_step_graph_capture_forward_and_backward(dtype, S):
+    check_graph_capture(dtype, S)
 
 
-@pytest.mark.parametrize("dtype,S", [(torch.float32, 36), (torch.float16, 33),
-                                     (torch.float64, 64)])
-def test_step_forced_unsupported(dtype, S):
-    inputs = make_inputs(3, 2, 3, S, "cuda", dtype)
-    with pytest.raises(ValueError, match=r"LLTM_SEQUENCE_PATH=step, but .*multiple of 8"):
+def test_step_forced_unsupported():
+    inputs = make_inputs(3, 2, 3, 64, "cuda", torch.float64)
+    with pytest.raises(ValueError, match=r"LLTM_SEQUENCE_PATH=step, but .*float16, sm_80\+\)"):
         lltm.lltm_sequence(*inputs)
 
 

@@ -11,7 +11,7 @@
 // of lltm_sequence_persistent.h: W_h's columns split over a cluster; S up to 512 in float32).
 // A third, "step" (lltm_sequence_step.h): one tensor-core kernel per step with the cell in its
 // epilogue (float32 as 3xTF32), launched back to back (no cluster, W_h read from L2 each
-// step), so any S (a multiple of 8) fits.
+// step), so any S fits (S not a multiple of 8 as the zero-padded problem, step_state).
 // LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests; the choice is
 // lltm_sequence_path.h's); unset or "auto":
 // cta where it runs, else step for the half types' forward from kStepMinForwardState on and
@@ -276,23 +276,103 @@ void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const 
   seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
 }
 
+// The step kernels take S a multiple of 8 (16-byte rows for their asynchronous copies, aligned
+// column pairs in their epilogues). Another S runs as the padded problem of state
+// Sp = S rounded up to 8: W_h (3, S, S) zero-padded to (3, Sp, Sp), every (.., S) buffer to
+// (.., Sp) with zero columns. It is exactly the same recurrence: the padded columns of P, h0
+// and c0 are zero, so their z is 0 and their c and h stay 0 (elu(0) = tanh(0) = 0), and the
+// zero columns and rows of W_h keep them out of the real columns' sums (which gain only exact
+// zero terms: the same results as the unpadded sums); backward, their gradients are 0 likewise.
+// The copies in and out (cudaMemcpy2DAsync) move a few times the buffers' bytes, one pass
+// each, against T steps of kernels; the padded buffers live for the call only.
+int64_t step_state(int64_t S) { return (S + 7) / 8 * 8; }
+
+// A (rows, Sp) buffer shaped `shape`, holding src's (rows, S) in its first S columns and zeros
+// in the others; rows = 0: only the zeros (a buffer the kernels write).
+Tensor padded(std::initializer_list<int64_t> shape, const Tensor& like, const void* src,
+              int64_t rows, int64_t S, int64_t Sp) {
+  Tensor out = new_empty(shape, like);
+  const int64_t es = static_cast<int64_t>(like.element_size());
+  zero_cuda(like, out.data_ptr(), out.numel() * es);
+  copy2d_cuda(like, out.data_ptr(), Sp * es, src, S * es, S * es, rows);
+  return out;
+}
+
+// dst's (rows, S) from the first S columns of src's (rows, Sp).
+void unpadded(const Tensor& like, void* dst, const void* src, int64_t rows, int64_t S,
+              int64_t Sp) {
+  const int64_t es = static_cast<int64_t>(like.element_size());
+  copy2d_cuda(like, dst, S * es, src, Sp * es, S * es, rows);
+}
+
+// W_h (3S, S) as (3, Sp, Sp): each gate's S x S block in the top left of an Sp x Sp one.
+Tensor padded_weights(const Tensor& w_h, int64_t S, int64_t Sp) {
+  Tensor out = padded({3 * Sp, Sp}, w_h, w_h.const_data_ptr(), 0, S, Sp);
+  const int64_t es = static_cast<int64_t>(w_h.element_size());
+  for (int64_t g = 0; g < 3; ++g) {
+    copy2d_cuda(w_h, static_cast<char*>(out.data_ptr()) + g * Sp * Sp * es, Sp * es,
+                static_cast<const char*>(w_h.const_data_ptr()) + g * S * S * es, S * es,
+                S * es, S);
+  }
+  return out;
+}
+
 template <typename scalar_t>
 void step_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                   const SeqSizes& sz) {
-  seq_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
+  const int64_t T = sz.steps, B = sz.batch, S = sz.state, Sp = step_state(S);
+  if (Sp == S) {
+    seq_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
+                               fused_ops::current_stream(gates));
+    return;
+  }
+  // In: P (all of gates), h0 = hs[0], c0 = cells[0]; out: z, hs[1:], cells[1:].
+  const Tensor wp = padded_weights(w_h, S, Sp);
+  Tensor gp = padded({T, B, 3 * Sp}, gates, gates.const_data_ptr(), T * B * 3, S, Sp);
+  Tensor hp = padded({T + 1, B, Sp}, hs, hs.const_data_ptr(), B, S, Sp);
+  Tensor cp = padded({T + 1, B, Sp}, cells, cells.const_data_ptr(), B, S, Sp);
+  SeqSizes psz = sz;
+  psz.state = Sp;
+  seq_step_forward<scalar_t>(forward_args<scalar_t>(wp, gp, hp, cp, psz),
                              fused_ops::current_stream(gates));
+  unpadded(gates, gates.data_ptr(), gp.const_data_ptr(), T * B * 3, S, Sp);
+  unpadded(hs, hs.mutable_data_ptr<scalar_t>() + B * S, hp.const_data_ptr<scalar_t>() + B * Sp,
+           T * B, S, Sp);
+  unpadded(cells, cells.mutable_data_ptr<scalar_t>() + B * S,
+           cp.const_data_ptr<scalar_t>() + B * Sp, T * B, S, Sp);
 }
 
-// The step backward's scratch: W_h^T (S, 3S) in the dtype and the float carry (B, S).
+// The step backward's scratch: W_h^T (Sp, 3Sp) in the dtype and the float carry (B, Sp); for
+// S not a multiple of 8 the padded problem (step_state).
 template <typename scalar_t>
 void step_backward(const Tensor& w_h, Tensor& dz, const Tensor& cells, const Tensor& grad_hs,
                    const Tensor& grad_c_n, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
-  Tensor w_h_t = new_empty({sz.state, 3 * sz.state}, dz);
-  Tensor carry = fused_ops::empty({sz.batch, sz.state}, torch::headeronly::ScalarType::Float, dz);
+  const int64_t T = sz.steps, B = sz.batch, S = sz.state, Sp = step_state(S);
+  Tensor w_h_t = new_empty({Sp, 3 * Sp}, dz);
+  Tensor carry = fused_ops::empty({B, Sp}, torch::headeronly::ScalarType::Float, dz);
+  const cudaStream_t stream = fused_ops::current_stream(dz);
+  if (Sp == S) {
+    seq_step_backward<scalar_t>(
+        backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
+        w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(), stream);
+    return;
+  }
+  // In: z (in dz), cells, grad_hs, grad_c_n; out: dz, d_h0, d_c0.
+  const Tensor wp = padded_weights(w_h, S, Sp);
+  Tensor dzp = padded({T, B, 3 * Sp}, dz, dz.const_data_ptr(), T * B * 3, S, Sp);
+  const Tensor cp = padded({T + 1, B, Sp}, cells, cells.const_data_ptr(), (T + 1) * B, S, Sp);
+  const Tensor gp =
+      padded({T + 1, B, Sp}, grad_hs, grad_hs.const_data_ptr(), (T + 1) * B, S, Sp);
+  const Tensor gcp = padded({B, Sp}, grad_c_n, grad_c_n.const_data_ptr(), B, S, Sp);
+  Tensor dh0p = new_empty({B, Sp}, dz), dc0p = new_empty({B, Sp}, dz);
+  SeqSizes psz = sz;
+  psz.state = Sp;
   seq_step_backward<scalar_t>(
-      backward_args<scalar_t>(w_h, dz, cells, grad_hs, grad_c_n, d_h0, d_c0, sz),
-      w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(),
-      fused_ops::current_stream(dz));
+      backward_args<scalar_t>(wp, dzp, cp, gp, gcp, dh0p, dc0p, psz),
+      w_h_t.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<float>(), stream);
+  unpadded(dz, dz.data_ptr(), dzp.const_data_ptr(), T * B * 3, S, Sp);
+  unpadded(dz, d_h0.data_ptr(), dh0p.const_data_ptr(), B, S, Sp);
+  unpadded(dz, d_c0.data_ptr(), dc0p.const_data_ptr(), B, S, Sp);
 }
 
 #if LLTM_SEQUENCE_HAVE_PERSISTENT

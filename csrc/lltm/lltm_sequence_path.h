@@ -103,7 +103,7 @@ constexpr int64_t kStepMinBatchStateForward = int64_t{1} << 15;  // B S, half ty
 constexpr int64_t kStepMinBatchStateBackward = int64_t{3} << 14; // B S, half types
 
 // Whether auto leaves the cluster kernels for a problem they run: for the step kernels, or
-// in float32 for the fallback where the step kernels do not run (S not a multiple of 8), from
+// in float32 for the fallback where the step kernels do not run (GPUs before sm_80), from
 // the measured sizes above on (the float32 ones measured against the fallback, before float32
 // had step kernels; from S = 384 and B = 32 on float32 takes the step kernels regardless).
 bool past_cluster_crossover(const Tensor& t, const SeqSizes& sz, bool backward) {
@@ -140,7 +140,7 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
     if (!step_supported(t, sz)) {
       raise_unsupported(t, sz, "step",
                         "per-step tensor-core LLTM sequence kernels (float32 / bfloat16 / "
-                        "float16, state_size a multiple of 8, sm_80+)",
+                        "float16, sm_80+)",
                         "");
     }
     return path;

@@ -126,13 +126,22 @@ bool device_runs_kernels(int device) {
   });
 }
 
+// The kernels' own requirement (the caller pads other states: lltm_sequence_cuda.cu).
+void check_state(int64_t state) {
+  if (state % 8 != 0) {
+    fused_ops::raise<std::runtime_error>(
+        "lltm_sequence (internal): the step kernels need the state a multiple of 8, got ",
+        fused_ops::num(state));
+  }
+}
+
 }  // namespace
 
 bool seq_step_supported(int device, ScalarType dtype, int64_t batch, int64_t state) {
   if (dtype != ScalarType::Float && dtype != ScalarType::Half && dtype != ScalarType::BFloat16) {
     return false;
   }
-  if (batch < 1 || state < 8 || state % 8 != 0) return false;
+  if (batch < 1 || state < 1) return false;  // S not a multiple of 8: padded by the caller
   if (ceil_div(state, 8) > 65535) return false;  // grid y
   return device_runs_kernels(device);
 }
@@ -140,6 +149,7 @@ bool seq_step_supported(int device, ScalarType dtype, int64_t batch, int64_t sta
 template <typename T>
 void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
+  check_state(args.state);
   const int device = fused_ops::current_device();
   switch (pick_tile(device, args.batch, args.state)) {
     case TileKind::kBig:
@@ -158,6 +168,7 @@ template <typename T>
 void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
                        cudaStream_t stream) {
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
+  check_state(args.state);
   const int device = fused_ops::current_device();
   const int64_t S = args.state;
   const dim3 block(32, 8), grid(static_cast<unsigned>(ceil_div(S, 32)),

@@ -17,14 +17,16 @@
 namespace lltm {
 
 // Whether the step kernels run this problem on this CUDA device: float32, bfloat16 or float16,
-// batch >= 1, state a multiple of 8 (16-byte rows for the asynchronous copies, even column
-// pairs), sm_80 or newer, and the kernels compiled for it.
+// batch >= 1, sm_80 or newer, and the kernels compiled for it. The kernels themselves take
+// the state a multiple of 8 (16-byte rows for the asynchronous copies, even column pairs):
+// the caller runs any other state as the zero-padded problem (lltm_sequence_cuda.cu).
 bool seq_step_supported(int device, torch::headeronly::ScalarType dtype, int64_t batch,
                         int64_t state);
 
-// The recurrences of lltm_sequence.h on `stream` (seq_step_supported true). The backward also
-// takes scratch on the same device: w_h_t (S, 3S) elements of T (it writes W_h^T there) and
-// carry (B, S) floats. T = float, c10::Half, c10::BFloat16.
+// The recurrences of lltm_sequence.h on `stream` (seq_step_supported true, state a multiple
+// of 8: raises otherwise). The backward also takes scratch on the same device: w_h_t (S, 3S)
+// elements of T (it writes W_h^T there) and carry (B, S) floats. T = float, c10::Half,
+// c10::BFloat16.
 template <typename T>
 void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream);
 template <typename T>

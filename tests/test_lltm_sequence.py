@@ -170,7 +170,7 @@ def test_half_types(device, dtype, T, B, F, S):
 
 
 # The states where the half types' persistent kernels run the step on tensor cores (S = 256 ..
-# 512 on an H100) and past them (S = 1000: the per-step fallback, which the op's own choice
+# 512 on an H100) and past them (S = 1000: the step kernels, which the op's own choice
 # reaches; forcing the persistent path there raises), one to many batch rows (B = 192: past
 # the batch from which auto takes the step kernels in both directions, lltm_sequence_path.h).
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -47,8 +47,9 @@ def test_sizes_float32(device, T, B, S):
 
 
 # Large batches at S = 384 and 512 in float32, where auto leaves the cluster kernels for the
-# step kernels (lltm_sequence_path.h: from S = 384 forward and S = 512 backward at B >= 32,
-# and past the batch crossover: (256, 384) backward) and, at (64, 384), keeps them backward.
+# step kernels (lltm_sequence_path.h: forward from S = 384 at B >= 64 and S = 512 at B >= 32,
+# backward from S = 416 at B >= 32 and past the batch crossover: (256, 384) backward) and, at
+# (64, 384), keeps them backward.
 @pytest.mark.parametrize("B,S", [(64, 384), (128, 512), (256, 384)])
 def test_large_batches_float32(device, B, S):
     check_float32(device, 6, B, 5, S, F32_TOL)

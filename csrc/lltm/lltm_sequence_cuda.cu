@@ -15,7 +15,7 @@
 // LLTM_SEQUENCE_PATH=cta|persistent|step|fallback forces one path (tests; the choice is
 // lltm_sequence_path.h's); unset or "auto":
 // cta where it runs, else step for the half types' forward from kStepMinForwardState on and
-// for float32 from kStepMinStateFloatForward / Backward and kStepMinBatchFloat on, else the
+// for float32 from the states and batches of float_takes_step on, else the
 // cluster kernels where they run and the batch is below their measured crossover
 // (past_cluster_crossover: step, or the fallback for float32 where step does not run), else
 // step where it runs, else the fallback

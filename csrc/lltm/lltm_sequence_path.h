@@ -74,13 +74,27 @@ constexpr int64_t kStepMinForwardState = 512;
 // lltm_sequence_float32_step_h100.md, ms fwd / fwd+bwd): S = 512, B = 64: step 1.27 / 3.92
 // against cluster 2.19 / 6.27; B = 32 (T = 64): 0.48 / 1.47 against 0.65 / 1.76; but B = 4
 // (T = 256): 1.80 / 5.00 against 0.74 / 1.74. S = 384, B = 64: 0.90 / 2.58 against 1.07 / 2.59
-// (the backward alone 1.68 against 1.52, so it stays on the cluster kernels there); B = 16
-// (T = 256): 1.65 / 4.41 against 0.95 / 2.32. S = 256, B = 64: 0.75 / 2.12 against 0.61 /
-// 1.67. A step's fixed cost (launch, the wait on the previous step, the pipeline's fill)
-// is a few microseconds, which the cluster kernels' on-chip steps undercut at small batches.
+// (the backward alone 1.68 against 1.52); B = 16 (T = 256): 1.65 / 4.41 against 0.95 / 2.32.
+// S = 256, B = 64: 0.75 / 2.12 against 0.61 / 1.67. Between (T = 128, F = 512): S = 416,
+// B = 64: 1.17 / 3.47 against 1.40 / 4.74; S = 448, B = 64: 1.22 / 3.62 against 1.44 / 4.82;
+// S = 448, B = 32 (F = 256): 1.01 / 2.87 against 0.87 / 2.88 (the backward alone 1.86 against
+// 2.01). So the forward from S = 384 at B >= 64 and from S = 512 at B >= 32, the backward
+// from S = 416 at B >= 32. A step's fixed cost (launch, the wait on the previous step, the
+// pipeline's fill) is a few microseconds, which the cluster kernels' on-chip steps undercut
+// at small batches.
 constexpr int64_t kStepMinStateFloatForward = 384;
-constexpr int64_t kStepMinStateFloatBackward = 512;
+constexpr int64_t kStepMinStateFloatBackward = 416;
 constexpr int64_t kStepMinBatchFloat = 32;
+constexpr int64_t kStepFullStateFloat = 512;      // from here on B >= kStepMinBatchFloat
+constexpr int64_t kStepMinBatchFloatBelowFull = 64;  // the forward's batch below it
+
+bool float_takes_step(const SeqSizes& sz, bool backward) {
+  const int64_t B = sz.batch, S = sz.state;
+  if (B < kStepMinBatchFloat) return false;
+  if (backward) return S >= kStepMinStateFloatBackward;
+  return S >= kStepFullStateFloat || (S >= kStepMinStateFloatForward &&
+                                      B >= kStepMinBatchFloatBelowFull);
+}
 
 // Where large batches leave the cluster kernels behind. A cluster's per-step time grows with
 // its batch slice times S^2 (the slice's GEMV on the cluster's SMs), while the step kernels
@@ -149,10 +163,7 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   const bool step = path == SeqPath::kAuto && step_supported(t, sz);
   const bool half = t.scalar_type() != torch::headeronly::ScalarType::Float;
   if (step && half && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
-  if (step && !half && sz.batch >= kStepMinBatchFloat &&
-      sz.state >= (backward ? kStepMinStateFloatBackward : kStepMinStateFloatForward)) {
-    return SeqPath::kStep;
-  }
+  if (step && !half && float_takes_step(sz, backward)) return SeqPath::kStep;
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {
     raise_unsupported(t, sz, "persistent", "persistent LLTM sequence kernels",

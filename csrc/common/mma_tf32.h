@@ -55,11 +55,9 @@ FUSED_OPS_MMA_FN uint32_t round_tf32(float x) {
 #if defined(FUSED_OPS_EMULATE)
   return (emu_as_bits(x) + 0x1000u) & 0xffffe000u;  // ties away, on the magnitude's bits
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  // cvt.rna.tf32.f32's result as two integer operations (ties away: add half of the dropped
-  // bits' range to the magnitude, then drop them); Inf and NaN pass unchanged, as cvt keeps
-  // them (the add would carry a NaN's mantissa into the sign).
-  const uint32_t b = __float_as_uint(x);
-  return (b & 0x7f800000u) == 0x7f800000u ? b : (b + 0x1000u) & 0xffffe000u;
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
 #else
   return __float_as_uint(x);
 #endif

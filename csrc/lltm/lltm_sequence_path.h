@@ -88,6 +88,14 @@ constexpr int64_t kStepMinBatchFloat = 32;
 constexpr int64_t kStepFullStateFloat = 512;      // from here on B >= kStepMinBatchFloat
 constexpr int64_t kStepMinBatchFloatBelowFull = 64;  // the forward's batch below it
 
+// Past the cluster kernels' float32 states the backward's product (B, 3S) x (3S, S) is a
+// chain of 3S / 32 dependent stages in each step kernel, and the fallback's cuBLAS GEMM per
+// step measured faster (H100, benchmarks/results/lltm_sequence_float32_step_h100.md, backward
+// alone = fwd+bwd less fwd, ms): S = 1000, B = 4 (T = 1024): step 22.9 against fallback 19.6;
+// B = 16 (T = 512): 16.0 against 10.9 (the step here with the slower integer rounding); B = 256
+// (T = 32): 4.5 against 3.5. At S = 512, B = 64 the step backward measured 2.7 against 3.6.
+constexpr int64_t kStepMaxStateFloatBackward = 512;
+
 bool float_takes_step(const SeqSizes& sz, bool backward) {
   const int64_t B = sz.batch, S = sz.state;
   if (B < kStepMinBatchFloat) return false;
@@ -163,6 +171,9 @@ SeqPath pick_path(const Tensor& t, const SeqSizes& sz, bool backward) {
   const bool step = path == SeqPath::kAuto && step_supported(t, sz);
   const bool half = t.scalar_type() != torch::headeronly::ScalarType::Float;
   if (step && half && !backward && sz.state >= kStepMinForwardState) return SeqPath::kStep;
+  if (step && !half && backward && sz.state > kStepMaxStateFloatBackward) {
+    return SeqPath::kFallback;
+  }
   if (step && !half && float_takes_step(sz, backward)) return SeqPath::kStep;
   const bool supported = persistent_supported(t, sz);
   if (path == SeqPath::kPersistent && !supported) {

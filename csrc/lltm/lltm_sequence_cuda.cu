@@ -37,6 +37,7 @@
 #include "lltm/lltm_sequence.h"
 #include "lltm/lltm_sequence_driver.h"
 #include "lltm/lltm_sequence_path.h"  // the path choice and the kernels' entry points
+#include "lltm/lltm_sequence_step_pad.cuh"
 
 namespace lltm {
 namespace {
@@ -274,47 +275,6 @@ void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const 
   a.grad_h0 = opt_ptr<scalar_t>(g.h0);
   a.grad_h_n = opt_ptr<scalar_t>(g.h_n);
   seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
-}
-
-// The step kernels take S a multiple of 8 (16-byte rows for their asynchronous copies, aligned
-// column pairs in their epilogues). Another S runs as the padded problem of state
-// Sp = S rounded up to 8: W_h (3, S, S) zero-padded to (3, Sp, Sp), every (.., S) buffer to
-// (.., Sp) with zero columns. It is exactly the same recurrence: the padded columns of P, h0
-// and c0 are zero, so their z is 0 and their c and h stay 0 (elu(0) = tanh(0) = 0), and the
-// zero columns and rows of W_h keep them out of the real columns' sums (which gain only exact
-// zero terms: the same results as the unpadded sums); backward, their gradients are 0 likewise.
-// The copies in and out (cudaMemcpy2DAsync) move a few times the buffers' bytes, one pass
-// each, against T steps of kernels; the padded buffers live for the call only.
-int64_t step_state(int64_t S) { return (S + 7) / 8 * 8; }
-
-// A (rows, Sp) buffer shaped `shape`, holding src's (rows, S) in its first S columns and zeros
-// in the others; rows = 0: only the zeros (a buffer the kernels write).
-Tensor padded(std::initializer_list<int64_t> shape, const Tensor& like, const void* src,
-              int64_t rows, int64_t S, int64_t Sp) {
-  Tensor out = new_empty(shape, like);
-  const int64_t es = static_cast<int64_t>(like.element_size());
-  zero_cuda(like, out.data_ptr(), out.numel() * es);
-  copy2d_cuda(like, out.data_ptr(), Sp * es, src, S * es, S * es, rows);
-  return out;
-}
-
-// dst's (rows, S) from the first S columns of src's (rows, Sp).
-void unpadded(const Tensor& like, void* dst, const void* src, int64_t rows, int64_t S,
-              int64_t Sp) {
-  const int64_t es = static_cast<int64_t>(like.element_size());
-  copy2d_cuda(like, dst, S * es, src, Sp * es, S * es, rows);
-}
-
-// W_h (3S, S) as (3, Sp, Sp): each gate's S x S block in the top left of an Sp x Sp one.
-Tensor padded_weights(const Tensor& w_h, int64_t S, int64_t Sp) {
-  Tensor out = padded({3 * Sp, Sp}, w_h, w_h.const_data_ptr(), 0, S, Sp);
-  const int64_t es = static_cast<int64_t>(w_h.element_size());
-  for (int64_t g = 0; g < 3; ++g) {
-    copy2d_cuda(w_h, static_cast<char*>(out.data_ptr()) + g * Sp * Sp * es, Sp * es,
-                static_cast<const char*>(w_h.const_data_ptr()) + g * S * S * es, S * es,
-                S * es, S);
-  }
-  return out;
 }
 
 template <typename scalar_t>

@@ -24,7 +24,8 @@ Families (one per group of kernels):
   lltm_seq          the LLTM sequence: the persistent cluster kernels (forward and backward;
                     cluster sizes 1, 8 and 16, 1, 2 and 4 batch rows per thread tile, S = 512)
                     and the per-step fallback kernels (step, add, column sum), every dtype
-                    each takes, output masks, T = 0 and 1
+                    each takes, output masks, T = 0 and 1; the single-CTA kernels; the step
+                    kernels (states a multiple of 8 and zero-padded ones)
   Aliases: "rwkv" (the three rwkv_*), "lltm" (both lltm_*), "all".
 
 Each case draws inputs on the CPU (seeded from its name: the same values whatever the

@@ -418,7 +418,7 @@ def lltm_seq_case(T, B, F, S, dtype, path, mask=(True, True, True), note=""):
         # The saved gates are intact after a backward (it works on a copy).
         same("gates after the backward", gates, outs[2].cpu())
 
-    gemm_free = path in ("persistent", "cta") and F == 0 and not mask[0] and not mask[1]
+    gemm_free = path in ("persistent", "cta", "step") and F == 0 and not mask[0] and not mask[1]
     mask_note = "" if all(mask) else f" mask={''.join('1' if m else '0' for m in mask)}"
     name = f"{path} (T, B, F, S) = ({T}, {B}, {F}, {S}){mask_note}" + (f" {note}" if note else "")
     add("lltm_seq", name, dtype, run, {"LLTM_SEQUENCE_PATH": path}, library=not gemm_free)
@@ -459,6 +459,15 @@ def lltm_seq_cases():
             lltm_seq_case(T, B, F, S, dtype, "fallback")
         lltm_seq_case(2, 3, 0, 5, dtype, "fallback", (False, False, True))
     lltm_seq_case(2, 3, 4, 600, "float32", "fallback", note="S past the persistent maximum")
+    # The step kernels (one tensor-core kernel per step; float32 as 3xTF32): S a multiple of 8
+    # (16, 40) and not (1, 9, 129, 601: the zero-padded problem, its copy kernel in and out),
+    # row tails (B = 5, 37, 70), F = 0 with the bias gradient only.
+    for dtype in ["float32", "float16", "bfloat16"]:
+        for T, B, F, S in [(1, 1, 1, 1), (3, 5, 7, 9), (4, 37, 3, 16), (2, 70, 2, 40),
+                           (3, 20, 5, 129)]:
+            lltm_seq_case(T, B, F, S, dtype, "step")
+        lltm_seq_case(3, 5, 0, 9, dtype, "step", (False, False, True))
+    lltm_seq_case(2, 3, 4, 601, "float32", "step", note="padded, past the persistent maximum")
 
 
 BUILDERS = {"padding": padding_cases, "rwkv_direct": rwkv_direct_cases,

@@ -104,6 +104,10 @@ int main() {
   check<float, FwdSplit, BwdSplit>("f32 split", 3, 1, 8, 2e-6);
   check<float, FwdSplit, BwdSplit>("f32 split", 2, 33, 136, 2e-6);
   check<c10::Half, FwdSplit, BwdSplit>("f16 split", 2, 5, 72, 5e-3);
+  // The tiny tile (the split tile with one row tile of 16), B within and past one tile.
+  check<float, FwdTiny, BwdTiny>("f32 tiny", 3, 1, 8, 2e-6);
+  check<float, FwdTiny, BwdTiny>("f32 tiny", 2, 21, 136, 2e-6);
+  check<c10::BFloat16, FwdTiny, BwdTiny>("bf16 tiny", 2, 5, 72, 2e-2);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

@@ -88,13 +88,15 @@ constexpr int64_t kStepMinBatchFloat = 32;
 constexpr int64_t kStepFullStateFloat = 512;      // from here on B >= kStepMinBatchFloat
 constexpr int64_t kStepMinBatchFloatBelowFull = 64;  // the forward's batch below it
 
-// Past the cluster kernels' float32 states the backward's product (B, 3S) x (3S, S) is a
-// chain of 3S / 32 dependent stages in each step kernel, and the fallback's cuBLAS GEMM per
-// step measured faster (H100, benchmarks/results/lltm_sequence_float32_step_h100.md, backward
-// alone = fwd+bwd less fwd, ms): S = 1000, B = 4 (T = 1024): step 22.9 against fallback 19.6;
-// B = 16 (T = 512): 16.0 against 10.9 (the step here with the slower integer rounding); B = 256
-// (T = 32): 4.5 against 3.5. At S = 512, B = 64 the step backward measured 2.7 against 3.6.
-constexpr int64_t kStepMaxStateFloatBackward = 512;
+// Past S = 704 in float32 the backward's product (B, 3S) x (3S, S) is a chain of 3S / 32
+// dependent stages in each step kernel, and the fallback's cuBLAS GEMM per step measured
+// faster (H100, benchmarks/results/lltm_sequence_float32_step_h100.md, the backward alone =
+// fwd+bwd less fwd, ms, step kernels with their default tile): S = 1024, B = 1 (T = 2048):
+// fallback 25.2 against step (tiny tile) 36.9; B = 4 (T = 1024): 17.5 against 19.1; S = 1000,
+// B = 16 (T = 256): 5.2 against 5.6; B = 256 (T = 32): 3.5 against 4.5; S = 768, B = 64:
+// 7.1 against 8.8, B = 16: 10.3 against 10.0; but S = 600, B = 8: 9.5 against 6.3 (tiny
+// tile).
+constexpr int64_t kStepMaxStateFloatBackward = 704;
 
 bool float_takes_step(const SeqSizes& sz, bool backward) {
   const int64_t B = sz.batch, S = sz.state;

@@ -10,7 +10,13 @@
 // forward 0.70 against 0.81 ms, (1024, 4, 64, 1024) 5.75 / 16.35 against 7.78 / 22.64 ms fwd /
 // fwd+bwd; float32 (128, 64, 512, 512) 1.27 / 3.92 against 1.62 / 4.97): there each warp's
 // chain of dependent MMAs per stage is 4 times shorter (float32: 3 MMAs a k step) and 4 times
-// as many threads issue the copies. LLTM_STEP_TILE=big|small|split forces one,
+// as many threads issue the copies. At batches up to 16, "tiny": the split tile with one row
+// tile of 16 on 4 warps (half the copies and A fragments a stage of the 32-row tile, whose
+// rows are mostly zero fill there), for float32 both ways and the half types' backward (H100,
+// same run, fwd / fwd+bwd ms against split: float32 (256, 2, 32, 1001) 2.56 / 7.30 against
+// 3.09 / 8.89, (1024, 4, 64, 1024) 10.00 / 29.06 against 12.11 / 35.33, (256, 16, 32, 1000)
+// 2.76 / 8.31 against 3.32 / 9.76; bfloat16 (1024, 4, 64, 1024) 6.17 / 14.61 against 5.92 /
+// 15.92: its forward slower). LLTM_STEP_TILE=big|small|split|tiny forces one,
 // LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step is one
 // cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
 // (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
@@ -36,26 +42,33 @@ using torch::headeronly::ScalarType;
 using step::BwdBig;
 using step::BwdSmall;
 using step::BwdSplit;
+using step::BwdTiny;
 using step::BwdWide;
 using step::FwdBig;
 using step::FwdSmall;
 using step::FwdSplit;
+using step::FwdTiny;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-enum class TileKind { kBig, kSmall, kSplit };
+enum class TileKind { kBig, kSmall, kSplit, kTiny };
 
-// The tile that runs (batch, state) on this device (see the top of this file).
-TileKind pick_tile(int device, int64_t batch, int64_t state) {
+// Batches up to this take the tiny tile where it measured faster (see the top of this file).
+constexpr int64_t kTinyMaxBatch = 16;
+
+// The tile that runs (batch, state) on this device (see the top of this file); tiny_ok: the
+// tiny tile measured faster than the split tile for this dtype and direction.
+TileKind pick_tile(int device, int64_t batch, int64_t state, bool tiny_ok) {
   const char* forced = std::getenv("LLTM_STEP_TILE");
   if (forced != nullptr && std::strcmp(forced, "big") == 0) return TileKind::kBig;
   if (forced != nullptr && std::strcmp(forced, "small") == 0) return TileKind::kSmall;
   if (forced != nullptr && std::strcmp(forced, "split") == 0) return TileKind::kSplit;
+  if (forced != nullptr && std::strcmp(forced, "tiny") == 0) return TileKind::kTiny;
   const int sms = fused_ops::device_properties(device).multiProcessorCount;
   if (ceil_div(batch, 64) * ceil_div(state, 32) * 4 >= 3 * static_cast<int64_t>(sms)) {
     return TileKind::kBig;
   }
-  return TileKind::kSplit;
+  return tiny_ok && batch <= kTinyMaxBatch ? TileKind::kTiny : TileKind::kSplit;
 }
 
 bool use_pdl(int device) {
@@ -151,7 +164,7 @@ void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
   check_state(args.state);
   const int device = fused_ops::current_device();
-  switch (pick_tile(device, args.batch, args.state)) {
+  switch (pick_tile(device, args.batch, args.state, std::is_same_v<T, float>)) {
     case TileKind::kBig:
       forward_steps<FwdBig>(args, device, stream);
       break;
@@ -160,6 +173,9 @@ void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
       break;
     case TileKind::kSplit:
       forward_steps<FwdSplit>(args, device, stream);
+      break;
+    case TileKind::kTiny:
+      forward_steps<FwdTiny>(args, device, stream);
       break;
   }
 }
@@ -182,7 +198,7 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
     backward_steps<BwdWide>(args, w_h_t, carry, device, stream);
     return;
   }
-  switch (pick_tile(device, args.batch, S)) {
+  switch (pick_tile(device, args.batch, S, true)) {
     case TileKind::kBig:
       backward_steps<BwdBig>(args, w_h_t, carry, device, stream);
       break;
@@ -191,6 +207,9 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
       break;
     case TileKind::kSplit:
       backward_steps<BwdSplit>(args, w_h_t, carry, device, stream);
+      break;
+    case TileKind::kTiny:
+      backward_steps<BwdTiny>(args, w_h_t, carry, device, stream);
       break;
   }
 }

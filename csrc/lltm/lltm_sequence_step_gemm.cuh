@@ -126,6 +126,10 @@ using BwdWide = Tile<64, 64, 1, 2, 4, 6>;
 // The small tiles with each stage's 4 k steps split over 4 sets of warps (8 warps).
 using FwdSplit = Tile<32, 8, 3, 2, 1, 8, 4>;
 using BwdSplit = Tile<32, 8, 1, 2, 1, 8, 4>;
+// The split tile with one row tile of 16 (small batches: half the copies and fragments of A
+// per stage, 4 warps).
+using FwdTiny = Tile<16, 8, 3, 1, 1, 8, 4>;
+using BwdTiny = Tile<16, 8, 1, 1, 1, 8, 4>;
 
 // The operands of one CTA's product (see the top of this file).
 template <typename T>

@@ -9,8 +9,8 @@ not run the problem. The op's own choice reaches this path at large states
 (test_lltm_sequence.py's large-state half tests), for the forward only from S = 512 on, with
 the backward on the cluster kernels: the two directions share their buffers, which
 test_step_forward_cluster_backward checks; float32 reaches it from S = 384 (forward, B >= 64;
-S = 512 at B >= 32) and 416 (backward, B >= 32) and past S = 512 (test_lltm_sequence_sizes.py's
-large batches)."""
+S = 512 at B >= 32) and 416 (backward, B >= 32, up to S = 704), and its forward past S = 512
+at any batch (test_lltm_sequence_sizes.py's large batches)."""
 
 import pytest
 import torch

@@ -88,14 +88,13 @@ constexpr int64_t kStepMinBatchFloat = 32;
 constexpr int64_t kStepFullStateFloat = 512;      // from here on B >= kStepMinBatchFloat
 constexpr int64_t kStepMinBatchFloatBelowFull = 64;  // the forward's batch below it
 
-// Past S = 704 in float32 the backward's product (B, 3S) x (3S, S) is a chain of 3S / 32
-// dependent stages in each step kernel, and the fallback's cuBLAS GEMM per step measured
-// faster (H100, benchmarks/results/lltm_sequence_float32_step_h100.md, the backward alone =
-// fwd+bwd less fwd, ms, step kernels with their default tile): S = 1024, B = 1 (T = 2048):
-// fallback 25.2 against step (tiny tile) 36.9; B = 4 (T = 1024): 17.5 against 19.1; S = 1000,
-// B = 16 (T = 256): 5.2 against 5.6; B = 256 (T = 32): 3.5 against 4.5; S = 768, B = 64:
-// 7.1 against 8.8, B = 16: 10.3 against 10.0; but S = 600, B = 8: 9.5 against 6.3 (tiny
-// tile).
+// Past S = 704 in float32 the fallback's backward (a cuBLAS GEMM and a fused kernel per step)
+// measured faster than the step kernels' (H100, benchmarks/results/
+// lltm_sequence_float32_step_h100.md, the backward alone = fwd+bwd less fwd, ms, the step
+// kernels with their default tile unless named): S = 1024, B = 1 (T = 2048): fallback 25.2
+// against step (tiny tile) 36.9; B = 4 (T = 1024): 17.5 against 19.1; S = 1000, B = 16
+// (T = 256): 5.2 against 5.6; B = 256 (T = 32): 3.5 against 4.5; S = 768, B = 64: 7.1
+// against 8.8, B = 16: 10.3 against 10.0 (split tile); but S = 600, B = 8: 9.5 against 6.3.
 constexpr int64_t kStepMaxStateFloatBackward = 704;
 
 bool float_takes_step(const SeqSizes& sz, bool backward) {
@@ -129,7 +128,7 @@ constexpr int64_t kStepMinBatchStateBackward = int64_t{3} << 14; // B S, half ty
 // Whether auto leaves the cluster kernels for a problem they run: for the step kernels, or
 // in float32 for the fallback where the step kernels do not run (GPUs before sm_80), from
 // the measured sizes above on (the float32 ones measured against the fallback, before float32
-// had step kernels; from S = 384 and B = 32 on float32 takes the step kernels regardless).
+// had step kernels; where float_takes_step holds, float32 takes the step kernels regardless).
 bool past_cluster_crossover(const Tensor& t, const SeqSizes& sz, bool backward) {
   const int64_t B = sz.batch, S = sz.state;
   if (t.scalar_type() == torch::headeronly::ScalarType::Float) {

@@ -25,6 +25,7 @@ VARIANTS = {
     "step-small": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "small"},
     "step-split": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "split"},
     "step-tiny": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "tiny"},
+    "step-tinyk": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_TILE": "tinyk"},
     "step-nopdl": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_PDL": "0"},
     "step-wide": {"LLTM_SEQUENCE_PATH": "step", "LLTM_STEP_BWD_TILE": "wide"},
     "fallback": {"LLTM_SEQUENCE_PATH": "fallback"},

@@ -32,7 +32,7 @@ def step_path(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", ["big", "small", "split", "tiny"])
+@pytest.mark.parametrize("tile", ["big", "small", "split", "tiny", "tinyk"])
 # One tile (S = 8, B = 1), row tails (B = 7, 70, 130), column and k tails (S = 40, 200),
 # the benchmark's large states (S = 512 at B = 64, S = 1024), and states that are not a
 # multiple of 8, run as the zero-padded problem (S = 1, 33, 129, 1001).
@@ -67,7 +67,7 @@ def test_step_without_pdl_same_bits(monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", ["big", "small", "split", "tiny"])
+@pytest.mark.parametrize("tile", ["big", "small", "split", "tiny", "tinyk"])
 @pytest.mark.parametrize("S", [72, 75])  # 75: the padded problem
 def test_step_backward_deterministic(monkeypatch, dtype, tile, S):
     monkeypatch.setenv("LLTM_STEP_TILE", tile)

@@ -23,13 +23,15 @@ using namespace lltm::step;
 
 int failures = 0;
 
-// The 2-D grid (ceil(B / BM), ceil(S / J)) as the emulator's 1-D one, x fastest.
+// The 3-D grid (ceil(B / BM), ceil(S / J), KC) as the emulator's 1-D one, x fastest (so
+// the KC CTAs of an output tile run in z order, the last one last).
 template <typename Tl>
 void launch2d(int64_t B, int64_t S, const std::function<void()>& kernel) {
   const unsigned gx = static_cast<unsigned>((B + Tl::BM - 1) / Tl::BM);
   const unsigned gy = static_cast<unsigned>((S + Tl::J - 1) / Tl::J);
-  launch(static_cast<int>(gx * gy), Tl::kThreads, Tl::kSmemBytes, [&] {
-    blockIdx.y = blockIdx.x / gx;
+  launch(static_cast<int>(gx * gy * Tl::KC), Tl::kThreads, Tl::kSmemBytes, [&] {
+    blockIdx.z = blockIdx.x / (gx * gy);
+    blockIdx.y = blockIdx.x % (gx * gy) / gx;
     blockIdx.x %= gx;
     kernel();
   });
@@ -46,16 +48,23 @@ void check(const char* name, int T, int B, int S_, double tol) {
   for (int r = 0; r < 3 * S_; ++r)
     for (int j = 0; j < S_; ++j) w_t[size_t(j) * 3 * S_ + r] = w[size_t(r) * S_ + j];
   std::vector<float> carry(nb + kGuard, 777.f);
+  bool guards_ok = true;
 
   SeqForward<S> f{w.data(), gates.data(), hs.data(), cells.data(), T, B, S_};
   SeqBackward<S> bw{w.data(), gates.data(), cells.data(), grad_hs.data(), grad_c.data(),
                     d_h0.data(), d_c0.data(), T, B, S_};
+  // The split-K tile's slots and counters (zero once: the last CTA of a tile resets its own).
+  const int64_t tiles = (B + Fwd::BM - 1) / Fwd::BM * ((S_ + Fwd::J - 1) / Fwd::J);
+  std::vector<float> slots(size_t(tiles) * Fwd::KC * Fwd::kSlotFloats);
+  std::vector<int> counters(size_t(tiles), 0);
   for (int t = 0; t < T; ++t) {
-    const StepForward<S> p = forward_step_params(f, t);
+    StepForward<S> p = forward_step_params(f, t);
+    if (Fwd::KC > 1) p.split = KSplit{slots.data(), counters.data(), (B + Fwd::BM - 1) / Fwd::BM};
     launch2d<Fwd>(B, S_, [&] { step_forward_kernel<Fwd, S>(p); });
   }
+  for (int c : counters) guards_ok &= c == 0;
   std::vector<double> got_z;
-  bool guards = take(gates, n3, got_z);
+  bool guards = take(gates, n3, got_z) && guards_ok;
   for (int t = T - 1; t >= -1; --t) {
     const StepBackward<S> p = backward_step_params(bw, w_t.data(), carry.data(), t);
     launch2d<Bwd>(B, S_, [&] { step_backward_kernel<Bwd, S>(p); });
@@ -108,6 +117,11 @@ int main() {
   check<float, FwdTiny, BwdTiny>("f32 tiny", 3, 1, 8, 2e-6);
   check<float, FwdTiny, BwdTiny>("f32 tiny", 2, 21, 136, 2e-6);
   check<c10::BFloat16, FwdTiny, BwdTiny>("bf16 tiny", 2, 5, 72, 2e-2);
+  // The split-K forward tile (4 CTAs a tile, the last one sums): K = 136 floats = 5 stages
+  // (ranks with 1 and 2 stages), K = 8 (ranks without a stage), B past one tile.
+  check<float, FwdTinyK, BwdTiny>("f32 tinyk", 3, 1, 8, 2e-6);
+  check<float, FwdTinyK, BwdTiny>("f32 tinyk", 2, 21, 136, 2e-6);
+  check<float, FwdTinyK, BwdTiny>("f32 tinyk", 2, 3, 520, 2e-6);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

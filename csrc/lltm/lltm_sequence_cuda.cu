@@ -277,13 +277,32 @@ void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const 
   seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
 }
 
+// The step forward with the global scratch its tile asks for (seq_step_forward_scratch: the
+// split-K tile's slots, and its counters zeroed), for the call only.
+template <typename scalar_t>
+void run_step_forward(const SeqForward<scalar_t>& a, const Tensor& like) {
+  const StepForwardScratchSize n =
+      seq_step_forward_scratch(like.get_device_index(), like.scalar_type(), a.batch, a.state);
+  const cudaStream_t stream = fused_ops::current_stream(like);
+  if (n.floats == 0) {
+    seq_step_forward<scalar_t>(a, nullptr, nullptr, stream);
+    return;
+  }
+  Tensor slots = fused_ops::empty({n.floats}, torch::headeronly::ScalarType::Float, like);
+  // The counters as float32 storage (4 bytes each; the allocation helper takes the floating
+  // types and bytes), read and written as int by the kernels only.
+  Tensor counters = fused_ops::empty({n.counters}, torch::headeronly::ScalarType::Float, like);
+  zero_cuda(like, counters.data_ptr(), n.counters * static_cast<int64_t>(sizeof(int)));
+  seq_step_forward<scalar_t>(a, slots.mutable_data_ptr<float>(),
+                             static_cast<int*>(counters.data_ptr()), stream);
+}
+
 template <typename scalar_t>
 void step_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
                   const SeqSizes& sz) {
   const int64_t T = sz.steps, B = sz.batch, S = sz.state, Sp = step_state(S);
   if (Sp == S) {
-    seq_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz),
-                               fused_ops::current_stream(gates));
+    run_step_forward<scalar_t>(forward_args<scalar_t>(w_h, gates, hs, cells, sz), gates);
     return;
   }
   // In: P (all of gates), h0 = hs[0], c0 = cells[0]; out: z, hs[1:], cells[1:].
@@ -293,8 +312,7 @@ void step_forward(const Tensor& w_h, Tensor& gates, Tensor& hs, Tensor& cells,
   Tensor cp = padded({T + 1, B, Sp}, cells, cells.const_data_ptr(), B, S, Sp);
   SeqSizes psz = sz;
   psz.state = Sp;
-  seq_step_forward<scalar_t>(forward_args<scalar_t>(wp, gp, hp, cp, psz),
-                             fused_ops::current_stream(gates));
+  run_step_forward<scalar_t>(forward_args<scalar_t>(wp, gp, hp, cp, psz), gates);
   unpadded(gates, gates.data_ptr(), gp.const_data_ptr(), T * B * 3, S, Sp);
   unpadded(hs, hs.mutable_data_ptr<scalar_t>() + B * S, hp.const_data_ptr<scalar_t>() + B * Sp,
            T * B, S, Sp);

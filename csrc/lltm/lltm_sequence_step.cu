@@ -16,7 +16,10 @@
 // same run, fwd / fwd+bwd ms against split: float32 (256, 2, 32, 1001) 2.56 / 7.30 against
 // 3.09 / 8.89, (1024, 4, 64, 1024) 10.00 / 29.06 against 12.11 / 35.33, (256, 16, 32, 1000)
 // 2.76 / 8.31 against 3.32 / 9.76; bfloat16 (1024, 4, 64, 1024) 6.17 / 14.61 against 5.92 /
-// 15.92: its forward slower). LLTM_STEP_TILE=big|small|split|tiny forces one,
+// 15.92: its forward slower). At batches up to 4 the float32 forward splits each step's K
+// over 4 CTAs of the tiny tile ("tinyk", lltm_sequence_step_gemm.cuh's KC: the last CTA of
+// an output tile adds the 4 partial sums in a fixed order and runs the epilogue), ~10% faster
+// there. LLTM_STEP_TILE=big|small|split|tiny|tinyk forces one,
 // LLTM_STEP_BWD_TILE=wide the backward's 64 x 64 tile (measurements). Each step is one
 // cudaLaunchKernelEx with the programmatic stream serialization attribute on sm_90
 // (LLTM_STEP_PDL=0 turns it off): the next step's grid is launched while this one runs and
@@ -48,10 +51,11 @@ using step::FwdBig;
 using step::FwdSmall;
 using step::FwdSplit;
 using step::FwdTiny;
+using step::FwdTinyK;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-enum class TileKind { kBig, kSmall, kSplit, kTiny };
+enum class TileKind { kBig, kSmall, kSplit, kTiny, kTinyK };
 
 // Batches up to this take the tiny tile where it measured faster (see the top of this file).
 constexpr int64_t kTinyMaxBatch = 16;
@@ -64,11 +68,29 @@ TileKind pick_tile(int device, int64_t batch, int64_t state, bool tiny_ok) {
   if (forced != nullptr && std::strcmp(forced, "small") == 0) return TileKind::kSmall;
   if (forced != nullptr && std::strcmp(forced, "split") == 0) return TileKind::kSplit;
   if (forced != nullptr && std::strcmp(forced, "tiny") == 0) return TileKind::kTiny;
+  if (forced != nullptr && std::strcmp(forced, "tinyk") == 0) return TileKind::kTinyK;
   const int sms = fused_ops::device_properties(device).multiProcessorCount;
   if (ceil_div(batch, 64) * ceil_div(state, 32) * 4 >= 3 * static_cast<int64_t>(sms)) {
     return TileKind::kBig;
   }
   return tiny_ok && batch <= kTinyMaxBatch ? TileKind::kTiny : TileKind::kSplit;
+}
+
+// Batches up to this take the split-K tiny tile in the float32 forward (H100, same run,
+// fwd ms against the tiny tile: (2048, 1, 32, 1024) 17.7 against 19.9, (256, 2, 32, 1001) 2.39
+// against 2.59, (1024, 4, 64, 1024) 9.25 against 10.20; but (512, 8, 64, 600) 3.72 against
+// 3.47 and (256, 16, 32, 1000) 3.19 against 2.80).
+constexpr int64_t kTinyKMaxBatch = 4;
+
+// The forward's tile: pick_tile's, with the float32 tiny tile split over 4 CTAs along K at
+// batches up to kTinyKMaxBatch (FwdTinyK).
+TileKind forward_tile(int device, ScalarType dtype, int64_t batch, int64_t state) {
+  const bool f32 = dtype == ScalarType::Float;
+  const TileKind k = pick_tile(device, batch, state, f32);
+  return k == TileKind::kTiny && f32 && batch <= kTinyKMaxBatch &&
+                 std::getenv("LLTM_STEP_TILE") == nullptr
+             ? TileKind::kTinyK
+             : k;
 }
 
 bool use_pdl(int device) {
@@ -82,7 +104,7 @@ cudaLaunchConfig_t launch_config(int64_t batch, int64_t state, cudaStream_t stre
                                  cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(batch, Tl::BM)),
-                     static_cast<unsigned>(ceil_div(state, Tl::J)));
+                     static_cast<unsigned>(ceil_div(state, Tl::J)), static_cast<unsigned>(Tl::KC));
   cfg.blockDim = dim3(Tl::kThreads);
   cfg.dynamicSmemBytes = Tl::kSmemBytes;
   cfg.stream = stream;
@@ -94,14 +116,15 @@ cudaLaunchConfig_t launch_config(int64_t batch, int64_t state, cudaStream_t stre
 }
 
 template <typename Tl, typename T>
-void forward_steps(const SeqForward<T>& a, int device, cudaStream_t stream) {
+void forward_steps(const SeqForward<T>& a, step::KSplit split, int device, cudaStream_t stream) {
   const int64_t B = a.batch, S = a.state;
   auto* kernel = step::step_forward_kernel<Tl, T>;
   fused_ops::allow_large_launch(reinterpret_cast<const void*>(kernel), device, false);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = launch_config<Tl>(B, S, stream, use_pdl(device), &attr);
   for (int64_t t = 0; t < a.steps; ++t) {
-    const step::StepForward<T> p = step::forward_step_params(a, t);
+    step::StepForward<T> p = step::forward_step_params(a, t);
+    p.split = split;
     FUSED_OPS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   }
   FUSED_OPS_LAUNCH_CHECK();
@@ -159,23 +182,44 @@ bool seq_step_supported(int device, ScalarType dtype, int64_t batch, int64_t sta
   return device_runs_kernels(device);
 }
 
+StepForwardScratchSize seq_step_forward_scratch(int device, ScalarType dtype, int64_t batch,
+                                                int64_t state) {
+  if (forward_tile(device, dtype, batch, state) != TileKind::kTinyK) return {};
+  const int64_t tiles = ceil_div(batch, FwdTinyK::BM) * ceil_div(state, FwdTinyK::J);
+  return {tiles * FwdTinyK::KC * FwdTinyK::kSlotFloats, tiles};
+}
+
 template <typename T>
-void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream) {
+void seq_step_forward(const SeqForward<T>& args, float* scratch, int* counters,
+                      cudaStream_t stream) {
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
   check_state(args.state);
   const int device = fused_ops::current_device();
-  switch (pick_tile(device, args.batch, args.state, std::is_same_v<T, float>)) {
+  const ScalarType dtype = std::is_same_v<T, float>  ? ScalarType::Float
+                           : std::is_same_v<T, c10::Half> ? ScalarType::Half
+                                                          : ScalarType::BFloat16;
+  step::KSplit none;
+  switch (forward_tile(device, dtype, args.batch, args.state)) {
     case TileKind::kBig:
-      forward_steps<FwdBig>(args, device, stream);
+      forward_steps<FwdBig>(args, none, device, stream);
       break;
     case TileKind::kSmall:
-      forward_steps<FwdSmall>(args, device, stream);
+      forward_steps<FwdSmall>(args, none, device, stream);
       break;
     case TileKind::kSplit:
-      forward_steps<FwdSplit>(args, device, stream);
+      forward_steps<FwdSplit>(args, none, device, stream);
       break;
     case TileKind::kTiny:
-      forward_steps<FwdTiny>(args, device, stream);
+      forward_steps<FwdTiny>(args, none, device, stream);
+      break;
+    case TileKind::kTinyK:
+      if (scratch == nullptr || counters == nullptr) {
+        fused_ops::raise<std::runtime_error>(
+            "lltm_sequence (internal): the split-K step tile needs its scratch");
+      }
+      forward_steps<FwdTinyK>(
+          args, step::KSplit{scratch, counters, ceil_div(args.batch, FwdTinyK::BM)}, device,
+          stream);
       break;
   }
 }
@@ -209,15 +253,18 @@ void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
       backward_steps<BwdSplit>(args, w_h_t, carry, device, stream);
       break;
     case TileKind::kTiny:
+    case TileKind::kTinyK:  // the backward has no split-K tile: LLTM_STEP_TILE=tinyk runs tiny
       backward_steps<BwdTiny>(args, w_h_t, carry, device, stream);
       break;
   }
 }
 
-template void seq_step_forward<float>(const SeqForward<float>&, cudaStream_t);
+template void seq_step_forward<float>(const SeqForward<float>&, float*, int*, cudaStream_t);
 template void seq_step_backward<float>(const SeqBackward<float>&, float*, float*, cudaStream_t);
-template void seq_step_forward<c10::Half>(const SeqForward<c10::Half>&, cudaStream_t);
-template void seq_step_forward<c10::BFloat16>(const SeqForward<c10::BFloat16>&, cudaStream_t);
+template void seq_step_forward<c10::Half>(const SeqForward<c10::Half>&, float*, int*,
+                                            cudaStream_t);
+template void seq_step_forward<c10::BFloat16>(const SeqForward<c10::BFloat16>&, float*, int*,
+                                                cudaStream_t);
 template void seq_step_backward<c10::Half>(const SeqBackward<c10::Half>&, c10::Half*, float*,
                                            cudaStream_t);
 template void seq_step_backward<c10::BFloat16>(const SeqBackward<c10::BFloat16>&,

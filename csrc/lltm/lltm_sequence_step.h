@@ -23,12 +23,22 @@ namespace lltm {
 bool seq_step_supported(int device, torch::headeronly::ScalarType dtype, int64_t batch,
                         int64_t state);
 
+// The forward's global scratch on `device` for (batch, state) (its tile's split of K over
+// CTAs): `floats` floats and `counters` ints, the counters zero before the call; 0 and 0 where
+// its tile needs none.
+struct StepForwardScratchSize {
+  int64_t floats = 0, counters = 0;
+};
+StepForwardScratchSize seq_step_forward_scratch(int device, torch::headeronly::ScalarType dtype,
+                                                int64_t batch, int64_t state);
+
 // The recurrences of lltm_sequence.h on `stream` (seq_step_supported true, state a multiple
-// of 8: raises otherwise). The backward also takes scratch on the same device: w_h_t (S, 3S)
-// elements of T (it writes W_h^T there) and carry (B, S) floats. T = float, c10::Half,
-// c10::BFloat16.
+// of 8: raises otherwise). The forward takes the scratch that seq_step_forward_scratch sized
+// (null where it is 0); the backward takes scratch on the same device: w_h_t (S, 3S) elements
+// of T (it writes W_h^T there) and carry (B, S) floats. T = float, c10::Half, c10::BFloat16.
 template <typename T>
-void seq_step_forward(const SeqForward<T>& args, cudaStream_t stream);
+void seq_step_forward(const SeqForward<T>& args, float* scratch, int* counters,
+                      cudaStream_t stream);
 template <typename T>
 void seq_step_backward(const SeqBackward<T>& args, T* w_h_t, float* carry,
                        cudaStream_t stream);

@@ -25,6 +25,7 @@ struct StepForward {
   T* h;             // hs[t+1]    (B, S)
   T* c;             // cells[t+1] (B, S)
   int64_t batch, state;
+  KSplit split{};   // the global scratch of a tile with KC > 1
 };
 
 // Step t's pointers in the recurrence's buffers (lltm_sequence.h).
@@ -80,8 +81,8 @@ __global__ void __launch_bounds__(Tl::kThreads)
       }
   const Operands<T> op{p.h_prev, S, B, m0, p.w_h, S, S, S, j0, S};
   float acc[Tl::MT][Tl::NG][Tl::NJ][4];
-  tile_gemm<Tl>(acc, op, smem);
-  if (!epilogue) return;
+  const bool sums = tile_gemm<Tl>(acc, op, smem, p.split);  // KC > 1: the tile's last CTA
+  if (!epilogue || !sums) return;
 #pragma unroll
   for (int mt = 0; mt < Tl::MT; ++mt)
 #pragma unroll

@@ -41,11 +41,11 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "common/mma_tf32.h"
 #include "lltm/lltm_sequence_mma.cuh"
+#include "lltm/lltm_sequence_step_primitives.cuh"
 
 namespace lltm::step {
 
@@ -67,10 +67,15 @@ struct Chunk {
 // added in set order through shared memory after the last stage (kernels: only set 0 runs
 // the epilogue). That shortens each warp's chain of dependent MMAs KS times where a CTA's
 // tile is narrow and K long (float32 at S = 1024: 3 MMAs a k step).
-template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES, int KS_ = 1>
+//
+// KC > 1 splits the stages over KC CTAs along grid z: CTA r multiplies stages
+// [r nk / KC, (r + 1) nk / KC) and stores its sums in a global slot; the CTA that finishes last
+// (a counter per output tile) adds the KC slots in slot order, so that the result does not
+// depend on which one that is, and runs the epilogue (KSplit).
+template <int BM_, int J_, int NG_, int WM_, int WN_, int STAGES, int KS_ = 1, int KC_ = 1>
 struct Tile {
   static constexpr int BM = BM_, J = J_, NG = NG_, WM = WM_, WN = WN_, kStages = STAGES;
-  static constexpr int KS = KS_;
+  static constexpr int KS = KS_, KC = KC_;
   static constexpr int kTileWarps = WM * WN, kWarps = kTileWarps * KS, kThreads = 32 * kWarps;
   static constexpr int MT = BM / WM / 16;  // 16-row tiles per warp
   static constexpr int NJ = J / WN / 8;    // 8-column tiles per warp and group
@@ -82,6 +87,8 @@ struct Tile {
   static_assert(kStages >= 2, "a pipeline");
   static_assert(kKSteps % KS == 0, "whole k steps per warp set");
   static_assert((KS - 1) * kTileWarps * 32 * kAcc * 4 <= kSmemBytes, "the sets' sums fit");
+  static_assert(KC >= 1, "KC");
+  static constexpr int kSlotFloats = kTileWarps * 32 * kAcc;  // one CTA's sums (KC > 1)
 };
 
 // Two consecutive elements of T as one access of twice their size (the epilogues' pairs of
@@ -130,6 +137,8 @@ using BwdSplit = Tile<32, 8, 1, 2, 1, 8, 4>;
 // per stage, 4 warps).
 using FwdTiny = Tile<16, 8, 3, 1, 1, 8, 4>;
 using BwdTiny = Tile<16, 8, 1, 1, 1, 8, 4>;
+// The tiny forward tile with the stages split over 4 CTAs (KSplit).
+using FwdTinyK = Tile<16, 8, 3, 1, 1, 8, 4, 4>;
 
 // The operands of one CTA's product (see the top of this file).
 template <typename T>
@@ -141,76 +150,14 @@ struct Operands {
   int64_t k;
 };
 
-#if defined(FUSED_OPS_EMULATE)
-// The CPU emulation (tests/cuda_emulation.h): copies happen at once (the pipeline's barriers
-// still order them as on the GPU), one grid runs after the other.
-inline void cp_async16(void* smem, const void* gmem, bool valid) {
-  if (valid) {
-    std::memcpy(smem, gmem, 16);
-  } else {
-    std::memset(smem, 0, 16);
-  }
-}
-inline void cp_async_commit() {}
-template <int N>
-inline void cp_async_wait() {}
-inline void grid_dependency_wait() {}
-inline void grid_launch_dependents() {}
-template <typename T>
-inline T* dynamic_smem() {
-  return reinterpret_cast<T*>(emu_smem);
-}
-#else
-// 16 bytes global -> shared, asynchronous; valid == false fills the 16 bytes with zeros and
-// reads nothing.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t s = mma::smem_address(smem);
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-#else
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// Waits until at most N of this thread's committed copy groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
-// Programmatic dependent launch (sm_90): wait blocks until the grids this one depends on
-// (the previous step's kernel in the stream) have finished and their writes are visible;
-// every step kernel calls it before its first global read. launch_dependents lets the next
-// step's grid be scheduled early; its CTAs then wait in their own wait. Both are no-ops when
-// the launch did not ask for programmatic serialization.
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void grid_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-#endif
-}
-
-// The kernel's dynamic shared memory (16-byte aligned: the copies write 16 bytes at a time).
-template <typename T>
-__device__ __forceinline__ T* dynamic_smem() {
-  extern __shared__ uint4 lltm_step_smem[];
-  return reinterpret_cast<T*>(lltm_step_smem);
-}
-#endif
+// The global scratch of a KC > 1 launch: KC slots of Tl::kSlotFloats floats per output tile
+// (x, y), and a counter per output tile, zero before the first launch; the last CTA of a tile
+// sets its counter back to zero, so that every step's launch finds them zero.
+struct KSplit {
+  float* slots = nullptr;
+  int* counters = nullptr;
+  int64_t tiles_x = 0;  // grid x: output tile (x, y) is number y tiles_x + x
+};
 
 // One thread's share of every stage's copies: copy n of a stage is element i = tid + n
 // kThreads of the (BM + BN) x kSegs grid of 16-byte pieces (row i / kSegs, piece i % kSegs).
@@ -324,11 +271,54 @@ __device__ __forceinline__ void reduce_sets(float (&acc)[Tl::MT][Tl::NG][Tl::NJ]
   }
 }
 
+// With KC > 1: CTA z's sums (set 0's acc) into its slot; true in the CTA that finishes its
+// tile last, which then holds the KC slots' sum, added in slot order. The whole CTA calls it.
+// The release / acquire pattern of a last-block reduction: every writer's slot stores, then a
+// fence, then its counter increment; the last one fences after seeing the count and reads.
+template <typename Tl>
+__device__ __forceinline__ bool reduce_split(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                             const KSplit& split, void* smem, int ks, int tw,
+                                             int lane) {
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * split.tiles_x + blockIdx.x;
+  float* slots = split.slots + tile * Tl::KC * Tl::kSlotFloats;
+  float* flat = &acc[0][0][0][0];
+  if (ks == 0) {
+    float* mine = slots + static_cast<int64_t>(blockIdx.z) * Tl::kSlotFloats + tw * 32 *
+                  Tl::kAcc + lane;
+#pragma unroll
+    for (int i = 0; i < Tl::kAcc; ++i) mine[i * 32] = flat[i];
+  }
+  thread_fence();
+  __syncthreads();
+  int* last = static_cast<int*>(smem);  // the pipeline's buffers are free by now
+  if (threadIdx.x == 0) {
+    const int seen = atomic_add(split.counters + tile, 1);
+    *last = seen == Tl::KC - 1;
+    if (seen == Tl::KC - 1) split.counters[tile] = 0;  // for the next step's launch
+  }
+  __syncthreads();
+  const bool is_last = *last != 0;
+  if (is_last && ks == 0) {
+    thread_fence();
+    const float* base = slots + tw * 32 * Tl::kAcc + lane;
+#pragma unroll
+    for (int i = 0; i < Tl::kAcc; ++i) {
+      const volatile float* v = base + i * 32;
+      float sum = v[0];
+      for (int r = 1; r < Tl::KC; ++r) sum += v[static_cast<int64_t>(r) * Tl::kSlotFloats];
+      flat[i] = sum;
+    }
+  }
+  return is_last;
+}
+
 // acc (zeroed here) = this warp's share of the CTA's product; the whole CTA calls it. With
-// KS > 1 only the warps of set 0 (warp < kTileWarps) hold the CTA's sums on return.
+// KS > 1 only the warps of set 0 (warp < kTileWarps) hold the CTA's sums on return. Returns
+// whether this CTA holds them (KC > 1: the last of its tile's CTAs, reduce_split), else true.
 template <typename Tl, typename T>
-__device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
-                                          const Operands<T>& op, T* smem) {
+__device__ __forceinline__ bool tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4],
+                                          const Operands<T>& op, T* smem,
+                                          const KSplit& split = KSplit{}) {
   using C = Chunk<T>;
   constexpr int kStageElems = Tl::kStageBytes / static_cast<int>(sizeof(T));
   constexpr int kLocal = kKSteps / Tl::KS;  // k steps a warp multiplies per stage
@@ -345,7 +335,11 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
       for (int nj = 0; nj < Tl::NJ; ++nj)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] = cross[mt][g][nj][e] = 0.f;
-  const int nk = static_cast<int>((op.k + C::kBK - 1) / C::kBK);
+  const int nk_all = static_cast<int>((op.k + C::kBK - 1) / C::kBK);
+  // This CTA's stages [kc0, kc0 + nk): all of them unless KC > 1.
+  const int rank = Tl::KC > 1 ? static_cast<int>(blockIdx.z) : 0;
+  const int kc0 = rank * nk_all / Tl::KC;
+  const int nk = (rank + 1) * nk_all / Tl::KC - kc0;
   // ldmatrix rows of this lane, in units of 16 bytes of k (a piece; a k step is 2 pieces):
   // A .x4 (matrix lane / 8: rows + 8 (bit 0), k + 1 piece (bit 1)); Bw .x4 over two k steps
   // (matrix lane / 8: k + lane / 8 pieces; matrices 0, 1 are the fragment of the first step,
@@ -359,7 +353,7 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
   const StageCopies<Tl, T> copies(op, tid);
 #pragma unroll
   for (int s = 0; s < Tl::kStages - 1; ++s) {
-    if (s < nk) copies.issue(smem + s * kStageElems, op, s);
+    if (s < nk) copies.issue(smem + s * kStageElems, op, kc0 + s);
     cp_async_commit();
   }
   for (int kc = 0; kc < nk; ++kc) {
@@ -368,7 +362,7 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
     cp_async_wait<Tl::kStages - 2>();
     __syncthreads();
     const int next = kc + Tl::kStages - 1;
-    if (next < nk) copies.issue(smem + (next % Tl::kStages) * kStageElems, op, next);
+    if (next < nk) copies.issue(smem + (next % Tl::kStages) * kStageElems, op, kc0 + next);
     cp_async_commit();
     const T* st = smem + (kc % Tl::kStages) * kStageElems;
     // Every fragment of the stage first, then every MMA: ldmatrix and mma are volatile asm,
@@ -437,6 +431,13 @@ __device__ __forceinline__ void tile_gemm(float (&acc)[Tl::MT][Tl::NG][Tl::NJ][4
           for (int e = 0; e < 4; ++e) acc[mt][g][nj][e] += cross[mt][g][nj][e];
   }
   if constexpr (Tl::KS > 1) reduce_sets<Tl>(acc, smem, ks, tw, lane);
+  if constexpr (Tl::KC > 1) {
+    __syncthreads();  // every warp is done with the shared memory reduce_split reuses
+    return reduce_split<Tl>(acc, split, smem, ks, tw, lane);
+  } else {
+    (void)split;
+    return true;
+  }
 }
 
 }  // namespace lltm::step

@@ -289,10 +289,9 @@ void run_step_forward(const SeqForward<scalar_t>& a, const Tensor& like) {
     return;
   }
   Tensor slots = fused_ops::empty({n.floats}, torch::headeronly::ScalarType::Float, like);
-  // The counters as float32 storage (4 bytes each; the allocation helper takes the floating
-  // types and bytes), read and written as int by the kernels only.
-  Tensor counters = fused_ops::empty({n.counters}, torch::headeronly::ScalarType::Float, like);
-  zero_cuda(like, counters.data_ptr(), n.counters * static_cast<int64_t>(sizeof(int)));
+  const int64_t counter_bytes = n.counters * static_cast<int64_t>(sizeof(int));
+  Tensor counters = fused_ops::empty({counter_bytes}, torch::headeronly::ScalarType::Byte, like);
+  zero_cuda(like, counters.data_ptr(), counter_bytes);
   seq_step_forward<scalar_t>(a, slots.mutable_data_ptr<float>(),
                              static_cast<int*>(counters.data_ptr()), stream);
 }

@@ -84,8 +84,7 @@ constexpr int64_t kTinyKMaxBatch = 4;
 
 // The forward's tile: pick_tile's, with the float32 tiny tile split over 4 CTAs along K at
 // batches up to kTinyKMaxBatch (FwdTinyK).
-TileKind forward_tile(int device, ScalarType dtype, int64_t batch, int64_t state) {
-  const bool f32 = dtype == ScalarType::Float;
+TileKind forward_tile(int device, bool f32, int64_t batch, int64_t state) {
   const TileKind k = pick_tile(device, batch, state, f32);
   return k == TileKind::kTiny && f32 && batch <= kTinyKMaxBatch &&
                  std::getenv("LLTM_STEP_TILE") == nullptr
@@ -184,7 +183,9 @@ bool seq_step_supported(int device, ScalarType dtype, int64_t batch, int64_t sta
 
 StepForwardScratchSize seq_step_forward_scratch(int device, ScalarType dtype, int64_t batch,
                                                 int64_t state) {
-  if (forward_tile(device, dtype, batch, state) != TileKind::kTinyK) return {};
+  if (forward_tile(device, dtype == ScalarType::Float, batch, state) != TileKind::kTinyK) {
+    return {};
+  }
   const int64_t tiles = ceil_div(batch, FwdTinyK::BM) * ceil_div(state, FwdTinyK::J);
   return {tiles * FwdTinyK::KC * FwdTinyK::kSlotFloats, tiles};
 }
@@ -195,11 +196,8 @@ void seq_step_forward(const SeqForward<T>& args, float* scratch, int* counters,
   if (args.steps < 1 || args.batch < 1 || args.state < 1) return;
   check_state(args.state);
   const int device = fused_ops::current_device();
-  const ScalarType dtype = std::is_same_v<T, float>  ? ScalarType::Float
-                           : std::is_same_v<T, c10::Half> ? ScalarType::Half
-                                                          : ScalarType::BFloat16;
   step::KSplit none;
-  switch (forward_tile(device, dtype, args.batch, args.state)) {
+  switch (forward_tile(device, std::is_same_v<T, float>, args.batch, args.state)) {
     case TileKind::kBig:
       forward_steps<FwdBig>(args, none, device, stream);
       break;

@@ -390,6 +390,94 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
         torch.ops.rwkv_ops.timex_forward(w, k, 0.3)
 
 
+HALVES_H = 32768  # timex_fft_fused.h kHalvesH
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 3, 32769), (1, 1, 40001), (3, 2, 49153), (1, 2, 65535),
+                                   (2, 3, 65536), (1, 150, 65536)])
+def test_cluster_halves(shape, dtype, monkeypatch):
+    """Rows of 32768 < T <= 65536 as two halves on 2-CTA clusters (RWKV_TIMEX_CLUSTER_HALVES=on;
+    timex_fft_cluster_halves.cuh): out and both gradients against float64 (float32: within 2x
+    PyTorch's float32 FFT convolution; half types: HALF_TOL), deterministic, the forward
+    with the spectra per channel and split to the bit, eager autograd (the W spectra kept as
+    (C, 2, H)) to the bit of the ops; more channels than resident clusters at C = 150."""
+    if dtype != torch.float32 and shape[1] > 3:
+        pytest.skip("the many-channel case in float32 only")
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", "on")
+    B, C, T = shape
+    w, k, g = make(B, C, T, "cuda", dtype)
+    want = reference(w, k, g, 0.3)
+    got = ours(w, k, g, 0.3)
+    if dtype == torch.float32:
+        w32, k32 = (t.detach().clone().requires_grad_() for t in (w, k))
+        out = timex_fftconv(w32, k32, 0.3)
+        peer = [out.detach(), *torch.autograd.grad(out, [w32, k32], g)]
+        for name, e, p in zip(["out", "grad_w", "grad_k"], errors(got, want), errors(peer, want)):
+            assert e <= 2 * p and e < 2e-6, (name, e, p)
+    else:
+        for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+            assert a.dtype == dtype and rel_err(a, b) < HALF_TOL[dtype], (name, rel_err(a, b))
+    for a, b in zip(ours(w, k, g, 0.3), got):
+        assert torch.equal(a, b)
+    for mode in ("fused", "split"):
+        monkeypatch.setenv("RWKV_TIMEX_CLUSTER_FORWARD", mode)
+        out, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)
+        assert torch.equal(out, got[0]), mode
+        assert kz.numel() == 0 and wz.shape == (C, 2, HALVES_H), mode
+    wg, kg = (t.clone().requires_grad_() for t in (w, k))
+    out = rwkv_ops.timex(wg, kg, 0.3)
+    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
+        assert torch.equal(a, b)
+
+
+@needs_sm90
+def test_cluster_halves_choice_kept_spectra_and_capture(monkeypatch):
+    """auto takes the halves at (1, 64, 65536) (one wave of 2-CTA clusters against three of
+    4-CTA ones), not at (1, 8, 65536) nor T <= 49152; spectra kept by one layout and used
+    after RWKV_TIMEX_CLUSTER_HALVES changed are recomputed (the right gradients, not a
+    misread); a bad value raises; CUDA graph capture."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    for (B, C, T), halves in [((1, 64, 65536), True), ((1, 8, 65536), False),
+                              ((1, 64, 49152), False), ((1, 200, 60000), True)]:
+        k = torch.zeros(B, C, T, device="cuda")
+        w = torch.zeros(C, T, device="cuda")
+        wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.0)[2]
+        assert (wz.dim() == 3) == halves, (B, C, T)
+    w, k, g = make(1, 3, 50001, "cuda", torch.float32)
+    want = reference(w, k, g, 0.1)
+    for first, then in (("on", "off"), ("off", "on")):
+        monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", first)
+        wg, kg = (t.clone().requires_grad_() for t in (w, k))
+        out = rwkv_ops.timex(wg, kg, 0.1)
+        monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", then)
+        grads = torch.autograd.grad(out, [wg, kg], g)
+        for name, a, b in zip(["out", "grad_w", "grad_k"], [out, *grads], want):
+            assert max_rel(a, b) < 2e-6, (first, then, name)
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", "yes")
+    with pytest.raises(ValueError, match="RWKV_TIMEX_CLUSTER_HALVES must be"):
+        torch.ops.rwkv_ops.timex_forward(w, k, 0.1)
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", "on")
+    static = [t.clone() for t in (w, k, g)]
+    ours(*static, 0.1)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ours(*static, 0.1)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        outs = ours(*static, 0.1)
+    for t in static:
+        t.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, ours(*static, 0.1)):
+        assert torch.equal(a, b)
+
+
 # ---- bfloat16 / float16 direct kernels on tensor cores (timex_tc_*.cuh, sm_80 and newer) ----
 
 # Bounds on the relative error (2-norm) against float64 on the same rounded inputs.

@@ -341,25 +341,31 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   const auto ctype = k.scalar_type() == torch::headeronly::ScalarType::Double
                          ? torch::headeronly::ScalarType::ComplexDouble
                          : torch::headeronly::ScalarType::ComplexFloat;
-  // The fused or cluster kernels' kept W spectra (kz empty): used where those kernels run now.
+  // The fused or cluster kernels' kept W spectra (kz empty): used where those kernels run now
+  // in the same layout: (C, M) of the fused kernels, (C, M) of the cluster kernels, or
+  // (C, 2, kHalvesH) of their two halves. Kept in another of these (RWKV_TIMEX_ALGO or
+  // RWKV_TIMEX_CLUSTER_HALVES changed between forward and backward): recomputed.
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (kz.numel() == 0 && wz.numel() != 0 &&
       (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused)) {
     const bool fused = algo == fft::Kernel::kFftFused;
-    const int64_t M = fused ? fft::fused_spectrum_length(k.size(2))
-                            : fft::cluster_spectrum_length(k.size(2));
-    // Kept by the other of the two (RWKV_TIMEX_ALGO changed between forward and backward).
-    const int64_t other = fused ? fft::cluster_spectrum_length(k.size(2))
-                                : fft::fused_spectrum_length(k.size(2));
-    if (wz.dim() == 2 && wz.size(1) == other && other != M) return backward_cuda(grad_out, w, k);
-    FUSED_OPS_CHECK_VALUE(wz.dim() == 2 && wz.size(0) == k.size(1) && wz.size(1) == M &&
-                              wz.scalar_type() == ctype && wz.is_contiguous(),
+    const int64_t C = k.size(1), T = k.size(2);
+    const bool as_fused = wz.dim() == 2 && wz.size(0) == C &&
+                          wz.size(1) == fft::fused_spectrum_length(T);
+    const bool as_cluster = wz.dim() == 2 && wz.size(0) == C &&
+                            wz.size(1) == fft::cluster_spectrum_length(T);
+    const bool as_halves = wz.dim() == 3 && wz.size(0) == C && wz.size(1) == 2 &&
+                           wz.size(2) == fft::kHalvesH;
+    const fused_ops::DeviceGuard guard(k.get_device_index());
+    const cudaStream_t stream = fused_ops::current_stream(k);
+    const bool halves = !fused && fft::cluster_halves(k, stream);
+    const bool usable = fused ? as_fused : halves ? as_halves : as_cluster;
+    if (!usable && (as_fused || as_cluster || as_halves)) return backward_cuda(grad_out, w, k);
+    FUSED_OPS_CHECK_VALUE(usable && wz.scalar_type() == ctype && wz.is_contiguous(),
                           "timex_backward_kept: wz must be the spectra that timex_forward_keep "
                           "returned for these w and k, got shape ", fused_ops::shape_str(wz));
     FUSED_OPS_CHECK(fused_ops::same_device(wz, k), "timex_backward_kept: wz must be on k's device");
     fused_ops::check_kernel_image(k);
-    const fused_ops::DeviceGuard guard(k.get_device_index());
-    const cudaStream_t stream = fused_ops::current_stream(k);
     const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
     const Tensor kc = fused_ops::as_contiguous(k);
     return fused ? fft::fused_backward(gc, wc, kc, stream, &wz)

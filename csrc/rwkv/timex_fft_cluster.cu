@@ -26,6 +26,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
 #include "rwkv/timex_fft_cluster_forward.cuh"
+#include "rwkv/timex_fft_cluster_halves.cuh"
 #include "rwkv/timex_fft_fused.h"
 
 namespace rwkv::fft {
@@ -309,6 +310,91 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   return {grad_w, grad_k};
 }
 
+// Rows of 2L < T <= 4L as two halves (timex_fft_cluster_halves.cuh): on 2-CTA clusters, H = 2L.
+using HalvesShape = ClusterShape<Shape<kClusterL, kThreads>, 2>;
+static_assert(HalvesShape::M == kHalvesH, "timex_fft_fused.h");
+
+// RWKV_TIMEX_CLUSTER_HALVES = on | off | auto (or unset), read at every call (tests set it
+// between calls): whether rows of H < T <= 2H run as two halves. auto: where the one-row
+// kernels take M = 4L (T > 3L) and the halves take fewer channel waves, counted with a
+// 4-CTA transform 4/3 the time of a 2-CTA one (17 against 22 us per transform of a row on
+// the H100: benchmarks/results/timex_speedups_s5_h100.md at (1, 512, 32768) and
+// (1, 256, 65536)) and twice the transforms per row: 3 ceil(C / R2) < 2 ceil(C / R4).
+template <typename scalar_t>
+bool halves_for(int64_t C, int64_t T, cudaStream_t stream) {
+  if (T <= kHalvesH || T > 2 * kHalvesH) return false;
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_HALVES");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+    if (cluster_length(T) != 4 * kClusterL) return false;
+    using Four = ClusterShape<Shape<kClusterL, kThreads>, 4>;
+    const int64_t r2 = resident_clusters<scalar_t, HalvesShape>(stream);
+    const int64_t r4 = resident_clusters<scalar_t, Four>(stream);
+    return 3 * ((C + r2 - 1) / r2) < 2 * ((C + r4 - 1) / r4);
+  }
+  if (std::strcmp(v, "on") == 0) return true;
+  if (std::strcmp(v, "off") == 0) return false;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable RWKV_TIMEX_CLUSTER_HALVES must be 'on', 'off' or 'auto' (or "
+      "unset), got '", std::string(v), "'");
+}
+
+// [W0, Wf] per channel (C, 2, H): timex_fft_cluster_halves.cuh.
+template <typename scalar_t>
+Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
+  using CS = HalvesShape;
+  const int64_t C = w.size(0), T = w.size(1);
+  Tensor spec = fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w);
+  launch<CS>(halves_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
+             static_cast<int>(T), as<cf32>(spec), as<const cf32>(tws.staged),
+             as<const cf32>(tws.twc));
+  return spec;
+}
+
+// The forward as two halves: one kernel making the channel's spectra and then its rows where
+// that takes no more waves (fused_forward_for, the same count: 2 + 4B transforms a channel
+// against 2 + 4 per row), else the spectra and then the rows over every resident cluster.
+template <typename scalar_t>
+Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                      Tensor* keep) {
+  using CS = HalvesShape;
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const auto tws = twiddles<CS>(k, stream);
+  const int64_t resident = resident_clusters<scalar_t, CS>(stream);
+  const bool spectra = fused_forward_for(B, C, resident);
+  Tensor spec = spectra ? fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w)
+                        : halves_spectra<scalar_t>(w, tws, stream);
+  const int64_t clusters = std::min(spectra ? C : B * C, resident);
+  const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * CS::M, k);
+  Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
+  launch<CS>(halves_forward_kernel<scalar_t, CS>, clusters, stream, w.const_data_ptr<scalar_t>(),
+             k.const_data_ptr<scalar_t>(), as<cf32>(spec), as<cf32>(scratch),
+             out.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(C),
+             static_cast<int>(T), static_cast<float>(eps), spectra, as<const cf32>(tws.staged),
+             as<const cf32>(tws.twc));
+  if (keep != nullptr) *keep = spec;
+  return out;
+}
+
+// Both gradients as two halves: the one-pass kernel over min(C, resident) clusters.
+template <typename scalar_t>
+std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, const Tensor& k,
+                                           cudaStream_t stream, const Tensor* kept) {
+  using CS = HalvesShape;
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const auto tws = twiddles<CS>(k, stream);
+  const Tensor spec = kept != nullptr ? *kept : halves_spectra<scalar_t>(w, tws, stream);
+  Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
+  Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
+  const int64_t clusters = std::min<int64_t>(C, resident_clusters<scalar_t, CS>(stream));
+  const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 4 * CS::M, k);
+  launch<CS>(halves_backward_kernel<scalar_t, CS>, clusters, stream,
+             g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
+             grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
+             static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
+             as<const cf32>(tws.staged), as<const cf32>(tws.twc));
+  return {grad_w, grad_k};
+}
+
 // Whether this build's cluster kernels hold sm_90 code (a build for older targets only,
 // JIT-compiled from their PTX, has kernels that trap), per device.
 bool kernels_have_clusters(int device) {
@@ -344,6 +430,16 @@ bool cluster_supported(const Tensor& k) {
          kernels_have_clusters(k.get_device_index());
 }
 
+bool cluster_halves(const Tensor& k, cudaStream_t stream) {
+  bool halves = false;
+  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_halves", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      halves = halves_for<scalar_t>(k.size(1), k.size(2), stream);
+    }
+  });
+  return halves;
+}
+
 int64_t cluster_spectrum_length(int64_t T) {
   return T >= 1 && T <= kClusterMaxM ? cluster_length(T) : 0;
 }
@@ -353,6 +449,10 @@ Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
+      if (halves_for<scalar_t>(k.size(1), k.size(2), stream)) {
+        out = halves_forward<scalar_t>(w, k, eps, stream, keep);
+        return;
+      }
       with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
         out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream, keep);
       });
@@ -366,6 +466,10 @@ std::tuple<Tensor, Tensor> cluster_backward(const Tensor& g, const Tensor& w, co
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_backward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
+      if (halves_for<scalar_t>(k.size(1), k.size(2), stream)) {
+        grads = halves_backward<scalar_t>(g, w, k, stream, kept);
+        return;
+      }
       with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
         grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream, kept);
       });

@@ -44,8 +44,9 @@ int64_t fused_spectrum_length(int64_t T);
 // cost of M = 24576).
 bool cluster_supported(const fused_ops::Tensor& k);
 
-// keep: where not null, receives W's spectra (C, M) complex float (the cluster kernels' own
-// frequency order), for cluster_backward's kept.
+// keep: where not null, receives W's spectra, complex float in the cluster kernels' own
+// frequency order, for cluster_backward's kept: (C, M), or (C, 2, kHalvesH) where the rows run
+// as two halves (cluster_halves).
 fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
                                   double eps, cudaStream_t stream,
                                   fused_ops::Tensor* keep = nullptr);
@@ -59,5 +60,12 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(
 // M of the cluster kernels for rows of T: the length of the kept spectra's rows (0 past
 // their longest row).
 int64_t cluster_spectrum_length(int64_t T);
+
+// The halves' length: rows of kHalvesH < T <= 2 kHalvesH may run as two halves of kHalvesH,
+// each half-length product a transform of kHalvesH complex values on 2-CTA clusters
+// (timex_fft_cluster_halves.cuh). Whether they do for k (its shape, dtype, the device and
+// RWKV_TIMEX_CLUSTER_HALVES = on | off | auto), where the cluster kernels run k.
+constexpr int64_t kHalvesH = 32768;
+bool cluster_halves(const fused_ops::Tensor& k, cudaStream_t stream);
 
 }  // namespace rwkv::fft

@@ -160,8 +160,9 @@ def padding_cases():
 # ---- RWKV TimeX ----------------------------------------------------------------------------
 
 def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=None, keep=False,
-               library=False):
-    """forward (eps 0.5) and backward of k (B, C, T) with RWKV_TIMEX_ALGO=algo (None: unset);
+               library=False, extra_env=None):
+    """forward (eps 0.5) and backward of k (B, C, T) with RWKV_TIMEX_ALGO=algo (None: unset)
+    and the variables of extra_env;
     expect: the algorithm timex_algorithm must report; keep: through timex_forward_keep and
     timex_backward_kept; misalign: k, g (and so out, grad_k) one element past an aligned
     start."""
@@ -198,7 +199,7 @@ def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=Non
         for name, a, b in zip(["out", "grad_w", "grad_k"], [out, grad_w, grad_k], want):
             close(name, a, b, TOL[dtype])
 
-    env = {"RWKV_TIMEX_ALGO": algo}
+    env = {"RWKV_TIMEX_ALGO": algo, **(extra_env or {})}
     name = f"B={B} C={C} T={T}" + (f" {note}" if note else "")
     add(family, name, dtype, run, env, library)
 
@@ -261,6 +262,15 @@ def rwkv_fft_cases():
                            ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
                            ("float16", 2, 1, 40001)]:
         timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", "fft_cluster", expect="fft_cluster")
+    # The rows as two halves on 2-CTA clusters (timex_fft_cluster_halves.cuh): T = 2H, odd T,
+    # just past H, misaligned, B > 1 (grad_w's sum), the split forward (more rows than channels).
+    for dtype, B, C, T, misalign, forward in [("float32", 1, 2, 65536, False, "fused"),
+                                              ("bfloat16", 2, 1, 40001, True, "split"),
+                                              ("float16", 1, 1, 32769, False, "fused")]:
+        timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", f"halves {forward}",
+                   misalign=misalign, expect="fft_cluster",
+                   extra_env={"RWKV_TIMEX_CLUSTER_HALVES": "on",
+                              "RWKV_TIMEX_CLUSTER_FORWARD": forward})
 
 
 def rwkv_fft_library_cases():

@@ -27,7 +27,7 @@ namespace rwkv::fft {
 // partial sums that the reduce launch reads, one CTA per channel). STAGED as in
 // timex_fft_kernels.cuh.
 template <typename scalar_t, class Sh, bool STAGED>
-TIMEX_FFT_KERNEL(Sh::THREADS)
+TIMEX_FFT_KERNEL_64REGS(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,

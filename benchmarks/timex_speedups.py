@@ -128,9 +128,11 @@ def measure_shape(B, C, T, dtype, budget, compare=None):
         total_fns.append(total)
     times = medians_ms(fwd_fns + total_fns, "cuda", warmup=3, reps=30, budget_s=budget, rounds=3)
     n = len(variants)
-    # The GPU kernel time of ours' forward + backward (profiler): the rest of its wall time
-    # is the host's (autograd, the op calls) where the GPU waits for it.
-    gpu = sum(ms for _, ms in cuda_kernels(total_fns[0]).values())
+    # The GPU kernel time of the forward + backward of ours and of the FFT conv (profiler):
+    # the rest of a wall time is the host's (autograd, the op calls) where the GPU waits.
+    names = list(variants)
+    gpu = [sum(ms for _, ms in cuda_kernels(total_fns[names.index(name)]).values())
+           for name in ("ours", "FFT conv")]
     return algo, gpu, {name: (times[i], times[n + i], errs[name])
                        for i, name in enumerate(variants)}
 
@@ -152,10 +154,11 @@ def main(argv=None):
     lines = [f"TimeX vs the FFT convolution: {env.get('device')}, torch {env['torch']}, "
              f"CUDA {env['cuda']}, driver {env.get('driver')}, commit {commit}", "",
              "ms (CUDA-event medians, alternating rounds); fwd+bwd = forward and both gradients "
-             "through autograd; ours GPU = its kernels' time per fwd+bwd (profiler); speedup = "
+             "through autograd; GPU = the kernels' time per fwd+bwd (profiler), ours / FFT "
+             "conv, and its ratio; speedup = "
              "FFT conv time / ours; err = max |got - want| / max |want| over out, grad_w, "
              "grad_k vs float64 on the same rounded inputs", "",
-             "| dtype | (B, C, T) | algorithm | ours fwd / fwd+bwd | ours GPU fwd+bwd "
+             "| dtype | (B, C, T) | algorithm | ours fwd / fwd+bwd | GPU fwd+bwd: ours / FFT conv "
              "| fft_library fwd / fwd+bwd | FFT conv fwd / fwd+bwd | speedup fwd / fwd+bwd "
              "| (fft_library speedup) | err ours / FFT conv |",
              "|" + " --- |" * 10]
@@ -168,7 +171,8 @@ def main(argv=None):
             lib_txt = f"{lib[0]:.3f} / {lib[1]:.3f}" if lib else "-"
             lib_sp = f"{ff / lib[0]:.2f}x / {ft / lib[1]:.2f}x" if lib else "-"
             lines.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {algo} | {of:.3f} / {ot:.3f} | "
-                         f"{gpu:.3f} | {lib_txt} | {ff:.3f} / {ft:.3f} | "
+                         f"{gpu[0]:.3f} / {gpu[1]:.3f} = {gpu[1] / gpu[0]:.2f}x | {lib_txt} | "
+                         f"{ff:.3f} / {ft:.3f} | "
                          f"{ff / of:.2f}x / {ft / ot:.2f}x | {lib_sp} | {oe:.1e} / {fe:.1e} |")
             print(lines[-1], flush=True)
             for name in compare:

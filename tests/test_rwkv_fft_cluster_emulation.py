@@ -25,20 +25,6 @@ std::mt19937 rng(4321);
 int failures = 0;
 std::vector<cf32> tw(kTwiddles);
 
-double row_err(const std::vector<double>& got, const std::vector<double>& want, int n) {
-  double worst = 0;
-  for (size_t r = 0; r < got.size() / n; ++r) {
-    double e = 0, m = 0;
-    for (int i = 0; i < n; ++i) {
-      if (!std::isfinite(got[r * n + i])) return INFINITY;
-      e = std::max(e, std::abs(got[r * n + i] - want[r * n + i]));
-      m = std::max(m, std::abs(want[r * n + i]));
-    }
-    worst = std::max(worst, m > 0 ? e / m : e);
-  }
-  return worst;
-}
-
 // B, C, T with T <= M = P L; eps; offset: elements by which k, g, out and grad_k are shifted
 // (misaligned rows); MAXT: threads per CTA at most (fewer than the GPU's kThreads give each
 // thread more butterflies and pairs); clusters: wgrad's clusters (fewer than C: a cluster
@@ -52,11 +38,9 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
     ++failures;
     return;
   }
-  const size_t n = size_t(B) * C * T;
   auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 2);
   auto &w = in.w, &k = in.k, &g = in.g;
   const S *kp = in.kp, *gp = in.gp;
-  const auto &out_ref = in.out_ref, &gk_ref = in.gk_ref, &gw_ref = in.gw_ref;
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);
@@ -114,27 +98,15 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
                                          T, float(eps), false, 0, false, tw.data(), twc.data());
   });
   forward_same &= std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0;
-  bool guards = true;
-  std::vector<double> o(n), dk(n), dw(gw.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (i >= size_t(offset) && i < offset + n) {
-      o[i - offset] = as_double(out[i]);
-      dk[i - offset] = as_double(gk[i]);
-    } else {
-      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
-                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
-    }
-  }
-  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
-  const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
-               e3 = row_err(dw, gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && same && fused_same && forward_same;
+  const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
+  const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e.guards && same && fused_same &&
+                  forward_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d M=%d threads=%d offset=%d clusters=%d: out "
               "%.2e grad_k %.2e grad_w %.2e%s%s%s%s\n",
-              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, M, threads, offset, clusters, e1,
-              e2, e3, guards ? "" : " (wrote outside the output)",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, M, threads, offset, clusters, e.out,
+              e.gk, e.gw, e.guards ? "" : " (wrote outside the output)",
               same ? "" : " (grad_w differs)",
               fused_same ? "" : " (the one-pass backward differs)",
               forward_same ? "" : " (the one-kernel forward differs)");

@@ -27,23 +27,6 @@ std::mt19937 rng(1234);
 int failures = 0;
 std::vector<cf32> tw(kTwiddles);
 
-// Over the rows of n elements: the largest max|got - want| / max|want| of a row (infinite
-// where got has a non-finite value).
-double row_err(const std::vector<double>& got, const std::vector<double>& want, int n) {
-  double worst = 0;
-  for (size_t r = 0; r < got.size() / n; ++r) {
-    double e = 0, m = 0;
-    for (int i = 0; i < n; ++i) {
-      const double d = got[r * n + i] - want[r * n + i];
-      if (!std::isfinite(got[r * n + i])) return INFINITY;
-      e = std::max(e, std::abs(d));
-      m = std::max(m, std::abs(want[r * n + i]));
-    }
-    worst = std::max(worst, m > 0 ? e / m : e);
-  }
-  return worst;
-}
-
 // B, C, T (M = fft_length(T), given as a template argument so that the program instantiates
 // only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
 // (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
@@ -59,11 +42,9 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     ++failures;
     return;
   }
-  const size_t n = size_t(B) * C * T;
   auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 2);
   auto &w = in.w, &k = in.k, &g = in.g;
   const S *kp = in.kp, *gp = in.gp;
-  const auto &out_ref = in.out_ref, &gk_ref = in.gk_ref, &gw_ref = in.gw_ref;
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);
@@ -115,7 +96,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     split_same = std::memcmp(gk.data(), gk_split.data(), gk.size() * sizeof(S)) == 0;
     std::vector<double> d(gw.size());
     for (size_t i = 0; i < gw.size(); ++i) d[i] = as_double(gw_split[i]);
-    e_split = row_err(d, gw_ref, T);
+    e_split = row_err(d, in.gw_ref, T);
   }
   if constexpr (PLAIN) {
     std::vector<S> out_p(out.size(), guard), gk_p(gk.size(), guard), gw_p(gw.size(), guard),
@@ -126,29 +107,16 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     };
     plain_same &= same_bits(out, out_p) && same_bits(gk, gk_p) && same_bits(gw, gw_p);
   }
-  bool guards = true;
-  std::vector<double> o(n), dk(n), dw(gw.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (i >= size_t(offset) && i < offset + n) {
-      o[i - offset] = as_double(out[i]);
-      dk[i - offset] = as_double(gk[i]);
-    } else {
-      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
-                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
-    }
-  }
-  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
-  const double e1 = row_err(o, out_ref, T), e2 = row_err(dk, gk_ref, T),
-               e3 = row_err(dw, gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && e_split < tol && guards && same &&
-                  plain_same && split_same;
+  const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
+  const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e_split < tol && e.guards &&
+                  same && plain_same && split_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d M=%d threads=%d offset=%d ctas=%d: out %.2e grad_k "
               "%.2e grad_w %.2e (split over b: %.2e)%s%s%s%s%s\n",
-              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e1, e2, e3,
-              e_split, PLAIN ? " (plain table too)" : "",
-              guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e.out, e.gk,
+              e.gw, e_split, PLAIN ? " (plain table too)" : "",
+              e.guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)",
               plain_same ? "" : " (the plain table's results differ)",
               split_same ? "" : " (grad_k differs with splits)");
   std::fflush(stdout);

@@ -24,20 +24,6 @@ using namespace rwkv::fft;
 std::mt19937 rng(2468);
 int failures = 0;
 
-double row_err(const std::vector<double>& got, const std::vector<double>& want, int n) {
-  double worst = 0;
-  for (size_t r = 0; r < got.size() / n; ++r) {
-    double e = 0, m = 0;
-    for (int i = 0; i < n; ++i) {
-      if (!std::isfinite(got[r * n + i])) return INFINITY;
-      e = std::max(e, std::abs(got[r * n + i] - want[r * n + i]));
-      m = std::max(m, std::abs(want[r * n + i]));
-    }
-    worst = std::max(worst, m > 0 ? e / m : e);
-  }
-  return worst;
-}
-
 // B, C, T with H < T <= 2H (H = P L); eps; offset: elements by which k, g, out and grad_k
 // are shifted (misaligned rows); MAXT: threads per CTA at most; clusters: clusters of the
 // forward and backward launches (fewer than C or B C: a cluster does several).
@@ -50,7 +36,6 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
     ++failures;
     return;
   }
-  const size_t n = size_t(B) * C * T;
   auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 2);
   auto &w = in.w, &k = in.k;
   const S *kp = in.kp, *gp = in.gp;
@@ -85,26 +70,14 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   }
   const bool backward_same = std::memcmp(gk.data(), gk2.data(), gk.size() * sizeof(S)) == 0 &&
                              std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
-  bool guards = true;
-  std::vector<double> o(n), dk(n), dw(gw.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (i >= size_t(offset) && i < offset + n) {
-      o[i - offset] = as_double(out[i]);
-      dk[i - offset] = as_double(gk[i]);
-    } else {
-      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
-                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
-    }
-  }
-  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
-  const double e1 = row_err(o, in.out_ref, T), e2 = row_err(dk, in.gk_ref, T),
-               e3 = row_err(dw, in.gw_ref, T);
-  const bool ok = e1 < tol && e2 < tol && e3 < tol && guards && forward_same && backward_same;
+  const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
+  const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e.guards && forward_same &&
+                  backward_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d H=%d threads=%d offset=%d clusters=%d: out "
               "%.2e grad_k %.2e grad_w %.2e%s%s%s\n",
-              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, H, threads, offset, clusters, e1,
-              e2, e3, guards ? "" : " (wrote outside the output)",
+              ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, H, threads, offset, clusters, e.out,
+              e.gk, e.gw, e.guards ? "" : " (wrote outside the output)",
               forward_same ? "" : " (the split forward differs)",
               backward_same ? "" : " (the backward is not deterministic)");
   std::fflush(stdout);

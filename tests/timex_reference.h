@@ -1,14 +1,16 @@
 // TimeX in float64, the definition looped: the reference of the emulation tests that run
-// the CUDA kernels on the CPU (test_rwkv.py, test_rwkv_fft_emulation.py,
-// test_rwkv_fft_cluster_emulation.py), and their random inputs (timex_inputs).
+// the CUDA kernels on the CPU (test_rwkv.py and the test_rwkv_fft_*emulation.py files), their
+// random inputs (timex_inputs) and the FFT tests' comparison with it (timex_check).
 //   out[b, c, t]      = eps + sum_{u <= t} w[c, T-1-(t-u)] k[b, c, u]
 //   grad_k[b, c, u]   = sum_{t >= u} w[c, T-1-(t-u)] g[b, c, t]
 //   grad_w[c, T-1-s]  = sum_b sum_{t >= s} g[b, c, t] k[b, c, t-s]
 // w (C, T), k and g (B, C, T) contiguous; the outputs are resized and overwritten.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -68,4 +70,49 @@ TimexInputs<S> timex_inputs(Rng& rng, int B, int C, int T, double eps, int offse
   in.gp = in.g.data() + offset;
   timex_reference(in.w.data(), in.kp, in.gp, B, C, T, eps, in.out_ref, in.gk_ref, in.gw_ref);
   return in;
+}
+
+// Over the rows of n elements: the largest max|got - want| / max|want| of a row (infinite
+// where got has a non-finite value).
+inline double row_err(const std::vector<double>& got, const std::vector<double>& want, int n) {
+  double worst = 0;
+  for (size_t r = 0; r < got.size() / n; ++r) {
+    double e = 0, m = 0;
+    for (int i = 0; i < n; ++i) {
+      if (!std::isfinite(got[r * n + i])) return INFINITY;
+      e = std::max(e, std::abs(got[r * n + i] - want[r * n + i]));
+      m = std::max(m, std::abs(want[r * n + i]));
+    }
+    worst = std::max(worst, m > 0 ? e / m : e);
+  }
+  return worst;
+}
+
+// What the kernels wrote against in's float64 results: row_err of out and grad_k (B, C, T,
+// written `offset` elements into buffers of in.k's size) and of grad_w (C, T), and whether
+// every entry of out's and grad_k's buffers outside the outputs still holds `guard`.
+struct TimexCheck {
+  double out, gk, gw;
+  bool guards;
+};
+
+template <typename S>
+TimexCheck timex_check(const TimexInputs<S>& in, const std::vector<S>& out,
+                       const std::vector<S>& gk, const std::vector<S>& gw, int offset, int T,
+                       S guard) {
+  const size_t n = in.out_ref.size();
+  std::vector<double> o(n), dk(n), dw(gw.size());
+  bool guards = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i >= size_t(offset) && i < offset + n) {
+      o[i - offset] = as_double(out[i]);
+      dk[i - offset] = as_double(gk[i]);
+    } else {
+      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
+                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
+    }
+  }
+  for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
+  return {row_err(o, in.out_ref, T), row_err(dk, in.gk_ref, T), row_err(dw, in.gw_ref, T),
+          guards};
 }

@@ -8,7 +8,8 @@
 // device-global state and capturable in a CUDA graph), then the forward as one kernel (W's
 // spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
 // takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed
-// and one kernel per output.
+// and one kernel per output. Rows of 49152 < T <= 65536 may instead run as two halves on
+// 2-CTA clusters (halves_for; timex_fft_cluster_halves.cuh).
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
@@ -317,9 +318,10 @@ static_assert(HalvesShape::M == kHalvesH, "timex_fft_fused.h");
 // RWKV_TIMEX_CLUSTER_HALVES = on | off | auto (or unset), read at every call (tests set it
 // between calls): whether rows of H < T <= 2H run as two halves. auto: where the one-row
 // kernels take M = 4L (T > 3L) and the halves take fewer channel waves, counted with a
-// 4-CTA transform 4/3 the time of a 2-CTA one (17 against 22 us per transform of a row on
-// the H100: benchmarks/results/timex_speedups_s5_h100.md at (1, 512, 32768) and
-// (1, 256, 65536)) and twice the transforms per row: 3 ceil(C / R2) < 2 ceil(C / R4).
+// 4-CTA transform 4/3 the time of a 2-CTA one (about 17 against 22 us per transform of a row
+// on the H100, from the forward at (1, 512, 32768) and (1, 256, 65536) in
+// benchmarks/results/timex_cluster_forward_h100.md) and twice the transforms per row:
+// 3 ceil(C / R2) < 2 ceil(C / R4). Measured both ways: benchmarks/results/timex_halves_h100.md.
 template <typename scalar_t>
 bool halves_for(int64_t C, int64_t T, cudaStream_t stream) {
   if (T <= kHalvesH || T > 2 * kHalvesH) return false;

@@ -1,9 +1,12 @@
 // RWKV TimeX for H < T <= 2H (H = CS::M, the cluster's complex length): the convolution of a
 // row as two halves of H, each half-length product an FFT convolution of real length N = 2H
 // on a cluster of CS::P CTAs, instead of one transform of M >= T complex values on a larger
-// cluster. At T = 65536 (H = 32768): six transforms of 32768 on a 2-CTA cluster in place of
-// three of 65536 on a 4-CTA one; the same arithmetic per CTA, and the H100 keeps 66 clusters
-// of 2 resident against 30 of 4, so a call of 64 rows runs one wave instead of three.
+// cluster. At T = 65536 (H = 32768), forward: six transforms of 32768 (2 per channel, 4 per
+// row) on a 2-CTA cluster in place of three of 65536 on a 4-CTA one: each CTA holds 16384
+// values either way and does twice the transforms, but the H100 keeps 66 clusters of 2
+// resident against 30 of 4, so 64 rows run in one wave instead of three, and the 2-CTA
+// transform is the shorter (fewer values cross the cluster): 0.34 against 0.59 ms of kernels
+// for forward + backward at (1, 64, 65536) (benchmarks/results/timex_halves_h100.md).
 //
 // With w' = w reversed in time (the lags: out[t] = eps + sum_{u <= t} w'[t-u] k[u]), the
 // halves k0 = k[0, H), k1 = k[H, T), likewise g0, g1, and the length-N real DFTs
@@ -53,6 +56,15 @@ TIMEX_FFT_DEVICE void cluster_owned(cf32* sm, const Visit& visit) {
   }
 }
 
+// A cluster_pairs visitor that stores the pair's spectrum values to s (cluster layout).
+struct StorePairs {
+  cf32* s;
+  TIMEX_FFT_DEVICE void operator()(int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) const {
+    s[pk] = xk;
+    s[pj] = xj;
+  }
+};
+
 // The transform of a real row of n elements (read reversed where asked) into this CTA's
 // shared memory, as every cluster kernel loads one.
 template <typename scalar_t, class CS>
@@ -94,12 +106,6 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
   const int cluster = static_cast<int>(blockIdx.x / CS::P);
   const int clusters = static_cast<int>(gridDim.x / CS::P);
   cf32* hs = scratch + int64_t{cluster} * CS::M;  // S Wf K0 of the current row
-  const auto keep = [](cf32* s) {
-    return [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
-      s[pk] = xk;
-      s[pj] = xj;
-    };
-  };
   const int64_t units = spectra ? C : int64_t{B} * C;
   for (int64_t u = cluster; u < units; u += clusters) {
     const int c = static_cast<int>(spectra ? u : u % C);
@@ -110,11 +116,11 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
       cluster_sync_reads();  // the previous pass's reads of every CTA's shared memory are done
       cluster_load_transform<scalar_t, CS>(sm, tw, twc, wrow + (T - H), H, true);  // w'[0, H)
       cluster_sync();
-      cluster_pairs<CS>(sm, twc, keep(w0));
+      cluster_pairs<CS>(sm, twc, StorePairs{w0});
       cluster_sync_reads();
       cluster_load_transform<scalar_t, CS>(sm, tw, twc, wrow, T, true);  // w'[0, T)
       cluster_sync();
-      cluster_pairs<CS>(sm, twc, keep(wf));
+      cluster_pairs<CS>(sm, twc, StorePairs{wf});
     }
     const int b_end = spectra ? B : static_cast<int>(u / C) + 1;
     for (int b = spectra ? 0 : b_end - 1; b < b_end; ++b) {
@@ -179,10 +185,7 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
       cluster_sync_reads();
       cluster_load_transform<scalar_t, CS>(sm, tw, twc, grow, H, false);  // G0
       cluster_sync();
-      cluster_pairs<CS>(sm, twc, [g0s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
-        g0s[pk] = xk;
-        g0s[pj] = xj;
-      });
+      cluster_pairs<CS>(sm, twc, StorePairs{g0s});
       cluster_sync_reads();
       cluster_load_transform<scalar_t, CS>(sm, tw, twc, grow + H, T - H, false);  // G1
       cluster_sync();
@@ -258,15 +261,11 @@ halves_spectrum_kernel(const scalar_t* __restrict__ w, int T, cf32* __restrict__
   const int64_t c = blockIdx.x / CS::P;
   const scalar_t* wrow = w + c * T;
   for (int part = 0; part < 2; ++part) {
-    cf32* s = spec + (2 * c + part) * CS::M;
     if (part == 1) cluster_sync_reads();
     cluster_load_transform<scalar_t, CS>(sm, tw, twc, part == 0 ? wrow + (T - H) : wrow,
                                          part == 0 ? H : T, true);
     cluster_sync();
-    cluster_pairs<CS>(sm, twc, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
-      s[pk] = xk;
-      s[pj] = xj;
-    });
+    cluster_pairs<CS>(sm, twc, StorePairs{spec + (2 * c + part) * CS::M});
   }
   cluster_sync_reads();
 #endif

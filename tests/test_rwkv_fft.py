@@ -393,18 +393,21 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
 HALVES_H = 32768  # timex_fft_fused.h kHalvesH
 
 
+# Every dtype at few channels; more channels than resident clusters in float32.
+HALVES_CASES = [(shape, dtype) for shape in [(2, 3, 32769), (1, 1, 40001), (3, 2, 49153),
+                                             (1, 2, 65535), (2, 3, 65536)]
+                for dtype in (torch.float32, torch.bfloat16, torch.float16)]
+HALVES_CASES.append(((1, 150, 65536), torch.float32))
+
+
 @needs_sm90
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(2, 3, 32769), (1, 1, 40001), (3, 2, 49153), (1, 2, 65535),
-                                   (2, 3, 65536), (1, 150, 65536)])
+@pytest.mark.parametrize("shape,dtype", HALVES_CASES)
 def test_cluster_halves(shape, dtype, monkeypatch):
     """Rows of 32768 < T <= 65536 as two halves on 2-CTA clusters (RWKV_TIMEX_CLUSTER_HALVES=on;
     timex_fft_cluster_halves.cuh): out and both gradients against float64 (float32: within 2x
     PyTorch's float32 FFT convolution; half types: HALF_TOL), deterministic, the forward
     with the spectra per channel and split to the bit, eager autograd (the W spectra kept as
     (C, 2, H)) to the bit of the ops; more channels than resident clusters at C = 150."""
-    if dtype != torch.float32 and shape[1] > 3:
-        pytest.skip("the many-channel case in float32 only")
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", "on")
     B, C, T = shape

@@ -425,16 +425,8 @@ void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_
           toeplitz_tc_kernel<S, Cfg, false>(w.data(), gp, gk2.data() + offset, B, C, T, 0.f,
                                             vec_w, vec);
         });
-        std::vector<double> o2(n), dk2(n);
-        for (size_t i = 0; i < out2.size(); ++i) {
-          if (i >= size_t(offset) && i < offset + n) {
-            o2[i - offset] = as_double(out2[i]);
-            dk2[i - offset] = as_double(gk2[i]);
-          } else {
-            guards &= std::memcmp(&out2[i], &guard, sizeof(S)) == 0 &&
-                      std::memcmp(&gk2[i], &guard, sizeof(S)) == 0;
-          }
-        }
+        std::vector<double> o2, dk2;
+        guards &= unpad_outputs(out2, gk2, offset, n, guard, o2, dk2);
         e4 = std::max(e4, rel_err(o2, out_ref));
         e5 = std::max(e5, rel_err(dk2, gk_ref));
       };
@@ -451,17 +443,8 @@ void check(int B, int C, int T, double eps, int offset, double tol, bool tensor_
     launch(cdiv(C, Cfg::NCH) * cdiv(T, Cfg::ST), Cfg::THREADS, Cfg::SMEM_BYTES,
            [&] { wgrad_kernel<S, Cfg>(gp, kp, gw.data(), B, C, T, vec); });
   });
-  std::vector<double> o(n), dk(n), dw(gw.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const bool inside = i >= size_t(offset) && i < offset + n;
-    if (inside) {
-      o[i - offset] = as_double(out[i]);
-      dk[i - offset] = as_double(gk[i]);
-    } else {
-      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0 &&
-                std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
-    }
-  }
+  std::vector<double> o, dk, dw(gw.size());
+  guards &= unpad_outputs(out, gk, offset, n, guard, o, dk);
   for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
   const double e1 = rel_err(o, out_ref), e2 = rel_err(dk, gk_ref), e3 = rel_err(dw, gw_ref);
   const bool ok = e1 < tol && e2 < tol && e3 < tol && e4 < tol && e5 < tol && guards;

@@ -88,20 +88,14 @@ inline double row_err(const std::vector<double>& got, const std::vector<double>&
   return worst;
 }
 
-// What the kernels wrote against in's float64 results: row_err of out and grad_k (B, C, T,
-// written `offset` elements into buffers of in.k's size) and of grad_w (C, T), and whether
-// every entry of out's and grad_k's buffers outside the outputs still holds `guard`.
-struct TimexCheck {
-  double out, gk, gw;
-  bool guards;
-};
-
+// out and grad_k (B, C, T of n values) as the kernels wrote them `offset` elements into
+// buffers filled with `guard`: their values in float64 into o and dk (resized); whether every
+// entry outside them still holds guard.
 template <typename S>
-TimexCheck timex_check(const TimexInputs<S>& in, const std::vector<S>& out,
-                       const std::vector<S>& gk, const std::vector<S>& gw, int offset, int T,
-                       S guard) {
-  const size_t n = in.out_ref.size();
-  std::vector<double> o(n), dk(n), dw(gw.size());
+bool unpad_outputs(const std::vector<S>& out, const std::vector<S>& gk, int offset, size_t n,
+                   S guard, std::vector<double>& o, std::vector<double>& dk) {
+  o.assign(n, 0.0);
+  dk.assign(n, 0.0);
   bool guards = true;
   for (size_t i = 0; i < out.size(); ++i) {
     if (i >= size_t(offset) && i < offset + n) {
@@ -112,6 +106,22 @@ TimexCheck timex_check(const TimexInputs<S>& in, const std::vector<S>& out,
                 std::memcmp(&gk[i], &guard, sizeof(S)) == 0;
     }
   }
+  return guards;
+}
+
+// What the kernels wrote against in's float64 results: row_err of out and grad_k (as
+// unpad_outputs takes them) and of grad_w (C, T), and whether the guards held.
+struct TimexCheck {
+  double out, gk, gw;
+  bool guards;
+};
+
+template <typename S>
+TimexCheck timex_check(const TimexInputs<S>& in, const std::vector<S>& out,
+                       const std::vector<S>& gk, const std::vector<S>& gw, int offset, int T,
+                       S guard) {
+  std::vector<double> o, dk, dw(gw.size());
+  const bool guards = unpad_outputs(out, gk, offset, in.out_ref.size(), guard, o, dk);
   for (size_t i = 0; i < gw.size(); ++i) dw[i] = as_double(gw[i]);
   return {row_err(o, in.out_ref, T), row_err(dk, in.gk_ref, T), row_err(dw, in.gw_ref, T),
           guards};

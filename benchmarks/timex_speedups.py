@@ -93,7 +93,7 @@ def parse_compare(specs):
     return out
 
 
-def measure_shape(B, C, T, dtype, budget, compare=None):
+def measure_shape(B, C, T, dtype, budget, compare=None, reps=30):
     variants = {"ours": forced(), "ours fft_library": forced(RWKV_TIMEX_ALGO="fft_library"),
                 "FFT conv": fftconv_upcast}
     if T <= 16384:
@@ -126,7 +126,8 @@ def measure_shape(B, C, T, dtype, budget, compare=None):
 
         fwd_fns.append(fwd)
         total_fns.append(total)
-    times = medians_ms(fwd_fns + total_fns, "cuda", warmup=3, reps=30, budget_s=budget, rounds=3)
+    times = medians_ms(fwd_fns + total_fns, "cuda", warmup=3, reps=reps, budget_s=budget,
+                       rounds=3)
     n = len(variants)
     # The GPU kernel time of the forward + backward of ours and of the FFT conv (profiler):
     # the rest of a wall time is the host's (autograd, the op calls) where the GPU waits.
@@ -143,6 +144,9 @@ def main(argv=None):
     parser.add_argument("--shapes", nargs="*", help='e.g. "(1, 512, 32768)" (default: SHAPES)')
     parser.add_argument("--budget", type=float, default=0.25, help="seconds per measurement")
     parser.add_argument("--compare", nargs="*", help='extra variants, "NAME:VAR=VALUE,..."')
+    parser.add_argument("--reps", type=int, default=30,
+                        help="timed calls per variant (fewer where --budget runs out first)")
+    parser.add_argument("--dtypes", nargs="*", default=[str(d)[6:] for d in DTYPES])
     args = parser.parse_args(argv)
     compare = parse_compare(args.compare)
     extra = ["| dtype | (B, C, T) | variant | fwd / fwd+bwd | speedup fwd / fwd+bwd | err |",
@@ -162,9 +166,9 @@ def main(argv=None):
              "| fft_library fwd / fwd+bwd | FFT conv fwd / fwd+bwd | speedup fwd / fwd+bwd "
              "| (fft_library speedup) | err ours / FFT conv |",
              "|" + " --- |" * 10]
-    for dtype in DTYPES:
+    for dtype in (getattr(torch, d) for d in args.dtypes):
         for B, C, T in shapes:
-            algo, gpu, r = measure_shape(B, C, T, dtype, args.budget, compare)
+            algo, gpu, r = measure_shape(B, C, T, dtype, args.budget, compare, args.reps)
             of, ot, oe = r["ours"]
             ff, ft, fe = r["FFT conv"]
             lib = r.get("ours fft_library")

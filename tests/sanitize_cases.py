@@ -186,7 +186,7 @@ def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=Non
             assert got == expect, f"timex_algorithm says {got}, expected {expect}"
         if keep:
             out, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(wg, kg, 0.5)
-            assert kz.numel() > 0 and wz.numel() > 0, "no spectra kept on the library path"
+            assert kz.numel() > 0 and wz.numel() > 0, "nothing kept for the backward"
             grad_w, grad_k = torch.ops.rwkv_ops.timex_backward_kept(gg, wg, kg, kz, wz)
         else:
             out = torch.ops.rwkv_ops.timex_forward(wg, kg, 0.5)
@@ -252,6 +252,9 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 1, 2, 16384, "float32", "fft", "misaligned", misalign=True)
     # More channels than wgrad's grid (CTAs = min(C, SMs x resident CTAs)): the channel loop.
     timex_case("rwkv_fft", 1, 5000, 5, "float32", "fft", "wgrad channel loop")
+    # The eager training path: the backward reads the forward's twiddle tables and W spectra.
+    timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft", "kept tables", keep=True,
+               expect="fft_fused")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 769, "float32", None, "auto", expect="fft_fused")
     # The cluster kernels (sm_90: a row's transform over a 2-, 3- or 4-CTA cluster through
@@ -262,6 +265,8 @@ def rwkv_fft_cases():
                            ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
                            ("float16", 2, 1, 40001)]:
         timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", "fft_cluster", expect="fft_cluster")
+    timex_case("rwkv_fft", 2, 2, 16385, "float32", "fft_cluster", "fft_cluster, kept tables",
+               keep=True, expect="fft_cluster")
     # The rows as two halves on 2-CTA clusters (timex_fft_cluster_halves.cuh): T = 2H, odd T,
     # just past H, misaligned, B > 1 (grad_w's sum), the split forward (more rows than channels).
     for dtype, B, C, T, misalign, forward in [("float32", 1, 2, 65536, False, "fused"),
@@ -271,6 +276,8 @@ def rwkv_fft_cases():
                    misalign=misalign, expect="fft_cluster",
                    extra_env={"RWKV_TIMEX_CLUSTER_HALVES": "on",
                               "RWKV_TIMEX_CLUSTER_FORWARD": forward})
+    timex_case("rwkv_fft", 1, 2, 50001, "float32", "fft_cluster", "halves, kept tables",
+               keep=True, expect="fft_cluster", extra_env={"RWKV_TIMEX_CLUSTER_HALVES": "on"})
 
 
 def rwkv_fft_library_cases():

@@ -235,9 +235,11 @@ def test_eager_training_path_keeps_spectra(forced):
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
-    # The library FFT keeps the spectra of k and W; the fused and cluster kernels W's alone.
+    # The library FFT keeps the spectra of k and W; the fused and cluster kernels their
+    # twiddle tables (bytes) and W's spectra.
     algo = rwkv_ops.timex_algorithm(k)
-    assert (kz.numel() > 0) == (algo == "fft_library")
+    assert (kz.numel() > 0) == (algo in ("fft_library", "fft_fused", "fft_cluster"))
+    assert (kz.dtype == torch.uint8) == (algo in ("fft_fused", "fft_cluster"))
     assert (wz.numel() > 0) == (algo in ("fft_library", "fft_fused", "fft_cluster"))
     if algo == "fft_library":
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
@@ -247,6 +249,12 @@ def test_eager_training_path_keeps_spectra(forced):
     if algo in ("fft_fused", "fft_cluster"):
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
+        with pytest.raises(ValueError, match="kz must be the twiddle tables"):
+            torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
+        # Without the tables (an empty kz) the backward makes them: the same bits.
+        grads = torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[:0], wz)
+        for a, b in zip(grads, want[1:]):
+            assert torch.equal(a, b)
 
 
 @cuda_only
@@ -379,8 +387,9 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
         assert torch.equal(torch.ops.rwkv_ops.timex_forward(w, k, 0.3), got[setting][0])
     base = got["split", "2", "1"]
     for key, (out, kz, wz) in got.items():
-        assert kz.numel() == 0 and wz.shape == (C, cluster_m(T)), key
+        assert kz.dtype == torch.uint8 and wz.shape == (C, cluster_m(T)), key
         assert torch.equal(out, base[0]) and torch.equal(wz, base[2]), key
+        assert torch.equal(kz, base[1]), key  # the twiddle tables
     if dtype == torch.float32:
         want = timex_fftconv(w.double(), k.double(), 0.3)
         peer = timex_fftconv(w, k, 0.3)
@@ -429,7 +438,7 @@ def test_cluster_halves(shape, dtype, monkeypatch):
         monkeypatch.setenv("RWKV_TIMEX_CLUSTER_FORWARD", mode)
         out, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)
         assert torch.equal(out, got[0]), mode
-        assert kz.numel() == 0 and wz.shape == (C, 2, HALVES_H), mode
+        assert kz.dtype == torch.uint8 and wz.shape == (C, 2, HALVES_H), mode
     wg, kg = (t.clone().requires_grad_() for t in (w, k))
     out = rwkv_ops.timex(wg, kg, 0.3)
     for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):

@@ -219,8 +219,9 @@ STABLE_TORCH_LIBRARY(rwkv_ops, m) {
   // Which algorithm timex_forward / timex_backward run for k (rwkv_ops.timex_algorithm).
   m.def("timex_algorithm(Tensor k) -> int");
   // The eager training path (rwkv_ops/_ops.py, _TimeX): the forward keeps the library FFT's
-  // spectra of k and W (else empty tensors) and the backward takes them instead of
-  // transforming k and w again. Same results, bit for bit, as timex_forward/_backward.
+  // spectra of k and W, or the on-chip FFT kernels' twiddle tables and W's spectra (CUDA), else
+  // empty tensors, and the backward takes them instead of making them again. Same results, bit
+  // for bit, as timex_forward/_backward.
   m.def("timex_forward_keep(Tensor w, Tensor k, float eps=0.0) -> (Tensor, Tensor, Tensor)");
   m.def("timex_backward_kept(Tensor grad_out, Tensor w, Tensor k, Tensor kz, Tensor wz) -> "
         "(Tensor grad_w, Tensor grad_k)");

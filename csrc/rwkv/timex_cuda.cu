@@ -305,26 +305,29 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 }
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
-// timex_backward_kept; where the fused or cluster kernels run, an empty kz and W's spectra
-// (their frequency order) as wz: C M complex floats (M = the power of two >= T for the fused
-// kernels, 24576, 32768, 49152 or 65536 for the cluster kernels), e.g. 128 MiB at C = 1024,
-// T = 16384, held from the forward
-// to the backward, which then skips their transforms; else two empty tensors.
+// timex_backward_kept; where the fused or cluster kernels run, their twiddle tables as kz
+// (bytes: 11 KiB to 1.4 MiB) and W's spectra (their frequency order) as wz: C M complex floats
+// (M = the power of two >= T for the fused kernels, 24576, 32768, 49152 or 65536 for the
+// cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward to the
+// backward, which then skips their transforms and the tables' allocation and launch; else an
+// empty tensor as both (one allocation fewer: short calls are bound by host time).
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
   if (algo == fft::Kernel::kDirect) {
-    return {forward_checked(w, k, eps, algo), fft::no_spectra(k), fft::no_spectra(k)};
+    const Tensor none = fft::no_spectra(k);
+    return {forward_checked(w, k, eps, algo), none, none};
   }
   fused_ops::check_kernel_image(k);
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = fused_ops::as_contiguous(w), kc = fused_ops::as_contiguous(k);
   if (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused) {
-    Tensor wz;
-    Tensor out = algo == fft::Kernel::kFftFused ? fft::fused_forward(wc, kc, eps, stream, &wz)
-                                                : fft::cluster_forward(wc, kc, eps, stream, &wz);
-    return {out, fft::no_spectra(k), wz};
+    Tensor wz, tw;
+    Tensor out = algo == fft::Kernel::kFftFused
+                     ? fft::fused_forward(wc, kc, eps, stream, &wz, &tw)
+                     : fft::cluster_forward(wc, kc, eps, stream, &wz, &tw);
+    return {out, tw, wz};
   }
   std::tuple<Tensor, Tensor> keep;
   Tensor out;
@@ -341,13 +344,19 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   const auto ctype = k.scalar_type() == torch::headeronly::ScalarType::Double
                          ? torch::headeronly::ScalarType::ComplexDouble
                          : torch::headeronly::ScalarType::ComplexFloat;
-  // The fused or cluster kernels' kept W spectra (kz empty): used where those kernels run now
-  // in the same layout: (C, M) of the fused kernels, (C, M) of the cluster kernels, or
-  // (C, 2, kHalvesH) of their two halves. Kept in another of these (RWKV_TIMEX_ALGO or
-  // RWKV_TIMEX_CLUSTER_HALVES changed between forward and backward): recomputed.
+  // The fused or cluster kernels' kept W spectra (kz their twiddle tables, bytes, or empty:
+  // made again): used where those kernels run now in the same layout: (C, M) of the fused
+  // kernels, (C, M) of the cluster kernels, or (C, 2, kHalvesH) of their two halves. Kept in
+  // another of these (RWKV_TIMEX_ALGO or RWKV_TIMEX_CLUSTER_HALVES changed between forward and
+  // backward), or where neither runs now: recomputed.
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
-  if (kz.numel() == 0 && wz.numel() != 0 &&
-      (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused)) {
+  const bool on_chip_kept =
+      wz.numel() != 0 &&
+      (kz.numel() == 0 || kz.scalar_type() == torch::headeronly::ScalarType::Byte);
+  if (on_chip_kept && algo != fft::Kernel::kFftCluster && algo != fft::Kernel::kFftFused) {
+    return backward_checked(grad_out, w, k, algo);
+  }
+  if (on_chip_kept) {
     const bool fused = algo == fft::Kernel::kFftFused;
     const int64_t C = k.size(1), T = k.size(2);
     const bool as_fused = wz.dim() == 2 && wz.size(0) == C &&
@@ -364,12 +373,14 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
     FUSED_OPS_CHECK_VALUE(usable && wz.scalar_type() == ctype && wz.is_contiguous(),
                           "timex_backward_kept: wz must be the spectra that timex_forward_keep "
                           "returned for these w and k, got shape ", fused_ops::shape_str(wz));
-    FUSED_OPS_CHECK(fused_ops::same_device(wz, k), "timex_backward_kept: wz must be on k's device");
+    FUSED_OPS_CHECK(fused_ops::same_device(wz, k) && fused_ops::same_device(kz, k),
+                    "timex_backward_kept: kz and wz must be on k's device");
     fused_ops::check_kernel_image(k);
     const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
     const Tensor kc = fused_ops::as_contiguous(k);
-    return fused ? fft::fused_backward(gc, wc, kc, stream, &wz)
-                 : fft::cluster_backward(gc, wc, kc, stream, &wz);
+    const Tensor* tw = kz.numel() != 0 ? &kz : nullptr;
+    return fused ? fft::fused_backward(gc, wc, kc, stream, &wz, tw)
+                 : fft::cluster_backward(gc, wc, kc, stream, &wz, tw);
   }
   if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) {
     return backward_checked(grad_out, w, k, algo);

@@ -5,7 +5,8 @@
 // threads, 68 KiB of shared memory), else the one-CTA kernels' largest shape, L = 16384 (1024
 // threads, 136 KiB, one CTA per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
-// device-global state and capturable in a CUDA graph), then the forward as one kernel (W's
+// device-global state and capturable in a CUDA graph; the backward takes the forward's where
+// the caller kept it), then the forward as one kernel (W's
 // spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
 // takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed
 // and one kernel per output. Rows of 49152 < T <= 65536 may instead run as two halves on
@@ -118,23 +119,38 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// The twiddle tables, one launch (timex_fft_cluster_math.cuh): staged (the local DFT_L's
-// stage twiddles in stage order, what the kernels read), twc (2M entries) and tw (the one-CTA
-// kernels' table of kTwiddles entries: the same stage twiddles, for the forward kernel's
-// RWKV_TIMEX_CLUSTER_STAGED=0 at P = 2 and 4).
+// The twiddle tables, one buffer made by one launch (timex_fft_cluster_math.cuh): twc (2M
+// entries), tw (the one-CTA kernels' table of kTwiddles entries: the same stage twiddles, for
+// the forward kernel's RWKV_TIMEX_CLUSTER_STAGED=0 at P = 2 and 4) and staged (the local
+// DFT_L's stage twiddles in stage order, what the kernels read), in that order, as the kernel
+// writes them. The forward hands the buffer to the backward (timex_backward_kept's kz), which
+// then neither allocates nor launches for it: host time, which short calls are bound by.
 struct Twiddles {
-  Tensor tw, staged, twc;
+  Tensor buf;
+  cf32 *twc, *tw, *staged;
 };
 
 template <class CS>
-Twiddles twiddles(const Tensor& like, cudaStream_t stream) {
-  constexpr int64_t n_staged = staged_size<typename CS::Local>();
-  constexpr int64_t n = 2 * CS::M + kTwiddles + n_staged;
-  Twiddles t{bytes(static_cast<int64_t>(sizeof(cf32)) * kTwiddles, like),
-             bytes(static_cast<int64_t>(sizeof(cf32)) * std::max<int64_t>(n_staged, 1), like),
-             bytes(static_cast<int64_t>(sizeof(cf32)) * 2 * CS::M, like)};
+constexpr int64_t twiddle_buffer_bytes() {
+  return static_cast<int64_t>(sizeof(cf32)) *
+         (2 * CS::M + kTwiddles + std::max(staged_size<typename CS::Local>(), 1));
+}
+
+// The tables in buf: the kept buffer of an earlier call for CS (checked), or a new one.
+template <class CS>
+Twiddles twiddles_in(const Tensor& buf) {
+  check_kept_twiddles(buf, twiddle_buffer_bytes<CS>());
+  cf32* base = as<cf32>(buf);
+  return {buf, base, base + 2 * CS::M, base + 2 * CS::M + kTwiddles};
+}
+
+template <class CS>
+Twiddles twiddles(const Tensor& like, cudaStream_t stream, const Tensor* kept) {
+  if (kept != nullptr) return twiddles_in<CS>(*kept);
+  constexpr int64_t n = 2 * CS::M + kTwiddles + staged_size<typename CS::Local>();
+  const Twiddles t = twiddles_in<CS>(bytes(twiddle_buffer_bytes<CS>(), like));
   cluster_twiddle_kernel<CS><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      as<cf32>(t.twc), as<cf32>(t.tw), as<cf32>(t.staged));
+      t.twc, t.tw, t.staged);
   FUSED_OPS_LAUNCH_CHECK();
   return t;
 }
@@ -235,16 +251,17 @@ Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
   Tensor spec = fused_ops::empty({C, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), true, as<cf32>(spec), as<const cf32>(tws.staged),
-             as<const cf32>(tws.twc));
+             static_cast<int>(T), true, as<cf32>(spec), tws.staged,
+             tws.twc);
   return spec;
 }
 
 template <typename scalar_t, class CS>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep) {
+                     Tensor* keep, Tensor* keep_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles<CS>(k, stream);
+  const auto tws = twiddles<CS>(k, stream, nullptr);
+  if (keep_twiddles != nullptr) *keep_twiddles = tws.buf;
   const int resident = resident_clusters<scalar_t, CS>(stream);
   if (fused_forward_for(B, C, resident)) {
     const int level = prefetch_level();
@@ -256,7 +273,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
                k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
                static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
-               as<const cf32>(staged ? tws.staged : tws.tw), as<const cf32>(tws.twc));
+               staged ? tws.staged : tws.tw, tws.twc);
     if (keep != nullptr) *keep = spec;
     return out;
   }
@@ -265,7 +282,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
              k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
              static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
-             as<const cf32>(tws.staged), as<const cf32>(tws.twc));
+             tws.staged, tws.twc);
   if (keep != nullptr) *keep = spec;
   return out;
 }
@@ -282,16 +299,17 @@ int wgrad_clusters(int64_t C, cudaStream_t stream) {
 // the conv kernel over all B * C rows and grad_w by the wgrad kernel.
 template <typename scalar_t, class CS>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
-                                          cudaStream_t stream, const Tensor* kept) {
+                                          cudaStream_t stream, const Tensor* kept,
+                                          const Tensor* kept_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles<CS>(k, stream);
+  const auto tws = twiddles<CS>(k, stream, kept_twiddles);
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
   const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * 2 * CS::M, k);
-  const auto* twp = as<const cf32>(tws.staged);
-  const auto* twcp = as<const cf32>(tws.twc);
+  const auto* twp = tws.staged;
+  const auto* twcp = tws.twc;
   if (C >= resident_clusters<scalar_t, CS>(stream)) {
     launch<CS>(cluster_backward_kernel<scalar_t, CS>, clusters, stream,
                g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
@@ -347,8 +365,8 @@ Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream)
   const int64_t C = w.size(0), T = w.size(1);
   Tensor spec = fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(halves_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), as<cf32>(spec), as<const cf32>(tws.staged),
-             as<const cf32>(tws.twc));
+             static_cast<int>(T), as<cf32>(spec), tws.staged,
+             tws.twc);
   return spec;
 }
 
@@ -357,10 +375,11 @@ Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream)
 // against 2 + 4 per row), else the spectra and then the rows over every resident cluster.
 template <typename scalar_t>
 Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                      Tensor* keep) {
+                      Tensor* keep, Tensor* keep_twiddles) {
   using CS = HalvesShape;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles<CS>(k, stream);
+  const auto tws = twiddles<CS>(k, stream, nullptr);
+  if (keep_twiddles != nullptr) *keep_twiddles = tws.buf;
   const int64_t resident = resident_clusters<scalar_t, CS>(stream);
   const bool spectra = fused_forward_for(B, C, resident);
   Tensor spec = spectra ? fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w)
@@ -371,8 +390,8 @@ Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t
   launch<CS>(halves_forward_kernel<scalar_t, CS>, clusters, stream, w.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), as<cf32>(spec), as<cf32>(scratch),
              out.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(C),
-             static_cast<int>(T), static_cast<float>(eps), spectra, as<const cf32>(tws.staged),
-             as<const cf32>(tws.twc));
+             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged,
+             tws.twc);
   if (keep != nullptr) *keep = spec;
   return out;
 }
@@ -380,10 +399,11 @@ Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t
 // Both gradients as two halves: the one-pass kernel over min(C, resident) clusters.
 template <typename scalar_t>
 std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, const Tensor& k,
-                                           cudaStream_t stream, const Tensor* kept) {
+                                           cudaStream_t stream, const Tensor* kept,
+                                           const Tensor* kept_twiddles) {
   using CS = HalvesShape;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const auto tws = twiddles<CS>(k, stream);
+  const auto tws = twiddles<CS>(k, stream, kept_twiddles);
   const Tensor spec = kept != nullptr ? *kept : halves_spectra<scalar_t>(w, tws, stream);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
@@ -393,7 +413,7 @@ std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, con
              g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             as<const cf32>(tws.staged), as<const cf32>(tws.twc));
+             tws.staged, tws.twc);
   return {grad_w, grad_k};
 }
 
@@ -447,16 +467,16 @@ int64_t cluster_spectrum_length(int64_t T) {
 }
 
 Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                       Tensor* keep) {
+                       Tensor* keep, Tensor* keep_twiddles) {
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
       if (halves_for<scalar_t>(k.size(1), k.size(2), stream)) {
-        out = halves_forward<scalar_t>(w, k, eps, stream, keep);
+        out = halves_forward<scalar_t>(w, k, eps, stream, keep, keep_twiddles);
         return;
       }
       with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
-        out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream, keep);
+        out = forward_typed<scalar_t, decltype(cs)>(w, k, eps, stream, keep, keep_twiddles);
       });
     }
   });
@@ -464,16 +484,17 @@ Tensor cluster_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_
 }
 
 std::tuple<Tensor, Tensor> cluster_backward(const Tensor& g, const Tensor& w, const Tensor& k,
-                                            cudaStream_t stream, const Tensor* kept) {
+                                            cudaStream_t stream, const Tensor* kept,
+                                            const Tensor* kept_twiddles) {
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_cluster_fft_backward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
       if (halves_for<scalar_t>(k.size(1), k.size(2), stream)) {
-        grads = halves_backward<scalar_t>(g, w, k, stream, kept);
+        grads = halves_backward<scalar_t>(g, w, k, stream, kept, kept_twiddles);
         return;
       }
       with_cluster_length(cluster_length(k.size(2)), [&](auto cs) {
-        grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream, kept);
+        grads = backward_typed<scalar_t, decltype(cs)>(g, w, k, stream, kept, kept_twiddles);
       });
     }
   });

@@ -1,7 +1,7 @@
 // RWKV TimeX: host side of the fused on-chip FFT convolution (timex_fft_fused.h). Per call:
 // the twiddle table of the row length (twiddle_bytes(T), one small kernel: a buffer from
 // torch's caching allocator each call keeps the op free of device-global state and
-// capturable in a CUDA graph), the
+// capturable in a CUDA graph; the backward takes the forward's where the caller kept it), the
 // spectra of W = w reversed (C rows; the backward takes the forward's where the caller kept
 // them), then the forward's conv kernel or the backward kernel (both gradients, each g row
 // transformed once: timex_fft_backward.cuh).
@@ -34,8 +34,14 @@ T* as(const Tensor& t) {
 }
 
 // The fused table of rows of length T (the stage and split twiddles in the order the
-// kernels' warps read them: timex_fft_math.cuh).
-Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream) {
+// kernels' warps read them: timex_fft_math.cuh): the kept table of an earlier call for T
+// (checked; the forward hands its table to the backward, which then neither allocates nor
+// launches for it), or a new one.
+Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream, const Tensor* kept) {
+  if (kept != nullptr) {
+    check_kept_twiddles(*kept, static_cast<int64_t>(twiddle_bytes(T)));
+    return *kept;
+  }
   Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes(T)), like);
   FUSED_OPS_CUDA_CHECK(launch_twiddles(T, as<cf32>(tw), stream));
   return tw;
@@ -56,15 +62,16 @@ Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
 
 template <typename scalar_t>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep) {
+                     Tensor* keep, Tensor* keep_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const Tensor tw = twiddles(T, k, stream);
+  const Tensor tw = twiddles(T, k, stream, nullptr);
   const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                                              out.mutable_data_ptr<scalar_t>(), B, C, T,
                                              static_cast<float>(eps), as<const cf32>(tw), stream));
   if (keep != nullptr) *keep = spec;
+  if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
 }
 
@@ -82,9 +89,10 @@ int64_t resident_ctas(int64_t T, const Tensor& k) {
 
 template <typename scalar_t>
 std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
-                                          cudaStream_t stream, const Tensor* kept) {
+                                          cudaStream_t stream, const Tensor* kept,
+                                          const Tensor* kept_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const Tensor tw = twiddles(T, k, stream);
+  const Tensor tw = twiddles(T, k, stream, kept_twiddles);
   const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, tw, stream);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
@@ -109,22 +117,23 @@ bool fused_supported(const Tensor& k) {
 }
 
 Tensor fused_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep) {
+                     Tensor* keep, Tensor* keep_twiddles) {
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      out = forward_typed<scalar_t>(w, k, eps, stream, keep);
+      out = forward_typed<scalar_t>(w, k, eps, stream, keep, keep_twiddles);
     }
   });
   return out;
 }
 
 std::tuple<Tensor, Tensor> fused_backward(const Tensor& g, const Tensor& w, const Tensor& k,
-                                          cudaStream_t stream, const Tensor* kept) {
+                                          cudaStream_t stream, const Tensor* kept,
+                                          const Tensor* kept_twiddles) {
   std::tuple<Tensor, Tensor> grads;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_backward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      grads = backward_typed<scalar_t>(g, w, k, stream, kept);
+      grads = backward_typed<scalar_t>(g, w, k, stream, kept, kept_twiddles);
     }
   });
   return grads;

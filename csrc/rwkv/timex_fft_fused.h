@@ -21,17 +21,32 @@ constexpr int64_t kFusedMaxT = 16384;
 // (136 KiB at T = 16384) within the device's per-block limit.
 bool fused_supported(const fused_ops::Tensor& k);
 
+// The twiddle tables that a forward kept for its backward (keep_twiddles, kept_twiddles
+// below): a contiguous byte tensor of the size that the backward's path reads, else
+// ValueError (timex_backward_kept's kz).
+inline void check_kept_twiddles(const fused_ops::Tensor& t, int64_t bytes) {
+  FUSED_OPS_CHECK_VALUE(t.scalar_type() == torch::headeronly::ScalarType::Byte &&
+                            t.dim() == 1 && t.numel() == bytes && t.is_contiguous(),
+                        "timex_backward_kept: kz must be the twiddle tables that "
+                        "timex_forward_keep returned for these w and k (", fused_ops::num(bytes),
+                        " bytes), got shape ", fused_ops::shape_str(t));
+}
+
 // out = eps + the causal convolution; w, k contiguous, fused_supported(k). keep: where not
 // null, receives W's spectra (C, M) complex float (M = fused_spectrum_length(T): the packed
-// half spectra of timex_fft_math.cuh), for fused_backward's kept.
+// half spectra of timex_fft_math.cuh), for fused_backward's kept; keep_twiddles: where not
+// null, the twiddle table of this length (bytes), for fused_backward's kept_twiddles.
 fused_ops::Tensor fused_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k, double eps,
-                                cudaStream_t stream, fused_ops::Tensor* keep = nullptr);
+                                cudaStream_t stream, fused_ops::Tensor* keep = nullptr,
+                                fused_ops::Tensor* keep_twiddles = nullptr);
 
 // (grad_w, grad_k); g, w, k contiguous, B >= 1, fused_supported(k). kept: W's spectra from
-// fused_forward's keep for these w and T (checked by the caller), or null to compute them.
+// fused_forward's keep for these w and T (checked by the caller), or null to compute them;
+// kept_twiddles: the table from its keep_twiddles (its size checked here), or null to make it.
 std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
     const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
-    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr);
+    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr,
+    const fused_ops::Tensor* kept_twiddles = nullptr);
 
 // M of the one-CTA kernels for rows of T: the complex values per row of the kept spectra (0
 // past their longest row).
@@ -46,16 +61,20 @@ bool cluster_supported(const fused_ops::Tensor& k);
 
 // keep: where not null, receives W's spectra, complex float in the cluster kernels' own
 // frequency order, for cluster_backward's kept: (C, M), or (C, 2, kHalvesH) where the rows run
-// as two halves (cluster_halves).
+// as two halves (cluster_halves); keep_twiddles: where not null, the twiddle tables of that
+// shape (bytes, about 1.3 MiB at M = 65536), for cluster_backward's kept_twiddles.
 fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
                                   double eps, cudaStream_t stream,
-                                  fused_ops::Tensor* keep = nullptr);
+                                  fused_ops::Tensor* keep = nullptr,
+                                  fused_ops::Tensor* keep_twiddles = nullptr);
 
 // kept: W's spectra from cluster_forward's keep for these w and T (checked by the caller with
-// cluster_spectrum_length), or null to compute them.
+// cluster_spectrum_length), or null to compute them; kept_twiddles: the tables from its
+// keep_twiddles (their size checked here), or null to make them.
 std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(
     const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
-    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr);
+    cudaStream_t stream, const fused_ops::Tensor* kept = nullptr,
+    const fused_ops::Tensor* kept_twiddles = nullptr);
 
 // M of the cluster kernels for rows of T: the length of the kept spectra's rows (0 past
 // their longest row).

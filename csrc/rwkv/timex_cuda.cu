@@ -160,23 +160,21 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 }
 
 // Longest T that the direct kernels take when RWKV_TIMEX_ALGO is auto, by dtype; longer rows
-// go to the FFT (the fused on-chip kernels up to T = 16384, cuFFT beyond). The direct
-// kernels' cost grows as T^2, the FFT's as T log T plus a fixed cost per call. Measured on the
-// H100, forward + backward op time: float32 (3xTF32 direct kernels against the fused FFT with
-// its one-pass backward, benchmarks/results/timex_crossover_h100.md, 256 to 32768 rows) the
-// direct kernels win up to T = 768 with 256 rows (host-bound calls, at 1024 within 7%), up to
-// 512 with 512 to 4096 rows (the FFT 1.1-1.8x faster from 640 on) and up to 256 with 32768 rows
-// (at 512 the FFT by 11%): kDirectMaxT and the two row limits below. float16 and bfloat16
-// (bf16/fp16 tensor-core kernels, timex_crossover_half_h100.md, (B, C) = (1, 256),
-// (4, 1024), (16, 512), (32, 1024)) the direct kernels win up to T = 2048, 768, 1536 and 1024:
-// at 1024 by 8% to 40%, except with (4, 1024), where the fused FFT is 3% faster; in float64
-// (FMA direct kernels, cuFFT) the FFT wins from 512 on (768 with 256 rows).
-constexpr int64_t kDirectMaxT[] = {/*float32*/ 768, /*float16, bfloat16*/ 1024,
+// go to the FFT (the fused on-chip kernels up to T = 16384, the cluster kernels beyond). The
+// direct kernels' cost grows as T^2, the FFT's as T log T plus a fixed cost per call.
+// Measured on the H100, forward + backward op time (benchmarks/results/
+// timex_crossover_h100.md and timex_crossover_half_h100.md, 2026-11-27, after the fused FFT
+// backward's register bound): float32 (3xTF32 direct kernels against the fused FFT with its
+// one-pass backward), (B, C) = (1, 256) the direct kernels win up to T = 512 (at 768 the FFT
+// by 22%), (4, 1024) and (32, 1024) only up to 256 (at 512 the FFT by 15% and 21%):
+// kDirectMaxT and kF32DirectMaxRows512. float16 and bfloat16 (bf16/fp16 tensor-core kernels),
+// (B, C) = (1, 256), (16, 512) and (32, 1024): the direct kernels up to T = 1536 (there by 12% to
+// 32%); (4, 1024) up to 1024 (at 1536 the fused FFT by 5%). float64 (FMA direct kernels,
+// cuFFT): the FFT from 512 on (256 rows), from 257 on with 4096 rows and more.
+constexpr int64_t kDirectMaxT[] = {/*float32*/ 512, /*float16, bfloat16*/ 1536,
                                    /*float64*/ 256};
-// float32 by rows B C: for 512 < T <= 768 the direct kernels only up to kF32DirectMaxRows768
-// rows, for 256 < T <= 512 only up to kF32DirectMaxRows512 (takes_direct).
-constexpr int64_t kF32DirectMaxRows768 = 256;
-constexpr int64_t kF32DirectMaxRows512 = 8192;
+// float32 by rows B C: for 256 < T <= 512 the direct kernels only up to this many rows.
+constexpr int64_t kF32DirectMaxRows512 = 256;
 
 int direct_table_index(torch::headeronly::ScalarType t) {
   using torch::headeronly::ScalarType;
@@ -200,13 +198,12 @@ fft::Kernel fastest_fft(const Tensor& k) {
 }
 
 // auto's choice between the direct kernels and the FFT (kDirectMaxT and the float32 row
-// limits above).
+// limit above).
 bool takes_direct(const Tensor& k) {
   const int64_t T = k.size(2);
   if (T > kDirectMaxT[direct_table_index(k.scalar_type())]) return false;
   if (k.scalar_type() != torch::headeronly::ScalarType::Float) return true;
-  const int64_t rows = k.size(0) * k.size(1);
-  return T <= 256 || (T <= 512 ? rows <= kF32DirectMaxRows512 : rows <= kF32DirectMaxRows768);
+  return T <= 256 || k.size(0) * k.size(1) <= kF32DirectMaxRows512;
 }
 
 fft::Kernel choose_cuda(const Tensor& k) {

@@ -62,7 +62,7 @@ bool cluster_supported(const fused_ops::Tensor& k);
 // keep: where not null, receives W's spectra, complex float in the cluster kernels' own
 // frequency order, for cluster_backward's kept: (C, M), or (C, 2, kHalvesH) where the rows run
 // as two halves (cluster_halves); keep_twiddles: where not null, the twiddle tables of that
-// shape (bytes, about 1.3 MiB at M = 65536), for cluster_backward's kept_twiddles.
+// shape (bytes, 1.4 MiB at M = 65536), for cluster_backward's kept_twiddles.
 fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
                                   double eps, cudaStream_t stream,
                                   fused_ops::Tensor* keep = nullptr,

@@ -1,9 +1,10 @@
-"""The sweep behind TimeX's algorithm choice (csrc/rwkv/timex_cuda.cu kDirectMaxT,
+"""The sweep behind TimeX's algorithm choice (csrc/rwkv/timex_cuda.cu takes_direct,
 csrc/rwkv/timex.cpp kCpuDirectMaxT): forward + backward op time of each algorithm, forced
 with RWKV_TIMEX_ALGO, by length T, batch rows B*C and dtype. Prints a markdown table and,
 per (dtype, rows), the longest T at which the direct kernels are still the faster ones.
 
     python -m benchmarks.timex_crossover [--device cuda|cpu] [--out FILE.md] [--long | --half]
+        [--dtypes D ...] [--rows B,C ...] [--lengths T ...] [--reps N] [--budget S]
 """
 
 import argparse
@@ -32,14 +33,14 @@ HALF = {"lengths": [512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
         "dtypes": [torch.bfloat16, torch.float16], "algos": ["direct", "fft_fused"]}
 
 
-def time_algo(algo, w, k, g, device, budget_s=0.3):
+def time_algo(algo, w, k, g, device, budget_s=0.3, reps=20):
     os.environ["RWKV_TIMEX_ALGO"] = algo
 
     def call(i):
         torch.ops.rwkv_ops.timex_forward(w, k, 0.0)
         return torch.ops.rwkv_ops.timex_backward(g, w, k)
 
-    return median_ms(call, device, warmup=2, reps=20, budget_s=budget_s)
+    return median_ms(call, device, warmup=2, reps=reps, budget_s=budget_s)
 
 
 def main(argv=None):
@@ -53,6 +54,10 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=0.3, help="seconds per measurement")
     parser.add_argument("--dtypes", nargs="+", metavar="DTYPE",
                         help="only these dtypes (e.g. float32), of those the sweep has")
+    parser.add_argument("--rows", nargs="+", metavar="B,C", help="these (B, C) instead")
+    parser.add_argument("--lengths", nargs="+", type=int, metavar="T", help="these T instead")
+    parser.add_argument("--reps", type=int, default=20,
+                        help="timed calls per point (fewer where --budget runs out first)")
     args = parser.parse_args(argv)
     device = args.device
     if args.long:
@@ -63,6 +68,10 @@ def main(argv=None):
         DTYPES[device], ALGOS[device] = HALF["dtypes"], HALF["algos"]
     if args.dtypes:
         DTYPES[device] = [d for d in DTYPES[device] if str(d)[6:] in args.dtypes]
+    if args.rows:
+        ROWS[device] = [tuple(int(x) for x in r.split(",")) for r in args.rows]
+    if args.lengths:
+        LENGTHS[device] = args.lengths
     lines = [f"TimeX forward + backward op time, ms (median), {device}"
              + (f" {torch.cuda.get_device_name()}" if device == "cuda" else "")
              + f", torch {torch.__version__}", "",
@@ -77,7 +86,7 @@ def main(argv=None):
                     w = torch.randn(C, T, device=device, dtype=dtype) / T**0.5
                     k = torch.randn(B, C, T, device=device, dtype=dtype)
                     g = torch.randn(B, C, T, device=device, dtype=dtype)
-                    times = {a: time_algo(a, w, k, g, device, args.budget)
+                    times = {a: time_algo(a, w, k, g, device, args.budget, args.reps)
                              for a in ALGOS[device]}
                     best = min(times, key=times.get)
                     if best == "direct":

@@ -224,7 +224,7 @@ def rwkv_direct_cases():
     timex_case("rwkv_direct", 5, C, 64, "float32", "direct", "misaligned (scalar copies)",
                misalign=True)
     # The auto choice at the float32 crossover's direct side.
-    timex_case("rwkv_direct", 2, 2, 512, "float32", None, "auto", expect="direct")
+    timex_case("rwkv_direct", 2, 2, 640, "float32", None, "auto", expect="direct")
     # The half types' tensor-core kernels (sm_80+) on their crossover's direct side (T = 1024:
     # several reduction chunks), with 1, 9 and 33 rows (8, 2 and no time folds).
     for dtype in ["float16", "bfloat16"]:
@@ -256,7 +256,7 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft", "kept tables", keep=True,
                expect="fft_fused")
     # The auto choice just past the float32 crossover.
-    timex_case("rwkv_fft", 2, 2, 513, "float32", None, "auto", expect="fft_fused")
+    timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")
     # The cluster kernels (sm_90: a row's transform over a 2-, 3- or 4-CTA cluster through
     # distributed shared memory), each M: just past one CTA (T = 16385: 3 CTAs of 8192, M =
     # 24576), 2 CTAs (32768), 3 CTAs of 16384 (40001: M = 49152), 4 CTAs (65536), odd lengths

@@ -307,9 +307,9 @@ def expected_algorithm(device, dtype, T, algo):
                and torch.cuda.get_device_capability(0)[0] >= 9)
     fastest = "fft_fused" if fused else "fft_cluster" if cluster else "fft_library"
     if algo == "auto":
-        # float32's 512 holds up to 256 rows B C (timex_cuda.cu takes_direct); timex_shape
-        # draws at most 9
-        direct_max = {torch.float64: 256, torch.float16: 1536, torch.bfloat16: 1536}.get(dtype, 512)
+        # float32's 640 holds up to 256 rows B C, the half types' 1024 below B = 16
+        # (timex_cuda.cu takes_direct); timex_shape draws B, C <= 3
+        direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 640)
         return "direct" if T <= direct_max else fastest
     return {"direct": "direct", "fft": fastest, "fft_library": "fft_library"}[algo]
 

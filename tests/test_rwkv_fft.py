@@ -18,7 +18,7 @@ ALGOS = {"cpu": ["direct", "fft"],
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
-             ("cuda", torch.float32): 512, ("cuda", torch.float64): 256}
+             ("cuda", torch.float32): 640, ("cuda", torch.float64): 256}
 LENGTHS = [1, 2, 63, 64, 65, 1000, 4096, 4097, 10007, 16384, 65536]
 
 
@@ -516,11 +516,11 @@ def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
 
 @cuda_only
 def test_cuda_float32_crossover_by_rows(monkeypatch):
-    """auto in float32 (timex_cuda.cu takes_direct): the direct kernels up to T = 512 with at
+    """auto in float32 (timex_cuda.cu takes_direct): the direct kernels up to T = 640 with at
     most 256 rows (B C), up to 256 with any."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
-    for (B, C, T), want in [((1, 256, 512), "direct"), ((1, 257, 512), "fft_fused"),
-                            ((2, 3, 513), "fft_fused"), ((1, 256, 768), "fft_fused"),
+    for (B, C, T), want in [((1, 256, 640), "direct"), ((1, 257, 640), "fft_fused"),
+                            ((2, 3, 641), "fft_fused"), ((1, 257, 300), "fft_fused"),
                             ((3, 7000, 256), "direct"), ((3, 7000, 257), "fft_fused")]:
         k = torch.empty(B, C, T, device="cuda")
         assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
@@ -529,15 +529,17 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
-    """auto: the tensor-core direct kernels up to T = 1536 (timex_cuda.cu kDirectMaxT), the
-    fused FFT after; both agree within the dtype's bound on each side."""
+    """auto: the tensor-core direct kernels up to T = 1024, or 1536 from B = 16 on
+    (timex_cuda.cu takes_direct), the fused FFT after; both agree within the dtype's bound on
+    each side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
-    for T, algo in ((1536, "direct"), (1537, "fft_fused")):
-        w, k, g = make(2, 3, T, "cuda", dtype)
-        assert rwkv_ops.timex_algorithm(k) == algo, T
+    for B, T, algo in ((2, 1024, "direct"), (2, 1025, "fft_fused"), (15, 1025, "fft_fused"),
+                       (16, 1536, "direct"), (16, 1537, "fft_fused")):
+        w, k, g = make(B, 3, T, "cuda", dtype)
+        assert rwkv_ops.timex_algorithm(k) == algo, (B, T)
         auto = ours(w, k, g, 0.2)
         monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft" if algo == "direct" else "direct")
         other = ours(w, k, g, 0.2)
         monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
         for a, b in zip(auto, other):
-            assert rel_err(a, b) < 2 * HALF_TOL[dtype], T
+            assert rel_err(a, b) < 2 * HALF_TOL[dtype], (B, T)

@@ -164,22 +164,23 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // direct kernels' cost grows as T^2, the FFT's as T log T plus a fixed cost per call.
 // Measured on the H100, forward + backward op time (benchmarks/results/
 // timex_crossover_h100.md and timex_crossover_half_h100.md, 2026-11-27, after the fused FFT
-// backward's register bound): float32 (3xTF32 direct kernels against the fused FFT with its
-// one-pass backward), (B, C) = (1, 256) the direct kernels win up to T = 512 (at 768 the FFT
-// by 22%), (4, 1024) and (32, 1024) only up to 256 (at 512 the FFT by 15% and 21%):
-// kDirectMaxT and kF32DirectMaxRows512. float16 and bfloat16 (bf16/fp16 tensor-core kernels),
-// (B, C) = (1, 256), (16, 512) and (32, 1024): the direct kernels up to T = 1536 (there by 12% to
-// 32%); (4, 1024) up to 1024 (at 1536 the fused FFT by 5%). float64 (FMA direct kernels,
-// cuFFT): the FFT from 512 on (256 rows), from 257 on with 4096 rows and more.
-constexpr int64_t kDirectMaxT[] = {/*float32*/ 512, /*float16, bfloat16*/ 1536,
-                                   /*float64*/ 256};
-// float32 by rows B C: for 256 < T <= 512 the direct kernels only up to this many rows.
-constexpr int64_t kF32DirectMaxRows512 = 256;
-
-int direct_table_index(torch::headeronly::ScalarType t) {
-  using torch::headeronly::ScalarType;
-  return t == ScalarType::Float ? 0 : t == ScalarType::Double ? 2 : 1;
-}
+// backward's register bound). float32 (3xTF32 direct kernels against the fused FFT with its
+// one-pass backward): with 128 and 256 rows B C the direct kernels win up to T = 640 (there by
+// 22% and 7%; at 768 the FFT by 22%), with 512 rows up to 512 (even), with 1024 to 32768 rows
+// up to 256 or 384 (at 512 the FFT by 14% to 21%): kF32DirectMaxT with at most
+// kF32DirectMaxRows rows, else 256.
+// float16 and bfloat16 (bf16/fp16 tensor-core kernels, whose tiles take more of the batch at
+// once as B grows): with B = 16 and 32 the direct kernels win up to T = 1536 (there by 30% and
+// 32%), with B = 4 and 8 up to 1024 (at 1536 the FFT by 3-5%), with B = 1 and 2 and 1024
+// channels the FFT from 1024 or 1536 on (at 1536 by 1.3x to 2.2x): kHalfDirectMaxT, and
+// kHalfBatchedMaxT from B = kHalfBatch on. float64 (FMA direct kernels, cuFFT):
+// the FFT from 512 on with 256 rows, from 257 on with 4096 rows and more.
+constexpr int64_t kF32DirectMaxT = 640;
+constexpr int64_t kF32DirectMaxRows = 256;
+constexpr int64_t kHalfDirectMaxT = 1024;
+constexpr int64_t kHalfBatchedMaxT = 1536;
+constexpr int64_t kHalfBatch = 16;
+constexpr int64_t kF64DirectMaxT = 256;
 
 // The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
 // thread-block cluster per row up to 65536), else the library FFT path. The cluster kernels
@@ -197,13 +198,16 @@ fft::Kernel fastest_fft(const Tensor& k) {
   return fft::Kernel::kFftLibrary;
 }
 
-// auto's choice between the direct kernels and the FFT (kDirectMaxT and the float32 row
-// limit above).
+// auto's choice between the direct kernels and the FFT (the crossover lengths above).
 bool takes_direct(const Tensor& k) {
+  using torch::headeronly::ScalarType;
   const int64_t T = k.size(2);
-  if (T > kDirectMaxT[direct_table_index(k.scalar_type())]) return false;
-  if (k.scalar_type() != torch::headeronly::ScalarType::Float) return true;
-  return T <= 256 || k.size(0) * k.size(1) <= kF32DirectMaxRows512;
+  switch (k.scalar_type()) {
+    case ScalarType::Float:
+      return T <= 256 || (T <= kF32DirectMaxT && k.size(0) * k.size(1) <= kF32DirectMaxRows);
+    case ScalarType::Double: return T <= kF64DirectMaxT;
+    default: return T <= (k.size(0) >= kHalfBatch ? kHalfBatchedMaxT : kHalfDirectMaxT);
+  }
 }
 
 fft::Kernel choose_cuda(const Tensor& k) {

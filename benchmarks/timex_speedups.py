@@ -8,7 +8,8 @@ warm-up, the variants of a shape timed in alternating rounds (benchmarks/timing.
 variant's error against float64 on the same (rounded) inputs, on a few channels.
 
     python -m benchmarks.timex_speedups [--out FILE.md] [--shapes "(1, 512, 32768)" ...]
-        [--compare "split:RWKV_TIMEX_CLUSTER_FORWARD=split" ...]
+        [--compare "split:RWKV_TIMEX_CLUSTER_FORWARD=split" ...] [--dtypes D ...] [--reps N]
+        [--budget S]
 
 --compare adds variants of timex with environment variables set (NAME:VAR=VALUE,VAR=VALUE),
 timed in the same alternating rounds, in a second table.
@@ -93,7 +94,7 @@ def parse_compare(specs):
     return out
 
 
-def measure_shape(B, C, T, dtype, budget, compare=None, reps=30):
+def measure_shape(B, C, T, dtype, budget, compare=None, reps=400):
     variants = {"ours": forced(), "ours fft_library": forced(RWKV_TIMEX_ALGO="fft_library"),
                 "FFT conv": fftconv_upcast}
     if T <= 16384:
@@ -142,11 +143,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the table to this markdown file")
     parser.add_argument("--shapes", nargs="*", help='e.g. "(1, 512, 32768)" (default: SHAPES)')
-    parser.add_argument("--budget", type=float, default=0.25, help="seconds per measurement")
+    # Calls bound by the host move by 10-30% over 30 timed calls, less over 400.
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per measurement")
     parser.add_argument("--compare", nargs="*", help='extra variants, "NAME:VAR=VALUE,..."')
-    parser.add_argument("--reps", type=int, default=30,
+    parser.add_argument("--reps", type=int, default=400,
                         help="timed calls per variant (fewer where --budget runs out first)")
-    parser.add_argument("--dtypes", nargs="*", default=[str(d)[6:] for d in DTYPES])
+    parser.add_argument("--dtypes", nargs="*", default=[str(d)[6:] for d in DTYPES],
+                        help="of float32, bfloat16, float16 (default: all three)")
     args = parser.parse_args(argv)
     compare = parse_compare(args.compare)
     extra = ["| dtype | (B, C, T) | variant | fwd / fwd+bwd | speedup fwd / fwd+bwd | err |",

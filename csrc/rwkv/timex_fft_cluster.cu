@@ -6,11 +6,11 @@
 // threads, 136 KiB, one CTA per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
 // device-global state and capturable in a CUDA graph; the backward takes the forward's where
-// the caller kept it), then the forward as one kernel (W's
-// spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
-// takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed
-// and one kernel per output. Rows of 49152 < T <= 65536 may instead run as two halves on
-// 2-CTA clusters (halves_for; timex_fft_cluster_halves.cuh).
+// the caller kept it), then the forward as one kernel (W's spectrum and the convolution by the
+// same cluster, timex_fft_cluster_forward.cuh) where it takes no more waves of transforms
+// (fused_forward_for), else the spectra of W = w reversed and one kernel per output. Rows of
+// 49152 < T <= 65536 may instead run as two halves on 2-CTA clusters (halves_for;
+// timex_fft_cluster_halves.cuh).
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
@@ -136,22 +136,19 @@ constexpr int64_t twiddle_buffer_bytes() {
          (2 * CS::M + kTwiddles + std::max(staged_size<typename CS::Local>(), 1));
 }
 
-// The tables in buf: the kept buffer of an earlier call for CS (checked), or a new one.
-template <class CS>
-Twiddles twiddles_in(const Tensor& buf) {
-  check_kept_twiddles(buf, twiddle_buffer_bytes<CS>());
-  cf32* base = as<cf32>(buf);
-  return {buf, base, base + 2 * CS::M, base + 2 * CS::M + kTwiddles};
-}
-
+// The tables: the kept buffer of an earlier call for CS (checked), or a new one.
 template <class CS>
 Twiddles twiddles(const Tensor& like, cudaStream_t stream, const Tensor* kept) {
-  if (kept != nullptr) return twiddles_in<CS>(*kept);
-  constexpr int64_t n = 2 * CS::M + kTwiddles + staged_size<typename CS::Local>();
-  const Twiddles t = twiddles_in<CS>(bytes(twiddle_buffer_bytes<CS>(), like));
-  cluster_twiddle_kernel<CS><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      t.twc, t.tw, t.staged);
-  FUSED_OPS_LAUNCH_CHECK();
+  if (kept != nullptr) check_kept_twiddles(*kept, twiddle_buffer_bytes<CS>());
+  const Tensor buf = kept != nullptr ? *kept : bytes(twiddle_buffer_bytes<CS>(), like);
+  cf32* base = as<cf32>(buf);
+  const Twiddles t{buf, base, base + 2 * CS::M, base + 2 * CS::M + kTwiddles};
+  if (kept == nullptr) {
+    constexpr int64_t n = 2 * CS::M + kTwiddles + staged_size<typename CS::Local>();
+    cluster_twiddle_kernel<CS><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+        t.twc, t.tw, t.staged);
+    FUSED_OPS_LAUNCH_CHECK();
+  }
   return t;
 }
 
@@ -251,8 +248,7 @@ Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
   Tensor spec = fused_ops::empty({C, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), true, as<cf32>(spec), tws.staged,
-             tws.twc);
+             static_cast<int>(T), true, as<cf32>(spec), tws.staged, tws.twc);
   return spec;
 }
 
@@ -365,8 +361,7 @@ Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream)
   const int64_t C = w.size(0), T = w.size(1);
   Tensor spec = fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(halves_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
-             static_cast<int>(T), as<cf32>(spec), tws.staged,
-             tws.twc);
+             static_cast<int>(T), as<cf32>(spec), tws.staged, tws.twc);
   return spec;
 }
 
@@ -390,8 +385,7 @@ Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t
   launch<CS>(halves_forward_kernel<scalar_t, CS>, clusters, stream, w.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), as<cf32>(spec), as<cf32>(scratch),
              out.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(C),
-             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged,
-             tws.twc);
+             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged, tws.twc);
   if (keep != nullptr) *keep = spec;
   return out;
 }

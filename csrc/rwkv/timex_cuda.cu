@@ -307,13 +307,11 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
 // timex_backward_kept; where the fused or cluster kernels run, their twiddle tables as kz
-// (bytes, at most 1.4 MiB; as two halves followed by each row's K spectra, 512 KiB a row, which
-// spare the backward 2 of its 8 transforms a row) and W's spectra (their frequency order) as
-// wz: C M complex floats (M = the power of two >= T for the fused kernels, 24576, 32768, 49152
-// or 65536 for the cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the
-// forward to the backward, which then skips their transforms and the tables' allocation and
-// launch; else an empty tensor as both (one allocation fewer: short calls are bound by host
-// time).
+// (bytes, at most 1.4 MiB) and W's spectra (their frequency order) as wz: C M complex floats
+// (M = the power of two >= T for the fused kernels, 24576, 32768, 49152 or 65536 for the
+// cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward to the
+// backward, which then skips their transforms and the tables' allocation and launch; else an
+// empty tensor as both (one allocation fewer: short calls are bound by host time).
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;

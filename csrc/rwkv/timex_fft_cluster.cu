@@ -136,13 +136,11 @@ constexpr int64_t twiddle_buffer_bytes() {
          (2 * CS::M + kTwiddles + std::max(staged_size<typename CS::Local>(), 1));
 }
 
-// The tables: the kept buffer of an earlier call for CS (checked), or a new one; either with
-// `extra` bytes after the tables (the halves' K spectra).
+// The tables: the kept buffer of an earlier call for CS (checked), or a new one.
 template <class CS>
-Twiddles twiddles(const Tensor& like, cudaStream_t stream, const Tensor* kept,
-                  int64_t extra = 0) {
-  if (kept != nullptr) check_kept_twiddles(*kept, twiddle_buffer_bytes<CS>() + extra);
-  const Tensor buf = kept != nullptr ? *kept : bytes(twiddle_buffer_bytes<CS>() + extra, like);
+Twiddles twiddles(const Tensor& like, cudaStream_t stream, const Tensor* kept) {
+  if (kept != nullptr) check_kept_twiddles(*kept, twiddle_buffer_bytes<CS>());
+  const Tensor buf = kept != nullptr ? *kept : bytes(twiddle_buffer_bytes<CS>(), like);
   cf32* base = as<cf32>(buf);
   const Twiddles t{buf, base, base + 2 * CS::M, base + 2 * CS::M + kTwiddles};
   if (kept == nullptr) {
@@ -367,25 +365,16 @@ Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream)
   return spec;
 }
 
-// The bytes of the rows' [K0, K1] spectra that the halves' forward keeps for the backward
-// after the twiddle tables: 512 KiB a row.
-int64_t halves_k_bytes(int64_t B, int64_t C) {
-  return static_cast<int64_t>(sizeof(cf32)) * B * C * 2 * HalvesShape::M;
-}
-
 // The forward as two halves: one kernel making the channel's spectra and then its rows where
 // that takes no more waves (fused_forward_for, the same count: 2 + 4B transforms a channel
 // against 2 + 4 per row), else the spectra and then the rows over every resident cluster.
-// With keep_twiddles, the rows' K spectra too, after the tables in the same buffer.
 template <typename scalar_t>
 Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
                       Tensor* keep, Tensor* keep_twiddles) {
   using CS = HalvesShape;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const int64_t k_bytes = keep_twiddles != nullptr ? halves_k_bytes(B, C) : 0;
-  const auto tws = twiddles<CS>(k, stream, nullptr, k_bytes);
+  const auto tws = twiddles<CS>(k, stream, nullptr);
   if (keep_twiddles != nullptr) *keep_twiddles = tws.buf;
-  cf32* kspec = k_bytes != 0 ? tws.twc + twiddle_buffer_bytes<CS>() / sizeof(cf32) : nullptr;
   const int64_t resident = resident_clusters<scalar_t, CS>(stream);
   const bool spectra = fused_forward_for(B, C, resident);
   Tensor spec = spectra ? fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w)
@@ -396,24 +385,19 @@ Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t
   launch<CS>(halves_forward_kernel<scalar_t, CS>, clusters, stream, w.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), as<cf32>(spec), as<cf32>(scratch),
              out.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(C),
-             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged, tws.twc, kspec);
+             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged, tws.twc);
   if (keep != nullptr) *keep = spec;
   return out;
 }
 
-// Both gradients as two halves: the one-pass kernel over min(C, resident) clusters, reading
-// the rows' K spectra where the kept buffer holds them after the tables.
+// Both gradients as two halves: the one-pass kernel over min(C, resident) clusters.
 template <typename scalar_t>
 std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, const Tensor& k,
                                            cudaStream_t stream, const Tensor* kept,
                                            const Tensor* kept_twiddles) {
   using CS = HalvesShape;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const int64_t k_bytes = halves_k_bytes(B, C);
-  const bool kept_k = kept_twiddles != nullptr &&
-                      kept_twiddles->numel() == twiddle_buffer_bytes<CS>() + k_bytes;
-  const auto tws = twiddles<CS>(k, stream, kept_twiddles, kept_k ? k_bytes : 0);
-  const cf32* kspec = kept_k ? tws.twc + twiddle_buffer_bytes<CS>() / sizeof(cf32) : nullptr;
+  const auto tws = twiddles<CS>(k, stream, kept_twiddles);
   const Tensor spec = kept != nullptr ? *kept : halves_spectra<scalar_t>(w, tws, stream);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
@@ -423,7 +407,7 @@ std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, con
              g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             tws.staged, tws.twc, kspec);
+             tws.staged, tws.twc);
   return {grad_w, grad_k};
 }
 

@@ -23,10 +23,9 @@
 // none at the packed entry of f = 0 and f = H.
 //
 // Cluster layout, pairs, merge, combine and barriers as in timex_fft_cluster_kernels.cuh.
-// spec holds per channel [W0, Wf] (2M complex floats, kept for the backward); kspec, where
-// given, per row [K0, K1] (2M complex floats: the forward writes them, the backward reads them
-// instead of transforming k again, 6 transforms per row instead of 8); the scratch arrays are
-// written and read only by the thread that owns a frequency pair, so they need no barrier.
+// spec holds per channel [W0, Wf] (2M complex floats, kept for the backward); the scratch
+// arrays are written and read only by the thread that owns a frequency pair, so they need no
+// barrier.
 #pragma once
 
 #include "rwkv/timex_fft_cluster_kernels.cuh"
@@ -94,14 +93,12 @@ TIMEX_FFT_DEVICE void cluster_inverse_store(cf32* sm, const cf32* tw, const cf32
 // scratch: M complex floats per cluster. With `spectra`, cluster i (of gridDim.x / P) does
 // channels i, i + clusters, ...: [W0, Wf] of the channel into spec (C, 2M), then its rows, b in
 // order; else rows i, i + clusters, ... of the B C, with spec from halves_spectrum_kernel.
-// kspec: null, or (B C, 2M) for each row's [K0, K1] (for halves_backward_kernel).
 template <typename scalar_t, class CS>
 TIMEX_FFT_KERNEL(CS::THREADS)
 halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                       cf32* __restrict__ spec, cf32* __restrict__ scratch,
                       scalar_t* __restrict__ out, int B, int C, int T, float eps, bool spectra,
-                      const cf32* __restrict__ tw, const cf32* __restrict__ twc,
-                      cf32* __restrict__ kspec) {
+                      const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
 #if TIMEX_CLUSTER_CODE
   constexpr int H = CS::M;
   TIMEX_FFT_SHARED(raw);
@@ -130,14 +127,12 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
       const int64_t r = int64_t{b} * C + c;
       const scalar_t* row = x + r * T;
       scalar_t* o = out + r * T;
-      cf32* k0s = kspec != nullptr ? kspec + r * 2 * CS::M : nullptr;
       cluster_sync_reads();
       cluster_load_transform<scalar_t, CS>(sm, tw, twc, row, H, false);  // K0
       cluster_sync();
       // w0, wf (with spectra), hs at pk, pj: this thread's own stores (same pair, same owner).
       cluster_pairs<CS>(sm, twc, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk,
                                      cf32* sj) {
-        if (k0s != nullptr) StorePairs{k0s}(k, pk, pj, xk, xj, sk, sj);
         hs[pk] = shift_half(k, product<false>(k, xk, wf[pk]));
         hs[pj] = shift_half(k, product<false>(k, xj, wf[pj]));
         cluster_merge<CS>(twc, k, product<false>(k, xk, w0[pk]), product<false>(k, xj, w0[pj]),
@@ -148,7 +143,6 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
       cluster_sync();
       cluster_pairs<CS>(sm, twc, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk,
                                      cf32* sj) {
-        if (k0s != nullptr) StorePairs{k0s + CS::M}(k, pk, pj, xk, xj, sk, sj);  // K1
         cluster_merge<CS>(twc, k, hs[pk] + product<false>(k, xk, w0[pk]),
                           hs[pj] + product<false>(k, xj, w0[pj]), sk, sj);
       });
@@ -162,15 +156,14 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
 // Both gradients for g, k (B, C, T), H < T <= 2H, with spec = [W0, Wf] per channel
 // (halves_forward_kernel's, kept or made by halves_spectrum_kernel); scratch: 4M complex
 // floats per cluster (G0, G1 of the current row; the running sums of grad_w's two spectra
-// over b, in order: deterministic). Channels over the clusters as in the forward. kspec: the
-// forward's [K0, K1] per row, or null to transform k's rows here (the same values either way).
+// over b, in order: deterministic). Channels over the clusters as in the forward.
 template <typename scalar_t, class CS>
 TIMEX_FFT_KERNEL(CS::THREADS)
 halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                        const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                        scalar_t* __restrict__ grad_w, int B, int C, int T,
                        cf32* __restrict__ scratch, const cf32* __restrict__ tw,
-                       const cf32* __restrict__ twc, const cf32* __restrict__ kspec) {
+                       const cf32* __restrict__ twc) {
 #if TIMEX_CLUSTER_CODE
   constexpr int H = CS::M;
   TIMEX_FFT_SHARED(raw);
@@ -213,10 +206,9 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
                           product<true>(f, g1s[pj], w0[pj]), sk, sj);
       });
       cluster_inverse_store<scalar_t, CS>(sm, tw, twc, gk + H, T - H, false, 0.f);
-      // The K0 and K1 passes: with the forward's spectra read from kspec, both in one visit of
-      // each pair by its owner (cluster_owned: shared memory untouched but for K1's merge,
-      // free since grad_k's inverse), else transformed here.
-      const auto k0_pass = [&](int f, int pk, int pj, cf32 xk, cf32 xj) {
+      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow, H, false);  // K0
+      cluster_sync();
+      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
         cf32 lk = product<true>(f, g0s[pk], xk) + shift_half(f, product<true>(f, g1s[pk], xk));
         cf32 lj = product<true>(f, g0s[pj], xj) + shift_half(f, product<true>(f, g1s[pj], xj));
         cf32 hk = product<true>(f, g1s[pk], xk), hj = product<true>(f, g1s[pj], xj);
@@ -230,8 +222,12 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
         lo[pj] = lj;
         hi[pk] = hk;
         hi[pj] = hj;
-      };
-      const auto k1_pass = [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+      });
+      cluster_sync_reads();
+      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow + H, T - H, false);  // K1
+      cluster_sync();
+      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk,
+                                     cf32* sj) {
         const cf32 lk = lo[pk] + product<true>(f, g1s[pk], xk);
         const cf32 lj = lo[pj] + product<true>(f, g1s[pj], xj);
         if (b + 1 < B) {
@@ -240,25 +236,7 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
         } else {
           cluster_merge<CS>(twc, f, lk, lj, sk, sj);
         }
-      };
-      if (kspec != nullptr) {
-        const cf32* k0s = kspec + r * 2 * CS::M;
-        const cf32* k1s = k0s + CS::M;
-        cluster_owned<CS>(sm, [&](int f, int pk, int pj, cf32* sk, cf32* sj) {
-          k0_pass(f, pk, pj, k0s[pk], k0s[pj]);
-          k1_pass(f, pk, pj, k1s[pk], k1s[pj], sk, sj);
-        });
-        continue;
-      }
-      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow, H, false);  // K0
-      cluster_sync();
-      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
-        k0_pass(f, pk, pj, xk, xj);
       });
-      cluster_sync_reads();
-      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow + H, T - H, false);  // K1
-      cluster_sync();
-      cluster_pairs<CS>(sm, twc, k1_pass);
     }
     scalar_t* gw = grad_w + int64_t{c} * T;
     cluster_inverse_store<scalar_t, CS>(sm, tw, twc, gw + (T - H), H, true, 0.f);  // w'[0, H)

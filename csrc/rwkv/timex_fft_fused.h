@@ -62,17 +62,15 @@ bool cluster_supported(const fused_ops::Tensor& k);
 // keep: where not null, receives W's spectra, complex float in the cluster kernels' own
 // frequency order, for cluster_backward's kept: (C, M), or (C, 2, kHalvesH) where the rows run
 // as two halves (cluster_halves); keep_twiddles: where not null, the twiddle tables of that
-// shape (bytes, 1.4 MiB at M = 65536) and, as two halves, each row's [K0, K1] spectra after
-// them (2 kHalvesH complex floats, 512 KiB, a row), for cluster_backward's kept_twiddles.
+// shape (bytes, 1.4 MiB at M = 65536), for cluster_backward's kept_twiddles.
 fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
                                   double eps, cudaStream_t stream,
                                   fused_ops::Tensor* keep = nullptr,
                                   fused_ops::Tensor* keep_twiddles = nullptr);
 
 // kept: W's spectra from cluster_forward's keep for these w and T (checked by the caller with
-// cluster_spectrum_length), or null to compute them; kept_twiddles: the buffer from its
-// keep_twiddles for these w and k (its size checked here; as two halves the tables alone are
-// taken too, and k transformed again), or null to make the tables.
+// cluster_spectrum_length), or null to compute them; kept_twiddles: the tables from its
+// keep_twiddles (their size checked here), or null to make them.
 std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(
     const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
     cudaStream_t stream, const fused_ops::Tensor* kept = nullptr,

@@ -183,7 +183,8 @@ std::tuple<Tensor, Tensor> backward_cpu(Tensor grad_out, Tensor w, Tensor k) {
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cpu(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   if (k.numel() == 0 || !use_fft_cpu(k)) {
-    return {forward_cpu(w, k, eps), fft::no_spectra(k), fft::no_spectra(k)};
+    const Tensor none = fft::no_spectra(k);  // one empty tensor as both, as on CUDA
+    return {forward_cpu(w, k, eps), none, none};
   }
   const Tensor wc = fused_ops::as_contiguous(w), kc = fused_ops::as_contiguous(k);
   std::tuple<Tensor, Tensor> keep;

@@ -370,7 +370,9 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
     const cudaStream_t stream = fused_ops::current_stream(k);
     const bool halves = !fused && fft::cluster_halves(k, stream);
     const bool usable = fused ? as_fused : halves ? as_halves : as_cluster;
-    if (!usable && (as_fused || as_cluster || as_halves)) return backward_cuda(grad_out, w, k);
+    if (!usable && (as_fused || as_cluster || as_halves)) {
+      return backward_checked(grad_out, w, k, algo);  // inputs checked, algorithm chosen
+    }
     FUSED_OPS_CHECK_VALUE(usable && wz.scalar_type() == ctype && wz.is_contiguous(),
                           "timex_backward_kept: wz must be the spectra that timex_forward_keep "
                           "returned for these w and k, got shape ", fused_ops::shape_str(wz));

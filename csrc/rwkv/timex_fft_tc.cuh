@@ -1,0 +1,433 @@
+// RWKV TimeX, the FFT convolution's transforms on tensor cores (bfloat16 and float16 inputs):
+// a probe of issue 29's design, forward only. Not launched by the op; benchmarks/
+// timex_tc_fft_probe.py builds it on the GPU and times it against the on-chip FMA kernels
+// (timex_fft_kernels.cuh), and tests/test_rwkv_fft_tc_emulation.py checks it on the CPU.
+//
+// One CTA per channel c and pair of batch rows (b, b + 1): the complex row
+// x = k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two, 2048 to 32768), is
+// convolved circularly with the real kernel h[s] = w[c, T-1-s]: since h is real,
+// y = x * h = k[b, c] * h + i k[b + 1, c] * h, and out[b, c, t] = Re y[t] + eps,
+// out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap: N >= 2T - 1). No split of a real
+// row's spectrum, as the FMA kernels do (timex_fft_math.cuh).
+//
+// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, 4, 8, 16}): pass j (j = 1..P) has
+// radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16 DFT
+// over 16 contiguous elements (the "middle", in registers on FMAs) follows. Pass j, for
+// every block of r_j L_j elements and every column n2 < L_j in it, does
+//   Y[k1] = sum_{n1 < r_j} W_{r_j}^(n1 k1) x[L_j n1 + n2] / sqrt(r_j),
+// multiplies Y[k1] by the twiddle W_{r_j L_j}^(k1 n2), and stores it at L_j k1 + n2: in
+// place. The spectrum ends up in digit-reversed order (storage position s holds frequency
+// f(s) = d_1 + r_1 (d_2 + 16 (d_3 + ...)), d_j = (s / L_j) % r_j, the middle's digit
+// s % 16), which is all a convolution needs: the middle multiplies by W's spectrum in the same
+// order (wz: the unnormalised DFT of h, storage order) and runs the inverse DFT_16; the
+// inverse passes P..1 are the forward passes transposed and conjugated (each first
+// multiplies by its twiddle conjugated, applied at the previous step's output, then runs
+// the conjugated DFT at the same strides), giving y in natural order. Each pass is unitary
+// (1/sqrt(r) in the DFT matrix, 1/4 in the middle), so with the unnormalised wz the result
+// needs no 1/N.
+//
+// A pass is one warp's mma.sync m16n8k16 per 16 x 8 tile: A = the 16 x 16 DFT matrix
+// (radix r < 16: I_{16/r} (x) F_r, block diagonal: 16/r groups of r rows, each group 8 columns
+// further along), B = 16 rows (k = n1, group) of 8 contiguous columns n2 loaded with
+// ldmatrix .trans from the real and imaginary planes, 4 MMAs (C, S, -S: the cosine and sine
+// parts). Data between passes are stored in the input type (bfloat16 / float16) in two
+// planes; accumulation and twiddles in float. Shared memory: 4 N bytes (128 KiB at N =
+// 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an ldmatrix, L_j elements
+// apart, fall in 8 distinct bank groups for any L_j.
+//
+// Measured on the H100 (benchmarks/results/issue29_runs/run19_tc_probe.md): correct, but
+// 1.2x to 2.1x slower than the FMA conv kernel at the same shapes; the op does not use it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "common/mma_half.h"
+#include "rwkv/timex_fft_math.cuh"  // cf32, dft<R>, TIMEX_FFT_* macros
+
+#ifdef TIMEX_EMULATE
+#define TIMEX_FFT_TC_KERNEL(threads, blocks) void
+#else
+#define TIMEX_FFT_TC_KERNEL(threads, blocks) __global__ void __launch_bounds__(threads, blocks)
+#endif
+
+namespace rwkv {
+namespace fft_tc {
+
+using fft::cf32;
+
+constexpr int kThreads = 256;
+// CTAs per SM that the register allocation leaves room for: 2 (128 registers, no spills) measured
+// fastest on the H100 against 1 (144) and 3 (80, spills); benchmarks/results/issue29_runs/
+// run19_tc_probe.md.
+#ifndef TIMEX_TC_MIN_BLOCKS
+#define TIMEX_TC_MIN_BLOCKS 2
+#endif
+constexpr int kMinBlocks = TIMEX_TC_MIN_BLOCKS;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMinN = 2048, kMaxN = 32768;
+
+TIMEX_FFT_HD constexpr int radix1(int N) {
+  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s.
+  int m = N / 16;
+  while (m > 16) m /= 16;
+  return m;
+}
+// Shared memory: the two planes, 2 N 16-bit elements.
+TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N; }
+
+// Element e's position in a plane: its 16-byte chunk's low 3 bits XORed with all the chunk's
+// higher 3-bit groups, so that 8 chunks whose indices differ in any 3 consecutive bits land
+// in 8 distinct 16-byte slots of a 128-byte line (a bijection on chunks).
+TIMEX_FFT_HD constexpr int swz(int e) {
+  const int c = e >> 3;
+  const int h = (c >> 3) ^ (c >> 6) ^ (c >> 9) ^ (c >> 12);
+  return ((c ^ (h & 7)) << 3) | (e & 7);
+}
+
+template <typename S>
+TIMEX_FFT_DEVICE float to_f(uint16_t bits) {
+  S v;
+  v.x = bits;
+  return static_cast<float>(v);
+}
+template <typename S>
+TIMEX_FFT_DEVICE uint16_t to_bits(float f) {
+  return S(f).x;
+}
+template <typename S>
+TIMEX_FFT_DEVICE uint32_t pack2(float lo, float hi) {
+  return uint32_t(to_bits<S>(lo)) | (uint32_t(to_bits<S>(hi)) << 16);
+}
+
+TIMEX_FFT_DEVICE void st32(uint16_t* p, uint32_t v) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(p, &v, 4);
+#else
+  *reinterpret_cast<uint32_t*>(p) = v;
+#endif
+}
+
+// 8 elements (16 bytes, 16-byte aligned) from shared memory to registers and back.
+TIMEX_FFT_DEVICE void ld16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  const uint4 v = *reinterpret_cast<const uint4*>(src);
+  std::memcpy(dst, &v, 16);
+#endif
+}
+TIMEX_FFT_DEVICE void st16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  uint4 v;
+  std::memcpy(&v, src, 16);
+  *reinterpret_cast<uint4*>(dst) = v;
+#endif
+}
+
+// 16 bytes to global memory.
+TIMEX_FFT_DEVICE void stg16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  uint4 v;
+  std::memcpy(&v, src, 16);
+  *reinterpret_cast<uint4*>(dst) = v;
+#endif
+}
+
+// 16 bytes from global memory (read-only path).
+TIMEX_FFT_DEVICE void ldg16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+  std::memcpy(dst, &v, 16);
+#endif
+}
+
+// W_n^m = e^(-2 pi i m / n) in double, rounded once.
+TIMEX_FFT_DEVICE cf32 unit(int m, int n) {
+#ifdef TIMEX_EMULATE
+  const double a = -2.0 * 3.14159265358979323846 * m / n;
+  return {static_cast<float>(std::cos(a)), static_cast<float>(std::sin(a))};
+#else
+  double s, c;
+  sincospi(-2.0 * m / n, &s, &c);
+  return {static_cast<float>(c), static_cast<float>(s)};
+#endif
+}
+
+// W_N^m for 0 <= m < N: on the GPU __sincosf of 2 pi m' / N with m' = m or m - N in
+// [-N/2, N/2) (absolute error about 1e-6 there, far below the half types' rounding), no table
+// lookup (a warp's twiddles hit scattered table entries: bank conflicts); in the emulation the
+// double formula.
+template <int N>
+TIMEX_FFT_DEVICE cf32 twiddle(int m) {
+#ifdef TIMEX_EMULATE
+  return unit(m, N);
+#else
+  const float x = static_cast<float>(m >= N / 2 ? m - N : m) * (-2.0f * 3.14159265358979f / N);
+  float s, c;
+  __sincosf(x, &s, &c);
+  return {c, s};
+#endif
+}
+
+// The A fragments of I_{16/R} (x) F_R / sqrt(R): cos, sin and -sin parts, mma_16816's
+// row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]).
+template <typename S, int R>
+struct DftFrags {
+  uint32_t c[4], s[4], ns[4];
+  TIMEX_FFT_DEVICE void init(int lane) {
+    const int g = lane / 4, q = lane % 4;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(R));
+    for (int r = 0; r < 4; ++r) {
+      const int row = g + 8 * (r & 1);
+      float cv[2], sv[2];
+      for (int h = 0; h < 2; ++h) {
+        const int col = 2 * q + h + 8 * (r >> 1);
+        if (row / R != col / R) {
+          cv[h] = sv[h] = 0.f;
+        } else {
+          // angle 2 pi m / R, m = k n mod R, in double and rounded once.
+          const cf32 u = unit(((row % R) * (col % R)) % R, R);
+          cv[h] = u.x * scale;
+          sv[h] = -u.y * scale;
+        }
+      }
+      c[r] = pack2<S>(cv[0], cv[1]);
+      s[r] = pack2<S>(sv[0], sv[1]);
+      ns[r] = pack2<S>(-sv[0], -sv[1]);
+    }
+  }
+};
+
+// The position of pass (R, L)'s element: (k1 = (a / L) % R, n2 = a % L) -> its twiddle
+// exponent, in units of W_N: k1 n2 N / (R L).
+template <int N, int R, int L>
+TIMEX_FFT_HD constexpr int twiddle_exp(int a) {
+  return ((a / L) % R) * (a % L) * (N / (R * L));
+}
+
+// One pass of radix R, stride L over the planes re, im (in place). FORWARD: the DFT, then
+// each output times W^(twiddle_exp<N, R, L>); else the conjugated DFT, then each output times
+// the conjugated twiddle of the pass outside it (ROUT, LOUT), or none where ROUT == 0.
+template <typename S, int N, int R, int L, bool FORWARD, int ROUT, int LOUT>
+TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& f) {
+  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
+  static_assert(R * L >= 128 && L >= 8, "a tile: 16/R groups of 8 columns");
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  // This lane's ldmatrix row: matrix i = lane / 8 (re rows 0-7, re 8-15, im 0-7, im 8-15).
+  const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
+  const int row_off = L * (krow % R) + 8 * (krow / R);
+  uint16_t* const plane = (mi & 2) ? im : re;
+  for (int tile = warp; tile < N / 128; tile += kWarps) {
+    const int blk = tile / kTilesPerBlock, n0 = (tile % kTilesPerBlock) * kCols;
+    const int base = blk * R * L + n0;
+    uint32_t b[4];
+    fused_ops::ldmatrix_x4_trans(b, plane + swz(base + row_off));
+    const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
+    float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
+    fused_ops::mma_16816<S>(yre, f.c, bre);
+    fused_ops::mma_16816<S>(yre, FORWARD ? f.s : f.ns, bim);
+    fused_ops::mma_16816<S>(yim, FORWARD ? f.ns : f.s, bre);
+    fused_ops::mma_16816<S>(yim, f.c, bim);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+      const int row = g + 8 * h;
+      const int a = blk * R * L + L * (row % R) + n0 + 8 * (row / R) + 2 * q;  // cols 2q, 2q+1
+      cf32 v0{yre[2 * h], yim[2 * h]}, v1{yre[2 * h + 1], yim[2 * h + 1]};
+      if constexpr (FORWARD) {
+        v0 = v0 * twiddle<N>(twiddle_exp<N, R, L>(a));
+        v1 = v1 * twiddle<N>(twiddle_exp<N, R, L>(a + 1));
+      } else if constexpr (ROUT > 0) {
+        v0 = fft::conj(twiddle<N>(twiddle_exp<N, ROUT, LOUT>(a))) * v0;
+        v1 = fft::conj(twiddle<N>(twiddle_exp<N, ROUT, LOUT>(a + 1))) * v1;
+      }
+      st32(re + swz(a), pack2<S>(v0.x, v1.x));
+      st32(im + swz(a), pack2<S>(v0.y, v1.y));
+    }
+  }
+}
+
+// The forward passes j = 1.. (radix R1 at stride N / R1, then 16s) down to stride 16.
+template <typename S, int N, int R, int L>
+TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
+                                     const DftFrags<S, 16>& f16) {
+  if constexpr (R == radix1(N) && L == N / radix1(N)) {
+    tc_pass<S, N, R, L, true, 0, 0>(re, im, f1);
+  } else {
+    tc_pass<S, N, R, L, true, 0, 0>(re, im, f16);
+  }
+  TIMEX_FFT_SYNC();
+  if constexpr (L > 16) forward_passes<S, N, 16, L / 16>(re, im, f1, f16);
+}
+
+// The inverse passes from stride 16 out to stride N / R1; the last hands its results to
+// `out` (out(t, re_t, im_t, re_t+1, im_t+1): two consecutive times) instead of storing them.
+template <typename S, int N, int L, typename Out>
+TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
+                                     const DftFrags<S, 16>& f16, const Out& out);
+
+// The last inverse pass (radix R1 at stride N / R1): no twiddle after it; its outputs go to
+// `out`, which may write them back to the planes (each tile's reads precede its writes).
+template <typename S, int N, typename Out>
+TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
+                                const DftFrags<S, radix1(N)>& f, const Out& out) {
+  constexpr int R = radix1(N), L = N / R;
+  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
+  const int row_off = L * (krow % R) + 8 * (krow / R);
+  const uint16_t* const plane = (mi & 2) ? im : re;
+  for (int tile = warp; tile < N / 128; tile += kWarps) {
+    const int n0 = (tile % kTilesPerBlock) * kCols;  // one block: blk = 0
+    uint32_t b[4];
+    fused_ops::ldmatrix_x4_trans(b, plane + swz(n0 + row_off));
+    const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
+    float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
+    fused_ops::mma_16816<S>(yre, f.c, bre);
+    fused_ops::mma_16816<S>(yre, f.ns, bim);
+    fused_ops::mma_16816<S>(yim, f.s, bre);
+    fused_ops::mma_16816<S>(yim, f.c, bim);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g + 8 * h;
+      const int t = L * (row % R) + n0 + 8 * (row / R) + 2 * q;
+      out(t, yre[2 * h], yim[2 * h], yre[2 * h + 1], yim[2 * h + 1]);
+    }
+  }
+}
+
+template <typename S, int N, int L, typename Out>
+TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
+                                     const DftFrags<S, 16>& f16, const Out& out) {
+  constexpr int R1 = radix1(N);
+  if constexpr (L == N / R1) {
+    last_pass<S, N>(re, im, f1, out);
+  } else {
+    // Radix 16 at stride L; the pass outside it: radix R1 at N / R1, or 16 at 16 L.
+    constexpr int ROUT = 16 * L == N / R1 ? R1 : 16;
+    tc_pass<S, N, 16, L, false, ROUT, 16 * L>(re, im, f16);
+    TIMEX_FFT_SYNC();
+    inverse_passes<S, N, 16 * L>(re, im, f1, f16, out);
+  }
+}
+
+// The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
+// wz: (C, 16, N / 16) the unnormalised DFT of h, storage position 16 j + e at [c, e, j] (so
+// that the middle's threads, one j each, read consecutive entries).
+template <typename S, int N>
+TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restrict__ k,
+                                          const cf32* __restrict__ wz, uint16_t* __restrict__ out,
+                                          int B, int C, int T, float eps) {
+  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
+  constexpr int R1 = radix1(N);
+  TIMEX_FFT_SHARED(smem);
+  uint16_t* re = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* im = re + N;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int c = static_cast<int>(blockIdx.x) % C, pair = static_cast<int>(blockIdx.x) / C;
+  const int b0 = 2 * pair, b1 = b0 + 1;
+  const bool two = b1 < B;
+  const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
+  const uint16_t* k1 = k + (int64_t(b1) * C + c) * T;
+
+  // x = k[b0] + i k[b1], zeros from T on: a chunk of 8 elements per thread and step, as
+  // 16-byte loads where the rows allow (T % 8 == 0, 16-byte aligned k).
+  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  for (int e = 8 * tid; e < N; e += 8 * kThreads) {
+    uint16_t xr[8], xi[8];
+    if (vec && e + 8 <= T) {
+      ldg16(xr, k0 + e);
+      if (two) {
+        ldg16(xi, k1 + e);
+      } else {
+        for (int j = 0; j < 8; ++j) xi[j] = 0;
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        xr[j] = e + j < T ? k0[e + j] : uint16_t(0);
+        xi[j] = e + j < T && two ? k1[e + j] : uint16_t(0);
+      }
+    }
+    st16(re + swz(e), xr);
+    st16(im + swz(e), xi);
+  }
+  DftFrags<S, R1> f1;
+  DftFrags<S, 16> f16;
+  f1.init(tid % 32);
+  f16.init(tid % 32);
+  TIMEX_FFT_SYNC();
+
+  forward_passes<S, N, R1, N / R1>(re, im, f1, f16);
+
+  // The middle: DFT_16 of 16 contiguous elements, times wz, the conjugated DFT_16, times the
+  // innermost pass's twiddle conjugated (its inverse's input).
+  const cf32* wrow = wz + int64_t(c) * N;
+  for (int blk = tid; blk < N / 16; blk += kThreads) {
+    // 16 contiguous elements: two 16-byte chunks of each plane (swz keeps a chunk whole).
+    uint16_t xr[16], xi[16];
+    ld16(xr, re + swz(16 * blk));
+    ld16(xr + 8, re + swz(16 * blk + 8));
+    ld16(xi, im + swz(16 * blk));
+    ld16(xi + 8, im + swz(16 * blk + 8));
+    cf32 v[16];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) v[e] = {to_f<S>(xr[e]), to_f<S>(xi[e])};
+    fft::dft<16>(v);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      v[e] = fft::conj(fft::scale(v[e] * wrow[e * (N / 16) + blk], 0.25f));
+    }
+    fft::dft<16>(v);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const int a = 16 * blk + e;
+      cf32 y = fft::scale(fft::conj(v[e]), 0.25f);
+      y = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a))) * y;  // innermost: 16 at 16
+      xr[e] = to_bits<S>(y.x);
+      xi[e] = to_bits<S>(y.y);
+    }
+    st16(re + swz(16 * blk), xr);
+    st16(re + swz(16 * blk + 8), xr + 8);
+    st16(im + swz(16 * blk), xi);
+    st16(im + swz(16 * blk + 8), xi + 8);
+  }
+  TIMEX_FFT_SYNC();
+
+  // The last pass writes y + eps, rounded, to the planes in natural order; then rows b0 and
+  // b1 of out are copied 8 elements at a time (16-byte stores where the rows allow).
+  const auto store = [&](int t, float r0, float i0, float r1, float i1) {
+    st32(re + swz(t), pack2<S>(r0 + eps, r1 + eps));
+    st32(im + swz(t), pack2<S>(i0 + eps, i1 + eps));
+  };
+  inverse_passes<S, N, 16>(re, im, f1, f16, store);
+  TIMEX_FFT_SYNC();
+  uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
+  uint16_t* o1 = out + (int64_t(b1) * C + c) * T;
+  const bool vec_out = T % 8 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+  for (int e = 8 * tid; e < T; e += 8 * kThreads) {
+    uint16_t yr[8], yi[8];
+    ld16(yr, re + swz(e));
+    ld16(yi, im + swz(e));
+    if (vec_out) {
+      stg16(o0 + e, yr);
+      if (two) stg16(o1 + e, yi);
+    } else {
+      for (int j = 0; j < 8 && e + j < T; ++j) {
+        o0[e + j] = yr[j];
+        if (two) o1[e + j] = yi[j];
+      }
+    }
+  }
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

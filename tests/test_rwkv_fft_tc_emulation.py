@@ -1,0 +1,120 @@
+"""The tensor-core FFT convolution probe (csrc/rwkv/timex_fft_tc.cuh: mma.sync m16n8k16 DFT
+passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
+(tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
+float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
+a GPU. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the
+kernel's storage order."""
+
+from conftest import emulation_test, run_emulator
+
+EMULATOR = r"""
+#include <complex>
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "timex_reference.h"
+
+#define TIMEX_EMULATE
+#define TIMEX_FFT_DEVICE inline
+#define TIMEX_FFT_KERNEL(threads) void
+#define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
+#define TIMEX_FFT_SYNC() emu_syncthreads()
+#include "rwkv/timex_fft_tc.cuh"
+
+using namespace rwkv::fft_tc;
+using rwkv::fft::cf32;
+
+std::mt19937 rng(1234);
+int failures = 0;
+
+// The frequency held at storage position s (the top of timex_fft_tc.cuh): digits d_j =
+// (s / L_j) % r_j of the passes, then s % 16 of the middle; f = d_1 + r_1 (d_2 + ...).
+int storage_frequency(int N, int s) {
+  int radices[8], strides[8], n = 0;
+  int L = N / radix1(N);
+  radices[n] = radix1(N);
+  strides[n++] = L;
+  while (L > 16) {
+    L /= 16;
+    radices[n] = 16;
+    strides[n++] = L;
+  }
+  radices[n] = 16;
+  strides[n++] = 1;
+  int f = 0;
+  for (int j = n - 1; j >= 0; --j) f = f * radices[j] + (s / strides[j]) % radices[j];
+  return f;
+}
+
+template <typename S, int N>
+void check(int B, int C, int T, double eps, double tol) {
+  auto in = timex_inputs<S>(rng, B, C, T, eps, 0, 0);
+  // wz: DFT_N(h_c)[f(s)], h_c[t] = w[c, T-1-t], in float64, in the kernel's layout.
+  std::vector<cf32> wz(size_t(C) * N);
+  std::vector<int> freq(N);
+  std::vector<bool> seen(N, false);
+  for (int s = 0; s < N; ++s) {
+    freq[s] = storage_frequency(N, s);
+    if (seen[freq[s]]) {
+      std::printf("FAIL storage order N=%d: frequency %d twice\n", N, freq[s]);
+      ++failures;
+      return;
+    }
+    seen[freq[s]] = true;
+  }
+  const double pi = 3.14159265358979323846;
+  for (int c = 0; c < C; ++c) {
+    std::vector<std::complex<double>> H(N);
+    for (int f = 0; f < N; ++f) {
+      std::complex<double> acc = 0;
+      for (int t = 0; t < T; ++t) {
+        const double a = -2.0 * pi * double((int64_t(f) * t) % N) / N;
+        acc += as_double(in.w[size_t(c) * T + T - 1 - t]) * std::polar(1.0, a);
+      }
+      H[f] = acc;
+    }
+    for (int s = 0; s < N; ++s) {  // position 16 j + e at [c, e, j]
+      wz[size_t(c) * N + (s % 16) * (N / 16) + s / 16] = {float(H[freq[s]].real()),
+                                                          float(H[freq[s]].imag())};
+    }
+  }
+  const S guard = static_cast<S>(777.0);
+  std::vector<S> out(size_t(B) * C * T + 8, guard);
+  const int pairs = (B + 1) / 2;
+  launch(pairs * C, kThreads, smem_bytes(N), [&] {
+    conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(in.kp), wz.data(),
+                         reinterpret_cast<uint16_t*>(out.data()), B, C, T, float(eps));
+  });
+  std::vector<double> o(size_t(B) * C * T);
+  bool guards = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i < o.size()) {
+      o[i] = as_double(out[i]);
+    } else {
+      guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0;
+    }
+  }
+  const double e = row_err(o, in.out_ref, T);
+  const bool ok = e < tol && guards;
+  failures += !ok;
+  std::printf("%s tc conv %zu-byte N=%d B=%d C=%d T=%d eps=%g: %.2e%s\n", ok ? "ok  " : "FAIL",
+              sizeof(S), N, B, C, T, eps, e, guards ? "" : " (wrote outside the output)");
+}
+
+int main() {
+  using BF = c10::BFloat16;
+  using H = c10::Half;
+  check<BF, 2048>(2, 1, 1024, 0.0, 1e-2);
+  check<BF, 2048>(3, 2, 1001, 0.5, 1e-2);
+  check<H, 4096>(2, 1, 2048, 0.0, 2e-3);
+  check<BF, 4096>(1, 1, 1537, 0.0, 1e-2);
+  check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
+  check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
+  return failures != 0;
+}
+"""
+
+
+@emulation_test
+def test_fft_tc_emulated(tmp_path):
+    run_emulator(EMULATOR, tmp_path)

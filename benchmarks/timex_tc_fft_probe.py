@@ -84,6 +84,13 @@ def storage_frequency(N):
     return f
 
 
+def middle_positions(N):
+    """The storage position of each entry of the middle's layout (middle_position)."""
+    i = torch.arange(N, dtype=torch.int64)
+    e, t, lane, it = i % 4, (i // 4) % 2, (i // 8) % 32, i // 256
+    return 16 * (16 * it + lane // 4 + 8 * (e // 2)) + 8 * t + 2 * (lane % 4) + e % 2
+
+
 def fft_length(T):
     n = 2048
     while n < 2 * T:
@@ -136,9 +143,7 @@ def main():
             N = fft_length(T)
             h = w.double().flip(-1)
             H = torch.fft.fft(h, n=N)[:, storage_frequency(N).cuda()]
-            # position 16 j + e at [c, e, j] (timex_fft_tc.cuh)
-            wz = H.to(torch.complex64).reshape(C, N // 16, 16).transpose(1, 2).contiguous()
-            wz = wz.reshape(C, N)
+            wz = H.to(torch.complex64)[:, middle_positions(N).cuda()].contiguous()
             ref = timex_fftconv(w.double(), k.double(), 0.0)
 
             def err(out):

@@ -1,9 +1,9 @@
-"""The tensor-core FFT convolution probe (csrc/rwkv/timex_fft_tc.cuh: mma.sync m16n8k16 DFT
+"""The tensor-core FFT convolution probe (csrc/rwkv/timex_fft_tc*.cuh: mma.sync m16n8k16 DFT
 passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
 (tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
 float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
 a GPU. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the
-kernel's storage order."""
+kernel's storage order and the middle's layout (middle_position)."""
 
 from conftest import emulation_test, run_emulator
 
@@ -73,9 +73,9 @@ void check(int B, int C, int T, double eps, double tol) {
       }
       H[f] = acc;
     }
-    for (int s = 0; s < N; ++s) {  // position 16 j + e at [c, e, j]
-      wz[size_t(c) * N + (s % 16) * (N / 16) + s / 16] = {float(H[freq[s]].real()),
-                                                          float(H[freq[s]].imag())};
+    for (int i = 0; i < N; ++i) {  // the middle's layout
+      const int s = middle_position(i);
+      wz[size_t(c) * N + i] = {float(H[freq[s]].real()), float(H[freq[s]].imag())};
     }
   }
   const S guard = static_cast<S>(777.0);

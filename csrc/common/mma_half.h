@@ -70,4 +70,21 @@ FUSED_OPS_MMA_HALF_FN void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) 
 #endif
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 (not transposed): lane l gives the address of row
+// l % 8 of matrix l / 8, as above; lane (g, q) receives in r[i] elements 2q (low half) and
+// 2q + 1 (high half) of row g of matrix i. So a row-major 16 x 16 matrix read as matrices
+// (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) arrives as mma_16816's A
+// fragment.
+FUSED_OPS_MMA_HALF_FN void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+#if defined(FUSED_OPS_EMULATE)
+  emu_ldmatrix(r, 4, row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row))));
+#else
+  __trap();
+#endif
+}
+
 }  // namespace fused_ops

@@ -12,7 +12,7 @@
 //
 // The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, 4, 8, 16}): pass j (j = 1..P) has
 // radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16 DFT
-// over 16 contiguous elements (the "middle", in registers on FMAs) follows. Pass j, for
+// over 16 contiguous elements (the "middle", see middle()) follows. Pass j, for
 // every block of r_j L_j elements and every column n2 < L_j in it, does
 //   Y[k1] = sum_{n1 < r_j} W_{r_j}^(n1 k1) x[L_j n1 + n2] / sqrt(r_j),
 // multiplies Y[k1] by the twiddle W_{r_j L_j}^(k1 n2), and stores it at L_j k1 + n2: in
@@ -35,183 +35,19 @@
 // 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an ldmatrix, L_j elements
 // apart, fall in 8 distinct bank groups for any L_j.
 //
-// Measured on the H100 (benchmarks/results/issue29_runs/run19_tc_probe.md): correct, but
-// 1.2x to 2.1x slower than the FMA conv kernel at the same shapes; the op does not use it.
+// Measured on the H100 (benchmarks/results/issue29_runs/run19_tc_probe.md): correct, but 1.1x
+// (N >= 16384) to 2.5x (N = 2048) slower than the FMA conv kernel at the same shapes, with
+// 2-2.5x its error; the op does not use it.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "common/mma_half.h"
-#include "rwkv/timex_fft_math.cuh"  // cf32, dft<R>, TIMEX_FFT_* macros
-
-#ifdef TIMEX_EMULATE
-#define TIMEX_FFT_TC_KERNEL(threads, blocks) void
-#else
-#define TIMEX_FFT_TC_KERNEL(threads, blocks) __global__ void __launch_bounds__(threads, blocks)
-#endif
+#include "rwkv/timex_fft_tc_common.cuh"
+#include "rwkv/timex_fft_tc_middle.cuh"
 
 namespace rwkv {
 namespace fft_tc {
-
-using fft::cf32;
-
-constexpr int kThreads = 256;
-// CTAs per SM that the register allocation leaves room for: 2 (128 registers, no spills) measured
-// fastest on the H100 against 1 (144) and 3 (80, spills); benchmarks/results/issue29_runs/
-// run19_tc_probe.md.
-#ifndef TIMEX_TC_MIN_BLOCKS
-#define TIMEX_TC_MIN_BLOCKS 2
-#endif
-constexpr int kMinBlocks = TIMEX_TC_MIN_BLOCKS;
-constexpr int kWarps = kThreads / 32;
-constexpr int kMinN = 2048, kMaxN = 32768;
-
-TIMEX_FFT_HD constexpr int radix1(int N) {
-  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s.
-  int m = N / 16;
-  while (m > 16) m /= 16;
-  return m;
-}
-// Shared memory: the two planes, 2 N 16-bit elements.
-TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N; }
-
-// Element e's position in a plane: its 16-byte chunk's low 3 bits XORed with all the chunk's
-// higher 3-bit groups, so that 8 chunks whose indices differ in any 3 consecutive bits land
-// in 8 distinct 16-byte slots of a 128-byte line (a bijection on chunks).
-TIMEX_FFT_HD constexpr int swz(int e) {
-  const int c = e >> 3;
-  const int h = (c >> 3) ^ (c >> 6) ^ (c >> 9) ^ (c >> 12);
-  return ((c ^ (h & 7)) << 3) | (e & 7);
-}
-
-template <typename S>
-TIMEX_FFT_DEVICE float to_f(uint16_t bits) {
-  S v;
-  v.x = bits;
-  return static_cast<float>(v);
-}
-template <typename S>
-TIMEX_FFT_DEVICE uint16_t to_bits(float f) {
-  return S(f).x;
-}
-template <typename S>
-TIMEX_FFT_DEVICE uint32_t pack2(float lo, float hi) {
-  return uint32_t(to_bits<S>(lo)) | (uint32_t(to_bits<S>(hi)) << 16);
-}
-
-TIMEX_FFT_DEVICE void st32(uint16_t* p, uint32_t v) {
-#ifdef TIMEX_EMULATE
-  std::memcpy(p, &v, 4);
-#else
-  *reinterpret_cast<uint32_t*>(p) = v;
-#endif
-}
-
-// 8 elements (16 bytes, 16-byte aligned) from shared memory to registers and back.
-TIMEX_FFT_DEVICE void ld16(uint16_t* dst, const uint16_t* src) {
-#ifdef TIMEX_EMULATE
-  std::memcpy(dst, src, 16);
-#else
-  const uint4 v = *reinterpret_cast<const uint4*>(src);
-  std::memcpy(dst, &v, 16);
-#endif
-}
-TIMEX_FFT_DEVICE void st16(uint16_t* dst, const uint16_t* src) {
-#ifdef TIMEX_EMULATE
-  std::memcpy(dst, src, 16);
-#else
-  uint4 v;
-  std::memcpy(&v, src, 16);
-  *reinterpret_cast<uint4*>(dst) = v;
-#endif
-}
-
-// 16 bytes to global memory.
-TIMEX_FFT_DEVICE void stg16(uint16_t* dst, const uint16_t* src) {
-#ifdef TIMEX_EMULATE
-  std::memcpy(dst, src, 16);
-#else
-  uint4 v;
-  std::memcpy(&v, src, 16);
-  *reinterpret_cast<uint4*>(dst) = v;
-#endif
-}
-
-// 16 bytes from global memory (read-only path).
-TIMEX_FFT_DEVICE void ldg16(uint16_t* dst, const uint16_t* src) {
-#ifdef TIMEX_EMULATE
-  std::memcpy(dst, src, 16);
-#else
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-  std::memcpy(dst, &v, 16);
-#endif
-}
-
-// W_n^m = e^(-2 pi i m / n) in double, rounded once.
-TIMEX_FFT_DEVICE cf32 unit(int m, int n) {
-#ifdef TIMEX_EMULATE
-  const double a = -2.0 * 3.14159265358979323846 * m / n;
-  return {static_cast<float>(std::cos(a)), static_cast<float>(std::sin(a))};
-#else
-  double s, c;
-  sincospi(-2.0 * m / n, &s, &c);
-  return {static_cast<float>(c), static_cast<float>(s)};
-#endif
-}
-
-// W_N^m for 0 <= m < N: on the GPU __sincosf of 2 pi m' / N with m' = m or m - N in
-// [-N/2, N/2) (absolute error about 1e-6 there, far below the half types' rounding), no table
-// lookup (a warp's twiddles hit scattered table entries: bank conflicts); in the emulation the
-// double formula.
-template <int N>
-TIMEX_FFT_DEVICE cf32 twiddle(int m) {
-#ifdef TIMEX_EMULATE
-  return unit(m, N);
-#else
-  const float x = static_cast<float>(m >= N / 2 ? m - N : m) * (-2.0f * 3.14159265358979f / N);
-  float s, c;
-  __sincosf(x, &s, &c);
-  return {c, s};
-#endif
-}
-
-// The A fragments of I_{16/R} (x) F_R / sqrt(R): cos, sin and -sin parts, mma_16816's
-// row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]).
-template <typename S, int R>
-struct DftFrags {
-  uint32_t c[4], s[4], ns[4];
-  TIMEX_FFT_DEVICE void init(int lane) {
-    const int g = lane / 4, q = lane % 4;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(R));
-    for (int r = 0; r < 4; ++r) {
-      const int row = g + 8 * (r & 1);
-      float cv[2], sv[2];
-      for (int h = 0; h < 2; ++h) {
-        const int col = 2 * q + h + 8 * (r >> 1);
-        if (row / R != col / R) {
-          cv[h] = sv[h] = 0.f;
-        } else {
-          // angle 2 pi m / R, m = k n mod R, in double and rounded once.
-          const cf32 u = unit(((row % R) * (col % R)) % R, R);
-          cv[h] = u.x * scale;
-          sv[h] = -u.y * scale;
-        }
-      }
-      c[r] = pack2<S>(cv[0], cv[1]);
-      s[r] = pack2<S>(sv[0], sv[1]);
-      ns[r] = pack2<S>(-sv[0], -sv[1]);
-    }
-  }
-};
-
-// The position of pass (R, L)'s element: (k1 = (a / L) % R, n2 = a % L) -> its twiddle
-// exponent, in units of W_N: k1 n2 N / (R L).
-template <int N, int R, int L>
-TIMEX_FFT_HD constexpr int twiddle_exp(int a) {
-  return ((a / L) % R) * (a % L) * (N / (R * L));
-}
 
 // One pass of radix R, stride L over the planes re, im (in place). FORWARD: the DFT, then
 // each output times W^(twiddle_exp<N, R, L>); else the conjugated DFT, then each output times
@@ -321,8 +157,7 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
 }
 
 // The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
-// wz: (C, 16, N / 16) the unnormalised DFT of h, storage position 16 j + e at [c, e, j] (so
-// that the middle's threads, one j each, read consecutive entries).
+// wz: (C, N) the unnormalised DFT of h, storage position middle_position(i) at [c, i].
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restrict__ k,
                                           const cf32* __restrict__ wz, uint16_t* __restrict__ out,
@@ -368,38 +203,7 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
 
   forward_passes<S, N, R1, N / R1>(re, im, f1, f16);
 
-  // The middle: DFT_16 of 16 contiguous elements, times wz, the conjugated DFT_16, times the
-  // innermost pass's twiddle conjugated (its inverse's input).
-  const cf32* wrow = wz + int64_t(c) * N;
-  for (int blk = tid; blk < N / 16; blk += kThreads) {
-    // 16 contiguous elements: two 16-byte chunks of each plane (swz keeps a chunk whole).
-    uint16_t xr[16], xi[16];
-    ld16(xr, re + swz(16 * blk));
-    ld16(xr + 8, re + swz(16 * blk + 8));
-    ld16(xi, im + swz(16 * blk));
-    ld16(xi + 8, im + swz(16 * blk + 8));
-    cf32 v[16];
-#pragma unroll
-    for (int e = 0; e < 16; ++e) v[e] = {to_f<S>(xr[e]), to_f<S>(xi[e])};
-    fft::dft<16>(v);
-#pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      v[e] = fft::conj(fft::scale(v[e] * wrow[e * (N / 16) + blk], 0.25f));
-    }
-    fft::dft<16>(v);
-#pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      const int a = 16 * blk + e;
-      cf32 y = fft::scale(fft::conj(v[e]), 0.25f);
-      y = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a))) * y;  // innermost: 16 at 16
-      xr[e] = to_bits<S>(y.x);
-      xi[e] = to_bits<S>(y.y);
-    }
-    st16(re + swz(16 * blk), xr);
-    st16(re + swz(16 * blk + 8), xr + 8);
-    st16(im + swz(16 * blk), xi);
-    st16(im + swz(16 * blk + 8), xi + 8);
-  }
+  middle<S, N>(re, im, wz + int64_t(c) * N);
   TIMEX_FFT_SYNC();
 
   // The last pass writes y + eps, rounded, to the planes in natural order; then rows b0 and

@@ -1,0 +1,210 @@
+// RWKV TimeX, the tensor-core FFT probe (timex_fft_tc.cuh): its constants, the swizzled
+// plane layout, the half-type conversions, loads and stores, the twiddles and the DFT
+// matrices' MMA fragments.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#ifndef TIMEX_EMULATE
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+#include "common/mma_half.h"
+#include "rwkv/timex_fft_math.cuh"  // cf32 and its operators, TIMEX_FFT_* macros
+
+#ifdef TIMEX_EMULATE
+#define TIMEX_FFT_TC_KERNEL(threads, blocks) void
+#else
+#define TIMEX_FFT_TC_KERNEL(threads, blocks) __global__ void __launch_bounds__(threads, blocks)
+#endif
+
+namespace rwkv {
+namespace fft_tc {
+
+using fft::cf32;
+
+constexpr int kThreads = 256;
+// CTAs per SM that the register allocation leaves room for: 2 (124 registers, no spills); 1
+// (144) was slower on the H100, 3 (80, spills) 2-5% faster up to N = 16384 and 7% slower at
+// 32768 (benchmarks/results/issue29_runs/run19_tc_probe.md).
+#ifndef TIMEX_TC_MIN_BLOCKS
+#define TIMEX_TC_MIN_BLOCKS 2
+#endif
+constexpr int kMinBlocks = TIMEX_TC_MIN_BLOCKS;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMinN = 2048, kMaxN = 32768;
+
+TIMEX_FFT_HD constexpr int radix1(int N) {
+  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s.
+  int m = N / 16;
+  while (m > 16) m /= 16;
+  return m;
+}
+// Shared memory: the two planes, 2 N 16-bit elements.
+TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N; }
+
+// Element e's position in a plane: its 16-byte chunk's low 3 bits XORed with all the chunk's
+// higher 3-bit groups, so that 8 chunks whose indices differ in any 3 consecutive bits land
+// in 8 distinct 16-byte slots of a 128-byte line (a bijection on chunks).
+TIMEX_FFT_HD constexpr int swz(int e) {
+  const int c = e >> 3;
+  const int h = (c >> 3) ^ (c >> 6) ^ (c >> 9) ^ (c >> 12);
+  return ((c ^ (h & 7)) << 3) | (e & 7);
+}
+
+template <typename S>
+TIMEX_FFT_DEVICE uint16_t to_bits(float f) {
+  return S(f).x;
+}
+// Two floats rounded to S and packed (lo in the low half): one cvt instruction on the GPU.
+template <typename S>
+TIMEX_FFT_DEVICE uint32_t pack2(float lo, float hi) {
+#ifdef TIMEX_EMULATE
+  return uint32_t(to_bits<S>(lo)) | (uint32_t(to_bits<S>(hi)) << 16);
+#else
+  uint32_t v;
+  if constexpr (std::is_same_v<S, c10::BFloat16>) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    std::memcpy(&v, &p, 4);
+  } else {
+    const __half2 p = __floats2half2_rn(lo, hi);
+    std::memcpy(&v, &p, 4);
+  }
+  return v;
+#endif
+}
+
+TIMEX_FFT_DEVICE void st32(uint16_t* p, uint32_t v) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(p, &v, 4);
+#else
+  *reinterpret_cast<uint32_t*>(p) = v;
+#endif
+}
+
+// 8 elements (16 bytes, 16-byte aligned) from shared memory to registers and back.
+TIMEX_FFT_DEVICE void ld16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  const uint4 v = *reinterpret_cast<const uint4*>(src);
+  std::memcpy(dst, &v, 16);
+#endif
+}
+TIMEX_FFT_DEVICE void st16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  uint4 v;
+  std::memcpy(&v, src, 16);
+  *reinterpret_cast<uint4*>(dst) = v;
+#endif
+}
+
+// 16 bytes to global memory.
+TIMEX_FFT_DEVICE void stg16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  uint4 v;
+  std::memcpy(&v, src, 16);
+  *reinterpret_cast<uint4*>(dst) = v;
+#endif
+}
+
+// Two complex floats, 16 bytes, from global memory (read-only path).
+struct alignas(16) cf32x2 {
+  cf32 a, b;
+};
+TIMEX_FFT_DEVICE cf32x2 ldg_pair(const cf32* p) {
+#ifdef TIMEX_EMULATE
+  return {p[0], p[1]};
+#else
+  const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+  return {{v.x, v.y}, {v.z, v.w}};
+#endif
+}
+
+// 16 bytes from global memory (read-only path).
+TIMEX_FFT_DEVICE void ldg16(uint16_t* dst, const uint16_t* src) {
+#ifdef TIMEX_EMULATE
+  std::memcpy(dst, src, 16);
+#else
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+  std::memcpy(dst, &v, 16);
+#endif
+}
+
+// W_N^m for 0 <= m < N: on the GPU __sincosf of 2 pi m' / N with m' = m or m - N in
+// [-N/2, N/2) (absolute error about 1e-6 there, far below the half types' rounding), no table
+// lookup (a warp's twiddles hit scattered table entries: bank conflicts); in the emulation the
+// double formula.
+template <int N>
+TIMEX_FFT_DEVICE cf32 twiddle(int m) {
+#ifdef TIMEX_EMULATE
+  const double a = -2.0 * 3.14159265358979323846 * m / N;
+  return {static_cast<float>(std::cos(a)), static_cast<float>(std::sin(a))};
+#else
+  const float x = static_cast<float>(m >= N / 2 ? m - N : m) * (-2.0f * 3.14159265358979f / N);
+  float s, c;
+  __sincosf(x, &s, &c);
+  return {c, s};
+#endif
+}
+
+// cos(2 pi j / 16) for j >= 0 (float-rounded constants; the DFT matrices are rounded to S).
+#ifdef TIMEX_EMULATE
+inline constexpr float kCos16[16] = {
+#else
+__constant__ constexpr float kCos16[16] = {
+#endif
+    1.0f, 0.923879532511287f, 0.707106781186548f, 0.382683432365090f,
+    0.0f, -0.382683432365090f, -0.707106781186548f, -0.923879532511287f,
+    -1.0f, -0.923879532511287f, -0.707106781186548f, -0.382683432365090f,
+    0.0f, 0.382683432365090f, 0.707106781186548f, 0.923879532511287f};
+TIMEX_FFT_DEVICE float cos16(int j) { return kCos16[j & 15]; }
+
+// The A fragments of I_{16/R} (x) F_R / sqrt(R): cos, sin and -sin parts, mma_16816's
+// row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]).
+template <typename S, int R>
+struct DftFrags {
+  uint32_t c[4], s[4], ns[4];
+  TIMEX_FFT_DEVICE void init(int lane) {
+    const int g = lane / 4, q = lane % 4;
+    const float scale = R == 16 ? 0.25f : R == 4 ? 0.5f : R == 8 ? 0.353553390593274f
+                                                             : 0.707106781186548f;  // R^(-1/2)
+    for (int r = 0; r < 4; ++r) {
+      const int row = g + 8 * (r & 1);
+      float cv[2], sv[2];
+      for (int h = 0; h < 2; ++h) {
+        const int col = 2 * q + h + 8 * (r >> 1);
+        if (row / R != col / R) {
+          cv[h] = sv[h] = 0.f;
+        } else {
+          // cos and sin of 2 pi m / R, m = k n mod R: entries m 16 / R and m 16 / R + 12 of
+          // the table of cos(2 pi j / 16).
+          const int j = (((row % R) * (col % R)) % R) * (16 / R);
+          cv[h] = cos16(j) * scale;
+          sv[h] = cos16(j + 12) * scale;
+        }
+      }
+      c[r] = pack2<S>(cv[0], cv[1]);
+      s[r] = pack2<S>(sv[0], sv[1]);
+      ns[r] = pack2<S>(-sv[0], -sv[1]);
+    }
+  }
+};
+
+// The position of pass (R, L)'s element: (k1 = (a / L) % R, n2 = a % L) -> its twiddle
+// exponent, in units of W_N: k1 n2 N / (R L).
+template <int N, int R, int L>
+TIMEX_FFT_HD constexpr int twiddle_exp(int a) {
+  return ((a / L) % R) * (a % L) * (N / (R * L));
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

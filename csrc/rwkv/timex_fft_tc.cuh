@@ -222,8 +222,8 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
     ld16(yr, re + swz(e));
     ld16(yi, im + swz(e));
     if (vec_out) {
-      stg16(o0 + e, yr);
-      if (two) stg16(o1 + e, yi);
+      st16(o0 + e, yr);
+      if (two) st16(o1 + e, yi);
     } else {
       for (int j = 0; j < 8 && e + j < T; ++j) {
         o0[e + j] = yr[j];

@@ -86,7 +86,8 @@ TIMEX_FFT_DEVICE void st32(uint16_t* p, uint32_t v) {
 #endif
 }
 
-// 8 elements (16 bytes, 16-byte aligned) from shared memory to registers and back.
+// 8 elements (16 bytes, 16-byte aligned) from shared memory to registers, and from registers
+// to shared or global memory.
 TIMEX_FFT_DEVICE void ld16(uint16_t* dst, const uint16_t* src) {
 #ifdef TIMEX_EMULATE
   std::memcpy(dst, src, 16);
@@ -96,17 +97,6 @@ TIMEX_FFT_DEVICE void ld16(uint16_t* dst, const uint16_t* src) {
 #endif
 }
 TIMEX_FFT_DEVICE void st16(uint16_t* dst, const uint16_t* src) {
-#ifdef TIMEX_EMULATE
-  std::memcpy(dst, src, 16);
-#else
-  uint4 v;
-  std::memcpy(&v, src, 16);
-  *reinterpret_cast<uint4*>(dst) = v;
-#endif
-}
-
-// 16 bytes to global memory.
-TIMEX_FFT_DEVICE void stg16(uint16_t* dst, const uint16_t* src) {
 #ifdef TIMEX_EMULATE
   std::memcpy(dst, src, 16);
 #else

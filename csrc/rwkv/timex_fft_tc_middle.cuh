@@ -33,6 +33,19 @@ struct MiddleFrags {
   }
 };
 
+// The complex product of the data (ar + i ai, the A operand) with a DFT matrix, as four MMAs:
+// re += ar C + ai X, im += ar Y + ai C. DFT_16 = C - i S: X = S, Y = -S; its conjugate:
+// X = -S, Y = S.
+template <typename S>
+TIMEX_FFT_DEVICE void complex_product(float (&re)[4], float (&im)[4], const uint32_t (&ar)[4],
+                                      const uint32_t (&ai)[4], const uint32_t (&c)[2],
+                                      const uint32_t (&x)[2], const uint32_t (&y)[2]) {
+  fused_ops::mma_16816<S>(re, ar, c);
+  fused_ops::mma_16816<S>(re, ai, x);
+  fused_ops::mma_16816<S>(im, ar, y);
+  fused_ops::mma_16816<S>(im, ai, c);
+}
+
 // The middle's layout of W's spectrum: entry i = ((it 32 + lane) 2 + t) 4 + e (warp step it,
 // lane = 4 g + q, n-tile t, accumulator e) holds storage position 16 (16 it + g + 8 (e / 2)) +
 // 8 t + 2 q + e % 2: each lane reads its 8 values as 64 contiguous bytes.
@@ -66,10 +79,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
-      fused_ops::mma_16816<S>(yr, xr, f.c[t]);
-      fused_ops::mma_16816<S>(yr, xi, f.s[t]);
-      fused_ops::mma_16816<S>(yi, xr, f.ns[t]);
-      fused_ops::mma_16816<S>(yi, xi, f.c[t]);
+      complex_product<S>(yr, yi, xr, xi, f.c[t], f.s[t], f.ns[t]);  // times DFT_16
       cf32 p[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -86,10 +96,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       float zr[4] = {0.f, 0.f, 0.f, 0.f}, zi[4] = {0.f, 0.f, 0.f, 0.f};
-      fused_ops::mma_16816<S>(zr, ar, f.c[t]);
-      fused_ops::mma_16816<S>(zr, ai, f.ns[t]);
-      fused_ops::mma_16816<S>(zi, ar, f.s[t]);
-      fused_ops::mma_16816<S>(zi, ai, f.c[t]);
+      complex_product<S>(zr, zi, ar, ai, f.c[t], f.ns[t], f.s[t]);  // times conj(DFT_16)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // rows g and g + 8: blocks 16 it + g (+ 8)
         const int a = 16 * (16 * it + g + 8 * h) + 8 * t + 2 * q;

@@ -7,12 +7,12 @@ it W's spectrum in its storage order, made here with torch.fft in float64 (not t
 fused path's W-spectrum kernel is listed apart). Per shape: the conv kernels' GPU time
 (profiler, per call), the forward's wall time (CUDA events, medians of alternating rounds),
 and each forward's error against float64 on the same rounded inputs (max|err| / max|ref|).
-Usage: python -m benchmarks.timex_tc_fft_probe [--out FILE] [--reps 200]
+Built for sm_90a (an H100). Usage: python -m benchmarks.timex_tc_fft_probe [--out FILE]
+[--reps 200] [--min-blocks 2 3] [--ncu-shape B C T]
 """
 
 import argparse
 import os
-import statistics
 
 import torch
 

@@ -172,7 +172,7 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
   const int b0 = 2 * pair, b1 = b0 + 1;
   const bool two = b1 < B;
   const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
-  const uint16_t* k1 = k + (int64_t(b1) * C + c) * T;
+  const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : k0;  // read only where two
 
   // x = k[b0] + i k[b1], zeros from T on: a chunk of 8 elements per thread and step, as
   // 16-byte loads where the rows allow (T % 8 == 0, 16-byte aligned k).
@@ -215,7 +215,7 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
   inverse_passes<S, N, 16>(re, im, f1, f16, store);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
-  uint16_t* o1 = out + (int64_t(b1) * C + c) * T;
+  uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
   const bool vec_out = T % 8 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
   for (int e = 8 * tid; e < T; e += 8 * kThreads) {
     uint16_t yr[8], yi[8];

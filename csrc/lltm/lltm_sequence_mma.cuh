@@ -55,18 +55,8 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 // ldmatrix .x4 / .x2 (8x8 matrices of 16-bit elements, not transposed): lane l gives the
 // address of row l % 8 of matrix l / 8 (16 contiguous bytes); lane (g = lane / 4, q = lane % 4)
 // receives in r[i] the elements 2q, 2q+1 of row g of matrix i (the lower k in the low half).
-// .x2 reads the addresses of lanes 0-15 only.
-LLTM_MMA_FN void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-#if defined(FUSED_OPS_EMULATE)
-  emu_ldmatrix(r, 4, row);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row)));
-#else
-  __trap();
-#endif
-}
+// .x2 reads the addresses of lanes 0-15 only. The .x4 is common/mma_half.h's.
+using fused_ops::ldmatrix_x4;
 
 LLTM_MMA_FN void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
 #if defined(FUSED_OPS_EMULATE)

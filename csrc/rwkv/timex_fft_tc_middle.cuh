@@ -92,11 +92,10 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
       pi[2 * t] = pack2<S>(p[0].y, p[1].y);
       pi[2 * t + 1] = pack2<S>(p[2].y, p[3].y);
     }
-    const uint32_t ar[4] = {pr[0], pr[1], pr[2], pr[3]}, ai[4] = {pi[0], pi[1], pi[2], pi[3]};
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       float zr[4] = {0.f, 0.f, 0.f, 0.f}, zi[4] = {0.f, 0.f, 0.f, 0.f};
-      complex_product<S>(zr, zi, ar, ai, f.c[t], f.ns[t], f.s[t]);  // times conj(DFT_16)
+      complex_product<S>(zr, zi, pr, pi, f.c[t], f.ns[t], f.s[t]);  // times conj(DFT_16)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // rows g and g + 8: blocks 16 it + g (+ 8)
         const int a = 16 * (16 * it + g + 8 * h) + 8 * t + 2 * q;

@@ -28,9 +28,10 @@ namespace fft_tc {
 using fft::cf32;
 
 constexpr int kThreads = 256;
-// CTAs per SM that the register allocation leaves room for: 2 (124 registers, no spills); 1
-// (144) was slower on the H100, 3 (80, spills) 2-5% faster up to N = 16384 and 7% slower at
-// 32768 (benchmarks/results/issue29_runs/run19_tc_probe.md).
+// CTAs per SM that the register allocation leaves room for: 2 (124 registers, no spills, as
+// measured at c35bc26; 121 since the review mends after it); 1 (144) was slower on the H100,
+// 3 (80, spills) 2-5% faster up to N = 16384 and 7% slower at 32768
+// (benchmarks/results/issue29_runs/run19_tc_probe.md).
 #ifndef TIMEX_TC_MIN_BLOCKS
 #define TIMEX_TC_MIN_BLOCKS 2
 #endif

@@ -49,44 +49,99 @@
 namespace rwkv {
 namespace fft_tc {
 
+// Element e's swizzled position is linear over GF(2) in e's bits (swz), so where a position is
+// a tile's part plus a lane's part with no bit in common, its swizzle is the XOR of theirs:
+// the passes swizzle each part once (the lanes' parts before the tile loop).
+
 // One pass of radix R, stride L over the planes re, im (in place). FORWARD: the DFT, then
 // each output times W^(twiddle_exp<N, R, L>); else the conjugated DFT, then each output times
 // the conjugated twiddle of the pass outside it (ROUT, LOUT), or none where ROUT == 0.
+//
+// Tile (blk, n0) holds positions a = blk R L + L (row % R) + n0 + 8 (row / R) + 2q + e (rows
+// g + 8h, e < 2). Its forward twiddle exponent k1 n2 s (k1 = row % R, n2 = n0 + 8 (row / R)
+// + 2q + e, s = N / (R L)) splits into the tile's k1 n0 s and the lane's k1 (n2 - n0) s, so
+// the lane keeps W^(k1 (n2 - n0) s) and takes one __sincosf per row and tile (none where n0
+// is the same for all of a warp's tiles). The inverse twiddle, of pass (ROUT, LOUT = 16 L)
+// at the same positions (R = 16: k1' = blk % ROUT, n2' = L row + n0 + 2q + e,
+// s' = N / (ROUT LOUT)), splits into k1' (n0 + L g + 2q) s' (one __sincosf) and the warp's
+// k1' 8 L s' and k1' s' (two more, the same in every lane).
 template <typename S, int N, int R, int L, bool FORWARD, int ROUT, int LOUT>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& f) {
   constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
   static_assert(R * L >= 128 && L >= 8, "a tile: 16/R groups of 8 columns");
+  static_assert(FORWARD || ROUT == 0 || (R == 16 && LOUT == 16 * L), "inverse: radix 16");
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
   // This lane's ldmatrix row: matrix i = lane / 8 (re rows 0-7, re 8-15, im 0-7, im 8-15).
   const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
-  const int row_off = L * (krow % R) + 8 * (krow / R);
-  uint16_t* const plane = (mi & 2) ? im : re;
+  const int ld_sw = swz(L * (krow % R) + 8 * (krow / R));
+  const uint16_t* const plane = (mi & 2) ? im : re;
+  int st_sw[2];  // the lane's part of its two stores (rows g, g + 8; cols 2q, 2q + 1)
+  cf32 tw[2][2];  // forward: W^(k1 (n2 - n0) s), then the whole twiddle where n0 is fixed
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + 8 * h;
+    const int off = L * (row % R) + 8 * (row / R) + 2 * q;
+    st_sw[h] = swz(off);
+    if constexpr (FORWARD) {
+      const int k1 = row % R, c = 8 * (row / R) + 2 * q;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) tw[h][e] = twiddle<N>(k1 * (c + e) * (N / (R * L)));
+    }
+  }
+  // A warp's tiles are warp + kWarps i; where kTilesPerBlock divides kWarps, they share n0.
+  constexpr bool kFixedN0 = kWarps % kTilesPerBlock == 0;
+  if constexpr (FORWARD && kFixedN0) {
+    const int n0 = (warp % kTilesPerBlock) * kCols;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const cf32 rowf = twiddle<N>((g + 8 * h) % R * n0 * (N / (R * L)));
+      tw[h][0] = cmul(rowf, tw[h][0]);
+      tw[h][1] = cmul(rowf, tw[h][1]);
+    }
+  }
   for (int tile = warp; tile < N / 128; tile += kWarps) {
     const int blk = tile / kTilesPerBlock, n0 = (tile % kTilesPerBlock) * kCols;
-    const int base = blk * R * L + n0;
+    const int sw = swz(blk * R * L + n0);
     uint32_t b[4];
-    fused_ops::ldmatrix_x4_trans(b, plane + swz(base + row_off));
+    fused_ops::ldmatrix_x4_trans(b, plane + (sw ^ ld_sw));
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
     float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
     fused_ops::mma_16816<S>(yre, f.c, bre);
     fused_ops::mma_16816<S>(yre, FORWARD ? f.s : f.ns, bim);
     fused_ops::mma_16816<S>(yim, FORWARD ? f.ns : f.s, bre);
     fused_ops::mma_16816<S>(yim, f.c, bim);
+    cf32 t[2][2];  // this tile's twiddles (conjugated for the inverse)
+    if constexpr (FORWARD && kFixedN0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) t[h][0] = tw[h][0], t[h][1] = tw[h][1];
+    } else if constexpr (FORWARD) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const cf32 rowf = twiddle<N>((g + 8 * h) % R * n0 * (N / (R * L)));
+        t[h][0] = cmul(rowf, tw[h][0]);
+        t[h][1] = cmul(rowf, tw[h][1]);
+      }
+    } else if constexpr (ROUT > 0) {
+      constexpr int sp = N / (ROUT * LOUT);
+      const int k1 = blk % ROUT;
+      const cf32 base = fft::conj(twiddle<N>(k1 * (n0 + L * g + 2 * q) * sp));
+      const cf32 u = fft::conj(twiddle<N>(k1 * 8 * L * sp)), v = fft::conj(twiddle<N>(k1 * sp));
+      t[0][0] = base;
+      t[0][1] = cmul(base, v);
+      t[1][0] = cmul(base, u);
+      t[1][1] = cmul(t[1][0], v);
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g and g + 8
-      const int row = g + 8 * h;
-      const int a = blk * R * L + L * (row % R) + n0 + 8 * (row / R) + 2 * q;  // cols 2q, 2q+1
       cf32 v0{yre[2 * h], yim[2 * h]}, v1{yre[2 * h + 1], yim[2 * h + 1]};
-      if constexpr (FORWARD) {
-        v0 = v0 * twiddle<N>(twiddle_exp<N, R, L>(a));
-        v1 = v1 * twiddle<N>(twiddle_exp<N, R, L>(a + 1));
-      } else if constexpr (ROUT > 0) {
-        v0 = fft::conj(twiddle<N>(twiddle_exp<N, ROUT, LOUT>(a))) * v0;
-        v1 = fft::conj(twiddle<N>(twiddle_exp<N, ROUT, LOUT>(a + 1))) * v1;
+      if constexpr (FORWARD || ROUT > 0) {
+        v0 = cmul(v0, t[h][0]);
+        v1 = cmul(v1, t[h][1]);
       }
-      st32(re + swz(a), pack2<S>(v0.x, v1.x));
-      st32(im + swz(a), pack2<S>(v0.y, v1.y));
+      const int a = sw ^ st_sw[h];
+      st32(re + a, pack2<S>(v0.x, v1.x));
+      st32(im + a, pack2<S>(v0.y, v1.y));
     }
   }
 }
@@ -105,13 +160,14 @@ TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<
 }
 
 // The inverse passes from stride 16 out to stride N / R1; the last hands its results to
-// `out` (out(t, re_t, im_t, re_t+1, im_t+1): two consecutive times) instead of storing them.
+// `out` (see last_pass) instead of storing them.
 template <typename S, int N, int L, typename Out>
 TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
                                      const DftFrags<S, 16>& f16, const Out& out);
 
 // The last inverse pass (radix R1 at stride N / R1): no twiddle after it; its outputs go to
-// `out`, which may write them back to the planes (each tile's reads precede its writes).
+// `out` (out(swz(t), re_t, im_t, re_t+1, im_t+1): two consecutive times, t even), which may
+// write them back to the planes (each tile's reads precede its writes).
 template <typename S, int N, typename Out>
 TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
                                 const DftFrags<S, radix1(N)>& f, const Out& out) {
@@ -120,12 +176,16 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
   const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
-  const int row_off = L * (krow % R) + 8 * (krow / R);
+  const int ld_sw = swz(L * (krow % R) + 8 * (krow / R));
   const uint16_t* const plane = (mi & 2) ? im : re;
+  int st_sw[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st_sw[h] = swz(L * ((g + 8 * h) % R) + 8 * ((g + 8 * h) / R) + 2 * q);
   for (int tile = warp; tile < N / 128; tile += kWarps) {
     const int n0 = (tile % kTilesPerBlock) * kCols;  // one block: blk = 0
+    const int sw = swz(n0);
     uint32_t b[4];
-    fused_ops::ldmatrix_x4_trans(b, plane + swz(n0 + row_off));
+    fused_ops::ldmatrix_x4_trans(b, plane + (sw ^ ld_sw));
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
     float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
     fused_ops::mma_16816<S>(yre, f.c, bre);
@@ -133,11 +193,7 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
     fused_ops::mma_16816<S>(yim, f.s, bre);
     fused_ops::mma_16816<S>(yim, f.c, bim);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = g + 8 * h;
-      const int t = L * (row % R) + n0 + 8 * (row / R) + 2 * q;
-      out(t, yre[2 * h], yim[2 * h], yre[2 * h + 1], yim[2 * h + 1]);
-    }
+    for (int h = 0; h < 2; ++h) out(sw ^ st_sw[h], yre[2 * h], yim[2 * h], yre[2 * h + 1], yim[2 * h + 1]);
   }
 }
 
@@ -208,9 +264,9 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
 
   // The last pass writes y + eps, rounded, to the planes in natural order; then rows b0 and
   // b1 of out are copied 8 elements at a time (16-byte stores where the rows allow).
-  const auto store = [&](int t, float r0, float i0, float r1, float i1) {
-    st32(re + swz(t), pack2<S>(r0 + eps, r1 + eps));
-    st32(im + swz(t), pack2<S>(i0 + eps, i1 + eps));
+  const auto store = [&](int a, float r0, float i0, float r1, float i1) {
+    st32(re + a, pack2<S>(r0 + eps, r1 + eps));
+    st32(im + a, pack2<S>(i0 + eps, i1 + eps));
   };
   inverse_passes<S, N, 16>(re, im, f1, f16, store);
   TIMEX_FFT_SYNC();

@@ -67,11 +67,27 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
   MiddleFrags<S> f;
   f.init(lane);
   // This lane's ldmatrix row: block lane % 8 + 8 ((lane / 8) % 2), elements 8 (lane / 16) on.
-  const int row_off = 16 * (lane % 8 + 8 * ((lane / 8) & 1)) + 8 * (lane / 16);
+  const int ld_sw = swz(16 * (lane % 8 + 8 * ((lane / 8) & 1)) + 8 * (lane / 16));
+  // The lane's stores: position 256 it + a(t, h), a = 16 (g + 8h) + 8t + 2q, and their
+  // inverse twiddles, the conjugates of pass (16, 16)'s: k1 = g + 8h, n2 = 8t + 2q + e, the
+  // same at every step it.
+  int st_sw[2][2];
+  cf32 tw[2][2][2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int a = 16 * (g + 8 * h) + 8 * t + 2 * q;
+      st_sw[t][h] = swz(a);
+      tw[t][h][0] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a)));
+      tw[t][h][1] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a + 1)));
+    }
+  }
   for (int it = warp; it < N / 256; it += kWarps) {
+    const int sw = swz(256 * it);
     uint32_t xr[4], xi[4];
-    fused_ops::ldmatrix_x4(xr, re + swz(256 * it + row_off));
-    fused_ops::ldmatrix_x4(xi, im + swz(256 * it + row_off));
+    fused_ops::ldmatrix_x4(xr, re + (sw ^ ld_sw));
+    fused_ops::ldmatrix_x4(xi, im + (sw ^ ld_sw));
     cf32x2 wv[4];  // this lane's 8 entries of W's spectrum (middle_position)
 #pragma unroll
     for (int j = 0; j < 4; ++j) wv[j] = ldg_pair(wrow + 256 * it + 8 * lane + 2 * j);
@@ -84,7 +100,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const cf32 w = e % 2 == 0 ? wv[2 * t + e / 2].a : wv[2 * t + e / 2].b;
-        p[e] = cf32{yr[e], yi[e]} * w;
+        p[e] = cmul(cf32{yr[e], yi[e]}, w);
       }
       // Accumulators (rows g, g + 8; cols 2q, 2q + 1) of n-tile t are A's k = 8 t + 2q.. .
       pr[2 * t] = pack2<S>(p[0].x, p[1].x);
@@ -98,13 +114,11 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
       complex_product<S>(zr, zi, pr, pi, f.c[t], f.ns[t], f.s[t]);  // times conj(DFT_16)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // rows g and g + 8: blocks 16 it + g (+ 8)
-        const int a = 16 * (16 * it + g + 8 * h) + 8 * t + 2 * q;
-        const cf32 v0 = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a))) *
-                        cf32{zr[2 * h], zi[2 * h]};
-        const cf32 v1 = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a + 1))) *
-                        cf32{zr[2 * h + 1], zi[2 * h + 1]};
-        st32(re + swz(a), pack2<S>(v0.x, v1.x));
-        st32(im + swz(a), pack2<S>(v0.y, v1.y));
+        const cf32 v0 = cmul(tw[t][h][0], cf32{zr[2 * h], zi[2 * h]});
+        const cf32 v1 = cmul(tw[t][h][1], cf32{zr[2 * h + 1], zi[2 * h + 1]});
+        const int a = sw ^ st_sw[t][h];
+        st32(re + a, pack2<S>(v0.x, v1.x));
+        st32(im + a, pack2<S>(v0.y, v1.y));
       }
     }
   }

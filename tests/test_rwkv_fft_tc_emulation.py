@@ -81,7 +81,7 @@ void check(int B, int C, int T, double eps, double tol) {
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(size_t(B) * C * T + 8, guard);
   const int pairs = (B + 1) / 2;
-  launch(pairs * C, kThreads, smem_bytes(N), [&] {
+  launch(pairs * C, threads(N), smem_bytes(N), [&] {
     conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(in.kp), wz.data(),
                          reinterpret_cast<uint16_t*>(out.data()), B, C, T, float(eps));
   });

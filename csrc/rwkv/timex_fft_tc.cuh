@@ -58,16 +58,26 @@ namespace fft_tc {
 // the conjugated twiddle of the pass outside it (ROUT, LOUT), or none where ROUT == 0.
 //
 // Tile (blk, n0) holds positions a = blk R L + L (row % R) + n0 + 8 (row / R) + 2q + e (rows
-// g + 8h, e < 2). Its forward twiddle exponent k1 n2 s (k1 = row % R, n2 = n0 + 8 (row / R)
-// + 2q + e, s = N / (R L)) splits into the tile's k1 n0 s and the lane's k1 (n2 - n0) s, so
-// the lane keeps W^(k1 (n2 - n0) s) and takes one __sincosf per row and tile (none where n0
-// is the same for all of a warp's tiles). The inverse twiddle, of pass (ROUT, LOUT = 16 L)
-// at the same positions (R = 16: k1' = blk % ROUT, n2' = L row + n0 + 2q + e,
-// s' = N / (ROUT LOUT)), splits into k1' (n0 + L g + 2q) s' (one __sincosf) and the warp's
-// k1' 8 L s' and k1' s' (two more, the same in every lane).
+// g + 8h, e < 2); a warp's tiles are warp + kWarps i. The twiddles are __sincosf values
+// at a warp's first tile of each run over which they advance geometrically, and the previous
+// tile's times a step after that (the steps from __sincosf too: in float, a run of at most 32
+// steps adds about 1e-5 to the phase, far below the half types' rounding):
+// - forward, exponent k1 n2 s (k1 = row % R, n2 = n0 + 8 (row / R) + 2q + e, s = N / (R L)):
+//   n0 advances by kWarps kCols within a block (step W^(k1 kWarps kCols s)), and the run
+//   starts again at each block; where kTilesPerBlock divides kWarps, n0 is fixed and the
+//   twiddles are the same for all of a warp's tiles.
+// - inverse, the conjugate of pass (ROUT, LOUT = 16 L)'s at the same positions (R = 16:
+//   exponent k1' n2' s', k1' = blk % ROUT, n2' = L row + n0 + 2q + e, s' = N / (ROUT LOUT)):
+//   where n0 advances (kTilesPerBlock > kWarps), k1' is fixed within a block (step
+//   W^(-k1' kWarps kCols s'), the same in every lane); where n0 is fixed, k1' advances by
+//   kWarps / kTilesPerBlock a tile (a step per lane) until it wraps around ROUT.
 template <typename S, int N, int R, int L, bool FORWARD, int ROUT, int LOUT>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& f) {
-  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
+  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R, kWarps = warps(N);
+  constexpr bool kTwiddled = FORWARD || ROUT > 0;
+  constexpr bool kFixedN0 = kWarps % kTilesPerBlock == 0;
+  // Inverse with n0 fixed: k1' advances by kDk1 a tile (fixed where ROUT divides it).
+  constexpr int kDk1 = kFixedN0 ? kWarps / kTilesPerBlock : 0;
   static_assert(R * L >= 128 && L >= 8, "a tile: 16/R groups of 8 columns");
   static_assert(FORWARD || ROUT == 0 || (R == 16 && LOUT == 16 * L), "inverse: radix 16");
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -77,27 +87,46 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& 
   const int ld_sw = swz(L * (krow % R) + 8 * (krow / R));
   const uint16_t* const plane = (mi & 2) ? im : re;
   int st_sw[2];  // the lane's part of its two stores (rows g, g + 8; cols 2q, 2q + 1)
-  cf32 tw[2][2];  // forward: W^(k1 (n2 - n0) s), then the whole twiddle where n0 is fixed
+  int col[2];    // n2 - n0 (forward) or n2' - n0 (inverse) of those stores' first elements
+  int k1f[2];    // forward: k1 of rows g and g + 8
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = g + 8 * h;
-    const int off = L * (row % R) + 8 * (row / R) + 2 * q;
-    st_sw[h] = swz(off);
-    if constexpr (FORWARD) {
-      const int k1 = row % R, c = 8 * (row / R) + 2 * q;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) tw[h][e] = twiddle<N>(k1 * (c + e) * (N / (R * L)));
-    }
+    st_sw[h] = swz(L * (row % R) + 8 * (row / R) + 2 * q);
+    col[h] = FORWARD ? 8 * (row / R) + 2 * q : L * row + 2 * q;
+    k1f[h] = row % R;
   }
-  // A warp's tiles are warp + kWarps i; where kTilesPerBlock divides kWarps, they share n0.
-  constexpr bool kFixedN0 = kWarps % kTilesPerBlock == 0;
-  if constexpr (FORWARD && kFixedN0) {
-    const int n0 = (warp % kTilesPerBlock) * kCols;
+  // The twiddles of tile (blk, n0), conjugated for the inverse.
+  const auto fresh = [&](cf32 (&t)[2][2], int blk, int n0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const cf32 rowf = twiddle<N>((g + 8 * h) % R * n0 * (N / (R * L)));
-      tw[h][0] = cmul(rowf, tw[h][0]);
-      tw[h][1] = cmul(rowf, tw[h][1]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if constexpr (FORWARD) {
+          t[h][e] = twiddle<N>(k1f[h] * (n0 + col[h] + e) * (N / (R * L)));
+        } else if constexpr (ROUT > 0) {
+          t[h][e] = fft::conj(twiddle<N>(blk % ROUT * (n0 + col[h] + e) * (N / (ROUT * LOUT))));
+        }
+      }
+    }
+  };
+  cf32 t[2][2], step[2][2];
+  if constexpr (kTwiddled && kFixedN0) {
+    const int n0 = (warp % kTilesPerBlock) * kCols;
+    fresh(t, warp / kTilesPerBlock, n0);
+    if constexpr (!FORWARD && kDk1 % ROUT != 0) {  // k1' steps by kDk1: the step per lane
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          step[h][e] = fft::conj(twiddle<N>(kDk1 * (n0 + col[h] + e) * (N / (ROUT * LOUT))));
+        }
+      }
+    }
+  } else if constexpr (FORWARD) {  // n0 steps by kWarps kCols: the step per row
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      step[h][0] = step[h][1] = twiddle<N>(k1f[h] * kWarps * kCols * (N / (R * L)));
     }
   }
   for (int tile = warp; tile < N / 128; tile += kWarps) {
@@ -111,31 +140,36 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& 
     fused_ops::mma_16816<S>(yre, FORWARD ? f.s : f.ns, bim);
     fused_ops::mma_16816<S>(yim, FORWARD ? f.ns : f.s, bre);
     fused_ops::mma_16816<S>(yim, f.c, bim);
-    cf32 t[2][2];  // this tile's twiddles (conjugated for the inverse)
-    if constexpr (FORWARD && kFixedN0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) t[h][0] = tw[h][0], t[h][1] = tw[h][1];
-    } else if constexpr (FORWARD) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const cf32 rowf = twiddle<N>((g + 8 * h) % R * n0 * (N / (R * L)));
-        t[h][0] = cmul(rowf, tw[h][0]);
-        t[h][1] = cmul(rowf, tw[h][1]);
+    if constexpr (kTwiddled) {
+      // A run starts again (warp-uniform): at each block where n0 advances; inverse with n0
+      // fixed, where k1' wraps around ROUT.
+      bool restart = false, advance = true;
+      if constexpr (!kFixedN0) {
+        restart = n0 < kWarps * kCols;  // the warp's first tile of the block
+      } else if constexpr (!FORWARD && kDk1 % ROUT != 0) {
+        restart = tile != warp && blk % ROUT < kDk1;
+      } else {
+        advance = false;  // fixed n0 and fixed k1': the same twiddles at every tile
       }
-    } else if constexpr (ROUT > 0) {
-      constexpr int sp = N / (ROUT * LOUT);
-      const int k1 = blk % ROUT;
-      const cf32 base = fft::conj(twiddle<N>(k1 * (n0 + L * g + 2 * q) * sp));
-      const cf32 u = fft::conj(twiddle<N>(k1 * 8 * L * sp)), v = fft::conj(twiddle<N>(k1 * sp));
-      t[0][0] = base;
-      t[0][1] = cmul(base, v);
-      t[1][0] = cmul(base, u);
-      t[1][1] = cmul(t[1][0], v);
+      if (restart) {
+        fresh(t, blk, n0);
+        if constexpr (!FORWARD && !kFixedN0) {
+          step[0][0] = fft::conj(twiddle<N>(blk % ROUT * kWarps * kCols * (N / (ROUT * LOUT))));
+        }
+      } else if (advance && tile != warp) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            t[h][e] = cmul(t[h][e], FORWARD || kFixedN0 ? step[h][e] : step[0][0]);
+          }
+        }
+      }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g and g + 8
       cf32 v0{yre[2 * h], yim[2 * h]}, v1{yre[2 * h + 1], yim[2 * h + 1]};
-      if constexpr (FORWARD || ROUT > 0) {
+      if constexpr (kTwiddled) {
         v0 = cmul(v0, t[h][0]);
         v1 = cmul(v1, t[h][1]);
       }
@@ -175,6 +209,7 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
   constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
+  constexpr int kWarps = warps(N);
   const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
   const int ld_sw = swz(L * (krow % R) + 8 * (krow / R));
   const uint16_t* const plane = (mi & 2) ? im : re;
@@ -215,7 +250,7 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
 // The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
 // wz: (C, N) the unnormalised DFT of h, storage position middle_position(i) at [c, i].
 template <typename S, int N>
-TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restrict__ k,
+TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __restrict__ k,
                                           const cf32* __restrict__ wz, uint16_t* __restrict__ out,
                                           int B, int C, int T, float eps) {
   static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
@@ -233,7 +268,7 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
   // x = k[b0] + i k[b1], zeros from T on: a chunk of 8 elements per thread and step, as
   // 16-byte loads where the rows allow (T % 8 == 0, 16-byte aligned k).
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
-  for (int e = 8 * tid; e < N; e += 8 * kThreads) {
+  for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
     uint16_t xr[8], xi[8];
     if (vec && e + 8 <= T) {
       ldg16(xr, k0 + e);
@@ -273,7 +308,7 @@ TIMEX_FFT_TC_KERNEL(kThreads, kMinBlocks) conv_tc_kernel(const uint16_t* __restr
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
   uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
   const bool vec_out = T % 8 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-  for (int e = 8 * tid; e < T; e += 8 * kThreads) {
+  for (int e = 8 * tid; e < T; e += 8 * threads(N)) {
     uint16_t yr[8], yi[8];
     ld16(yr, re + swz(e));
     ld16(yi, im + swz(e));

@@ -27,16 +27,16 @@ namespace fft_tc {
 
 using fft::cf32;
 
-constexpr int kThreads = 256;
-// CTAs per SM that the register allocation leaves room for: 2 (124 registers, no spills, as
-// measured at c35bc26; 121 since the review mends after it); 1 (144) was slower on the H100,
-// 3 (80, spills) 2-5% faster up to N = 16384 and 7% slower at 32768
-// (benchmarks/results/issue29_runs/run19_tc_probe.md).
+// Threads per CTA: N / 32 up to 256, so that each warp has at least 8 tiles per pass and 4
+// steps of the middle over which to spread its set-up (fragments, per-lane twiddles).
+TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; }
+TIMEX_FFT_HD constexpr int warps(int N) { return threads(N) / 32; }
+// The register cap, in CTAs of 256 threads per SM: 2 (128 registers a thread), 3 (80);
+// min_blocks(N) scales it to threads(N).
 #ifndef TIMEX_TC_MIN_BLOCKS
 #define TIMEX_TC_MIN_BLOCKS 2
 #endif
-constexpr int kMinBlocks = TIMEX_TC_MIN_BLOCKS;
-constexpr int kWarps = kThreads / 32;
+TIMEX_FFT_HD constexpr int min_blocks(int N) { return TIMEX_TC_MIN_BLOCKS * 256 / threads(N); }
 constexpr int kMinN = 2048, kMaxN = 32768;
 
 TIMEX_FFT_HD constexpr int radix1(int N) {

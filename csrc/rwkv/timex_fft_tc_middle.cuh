@@ -83,7 +83,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
       tw[t][h][1] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a + 1)));
     }
   }
-  for (int it = warp; it < N / 256; it += kWarps) {
+  for (int it = warp; it < N / 256; it += warps(N)) {
     const int sw = swz(256 * it);
     uint32_t xr[4], xi[4];
     fused_ops::ldmatrix_x4(xr, re + (sw ^ ld_sw));

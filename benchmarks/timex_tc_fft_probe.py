@@ -8,7 +8,7 @@ fused path's W-spectrum kernel is listed apart). Per shape: the conv kernels' GP
 (profiler, per call), the forward's wall time (CUDA events, medians of alternating rounds),
 and each forward's error against float64 on the same rounded inputs (max|err| / max|ref|).
 Built for sm_90a (an H100). Usage: python -m benchmarks.timex_tc_fft_probe [--out FILE]
-[--reps 200] [--min-blocks 2 3] [--ncu-shape B C T]
+[--reps 200] [--builds MACRO=V,.. ..] [--ncu-shape B C T]
 """
 
 import argparse
@@ -102,8 +102,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--reps", type=int, default=200)
-    parser.add_argument("--min-blocks", type=int, nargs="+", default=[2, 3],
-                        help="the kernel's __launch_bounds__ min blocks per SM, one build each")
+    parser.add_argument("--builds", nargs="+",
+                        default=["TIMEX_TC_MIN_BLOCKS=2", "TIMEX_TC_MIN_BLOCKS=3"],
+                        help="one build of the kernel each: its macros, comma-separated "
+                             "(TIMEX_TC_MIN_BLOCKS: the register cap, timex_fft_tc_common.cuh)")
     parser.add_argument("--ncu-shape", type=int, nargs=3, default=None,
                         help="B C T: only run each build's kernel a few times (for ncu)")
     args = parser.parse_args()
@@ -113,13 +115,14 @@ def main():
     from rwkv_ops.reference import timex_fftconv
 
     csrc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
-    exts = {mb: load_inline(f"timex_tc_probe_mb{mb}",
-                            cpp_sources="torch::Tensor conv_tc(torch::Tensor k, torch::Tensor wz, "
-                                        "double eps);",
-                            cuda_sources=SOURCE, functions=["conv_tc"], extra_include_paths=[csrc],
-                            extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a",
-                                               "-std=c++17", f"-DTIMEX_TC_MIN_BLOCKS={mb}"])
-            for mb in args.min_blocks}
+    exts = {}
+    for i, build in enumerate(args.builds):
+        exts[build] = load_inline(
+            f"timex_tc_probe_{i}",
+            cpp_sources="torch::Tensor conv_tc(torch::Tensor k, torch::Tensor wz, double eps);",
+            cuda_sources=SOURCE, functions=["conv_tc"], extra_include_paths=[csrc],
+            extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17",
+                               *(f"-D{m}" for m in build.split(","))])
     if args.ncu_shape:  # a few calls of each variant at one shape, for Nsight Compute
         B, C, T = args.ncu_shape
         N = fft_length(T)
@@ -131,7 +134,7 @@ def main():
         torch.cuda.synchronize()
         return
     lines = [f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
-             f"| (B, C, T) | dtype | N | tc conv kernel us (min blocks {args.min_blocks}) | "
+             f"| (B, C, T) | dtype | N | tc conv kernel us ({' / '.join(args.builds)}) | "
              "fused conv + W kernels us | fwd wall ms: tc builds / fused / FFT conv | "
              "err tc / fused / FFT conv |",
              "| --- | --- | ---: | ---: | ---: | --- | --- |"]

@@ -58,26 +58,16 @@ namespace fft_tc {
 // the conjugated twiddle of the pass outside it (ROUT, LOUT), or none where ROUT == 0.
 //
 // Tile (blk, n0) holds positions a = blk R L + L (row % R) + n0 + 8 (row / R) + 2q + e (rows
-// g + 8h, e < 2); a warp's tiles are warp + kWarps i. The twiddles are __sincosf values
-// at a warp's first tile of each run over which they advance geometrically, and the previous
-// tile's times a step after that (the steps from __sincosf too: in float, a run of at most 32
-// steps adds about 1e-5 to the phase, far below the half types' rounding):
-// - forward, exponent k1 n2 s (k1 = row % R, n2 = n0 + 8 (row / R) + 2q + e, s = N / (R L)):
-//   n0 advances by kWarps kCols within a block (step W^(k1 kWarps kCols s)), and the run
-//   starts again at each block; where kTilesPerBlock divides kWarps, n0 is fixed and the
-//   twiddles are the same for all of a warp's tiles.
-// - inverse, the conjugate of pass (ROUT, LOUT = 16 L)'s at the same positions (R = 16:
-//   exponent k1' n2' s', k1' = blk % ROUT, n2' = L row + n0 + 2q + e, s' = N / (ROUT LOUT)):
-//   where n0 advances (kTilesPerBlock > kWarps), k1' is fixed within a block (step
-//   W^(-k1' kWarps kCols s'), the same in every lane); where n0 is fixed, k1' advances by
-//   kWarps / kTilesPerBlock a tile (a step per lane) until it wraps around ROUT.
+// g + 8h, e < 2). Its forward twiddle exponent k1 n2 s (k1 = row % R, n2 = n0 + 8 (row / R)
+// + 2q + e, s = N / (R L)) splits into the tile's k1 n0 s and the lane's k1 (n2 - n0) s, so
+// the lane keeps W^(k1 (n2 - n0) s) and takes one __sincosf per row and tile (none where n0
+// is the same for all of a warp's tiles). The inverse twiddle, of pass (ROUT, LOUT = 16 L)
+// at the same positions (R = 16: k1' = blk % ROUT, n2' = L row + n0 + 2q + e,
+// s' = N / (ROUT LOUT)), splits into k1' (n0 + L g + 2q) s' (one __sincosf) and the warp's
+// k1' 8 L s' and k1' s' (two more, the same in every lane).
 template <typename S, int N, int R, int L, bool FORWARD, int ROUT, int LOUT>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& f) {
-  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R, kWarps = warps(N);
-  constexpr bool kTwiddled = FORWARD || ROUT > 0;
-  constexpr bool kFixedN0 = kWarps % kTilesPerBlock == 0;
-  // Inverse with n0 fixed: k1' advances by kDk1 a tile (fixed where ROUT divides it).
-  constexpr int kDk1 = kFixedN0 ? kWarps / kTilesPerBlock : 0;
+  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
   static_assert(R * L >= 128 && L >= 8, "a tile: 16/R groups of 8 columns");
   static_assert(FORWARD || ROUT == 0 || (R == 16 && LOUT == 16 * L), "inverse: radix 16");
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -87,46 +77,28 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& 
   const int ld_sw = swz(L * (krow % R) + 8 * (krow / R));
   const uint16_t* const plane = (mi & 2) ? im : re;
   int st_sw[2];  // the lane's part of its two stores (rows g, g + 8; cols 2q, 2q + 1)
-  int col[2];    // n2 - n0 (forward) or n2' - n0 (inverse) of those stores' first elements
-  int k1f[2];    // forward: k1 of rows g and g + 8
+  cf32 tw[2][2];  // forward: W^(k1 (n2 - n0) s), then the whole twiddle where n0 is fixed
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = g + 8 * h;
-    st_sw[h] = swz(L * (row % R) + 8 * (row / R) + 2 * q);
-    col[h] = FORWARD ? 8 * (row / R) + 2 * q : L * row + 2 * q;
-    k1f[h] = row % R;
+    const int off = L * (row % R) + 8 * (row / R) + 2 * q;
+    st_sw[h] = swz(off);
+    if constexpr (FORWARD) {
+      const int k1 = row % R, c = 8 * (row / R) + 2 * q;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) tw[h][e] = twiddle<N>(k1 * (c + e) * (N / (R * L)));
+    }
   }
-  // The twiddles of tile (blk, n0), conjugated for the inverse.
-  const auto fresh = [&](cf32 (&t)[2][2], int blk, int n0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if constexpr (FORWARD) {
-          t[h][e] = twiddle<N>(k1f[h] * (n0 + col[h] + e) * (N / (R * L)));
-        } else if constexpr (ROUT > 0) {
-          t[h][e] = fft::conj(twiddle<N>(blk % ROUT * (n0 + col[h] + e) * (N / (ROUT * LOUT))));
-        }
-      }
-    }
-  };
-  cf32 t[2][2], step[2][2];
-  if constexpr (kTwiddled && kFixedN0) {
+  // A warp's tiles are warp + kWarps i; where kTilesPerBlock divides kWarps, they share n0.
+  constexpr int kWarps = warps(N);
+  constexpr bool kFixedN0 = kWarps % kTilesPerBlock == 0;
+  if constexpr (FORWARD && kFixedN0) {
     const int n0 = (warp % kTilesPerBlock) * kCols;
-    fresh(t, warp / kTilesPerBlock, n0);
-    if constexpr (!FORWARD && kDk1 % ROUT != 0) {  // k1' steps by kDk1: the step per lane
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          step[h][e] = fft::conj(twiddle<N>(kDk1 * (n0 + col[h] + e) * (N / (ROUT * LOUT))));
-        }
-      }
-    }
-  } else if constexpr (FORWARD) {  // n0 steps by kWarps kCols: the step per row
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      step[h][0] = step[h][1] = twiddle<N>(k1f[h] * kWarps * kCols * (N / (R * L)));
+      const cf32 rowf = twiddle<N>((g + 8 * h) % R * n0 * (N / (R * L)));
+      tw[h][0] = cmul(rowf, tw[h][0]);
+      tw[h][1] = cmul(rowf, tw[h][1]);
     }
   }
   for (int tile = warp; tile < N / 128; tile += kWarps) {
@@ -140,36 +112,31 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& 
     fused_ops::mma_16816<S>(yre, FORWARD ? f.s : f.ns, bim);
     fused_ops::mma_16816<S>(yim, FORWARD ? f.ns : f.s, bre);
     fused_ops::mma_16816<S>(yim, f.c, bim);
-    if constexpr (kTwiddled) {
-      // A run starts again (warp-uniform): at each block where n0 advances; inverse with n0
-      // fixed, where k1' wraps around ROUT.
-      bool restart = false, advance = true;
-      if constexpr (!kFixedN0) {
-        restart = n0 < kWarps * kCols;  // the warp's first tile of the block
-      } else if constexpr (!FORWARD && kDk1 % ROUT != 0) {
-        restart = tile != warp && blk % ROUT < kDk1;
-      } else {
-        advance = false;  // fixed n0 and fixed k1': the same twiddles at every tile
-      }
-      if (restart) {
-        fresh(t, blk, n0);
-        if constexpr (!FORWARD && !kFixedN0) {
-          step[0][0] = fft::conj(twiddle<N>(blk % ROUT * kWarps * kCols * (N / (ROUT * LOUT))));
-        }
-      } else if (advance && tile != warp) {
+    cf32 t[2][2];  // this tile's twiddles (conjugated for the inverse)
+    if constexpr (FORWARD && kFixedN0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) t[h][0] = tw[h][0], t[h][1] = tw[h][1];
+    } else if constexpr (FORWARD) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            t[h][e] = cmul(t[h][e], FORWARD || kFixedN0 ? step[h][e] : step[0][0]);
-          }
-        }
+      for (int h = 0; h < 2; ++h) {
+        const cf32 rowf = twiddle<N>((g + 8 * h) % R * n0 * (N / (R * L)));
+        t[h][0] = cmul(rowf, tw[h][0]);
+        t[h][1] = cmul(rowf, tw[h][1]);
       }
+    } else if constexpr (ROUT > 0) {
+      constexpr int sp = N / (ROUT * LOUT);
+      const int k1 = blk % ROUT;
+      const cf32 base = fft::conj(twiddle<N>(k1 * (n0 + L * g + 2 * q) * sp));
+      const cf32 u = fft::conj(twiddle<N>(k1 * 8 * L * sp)), v = fft::conj(twiddle<N>(k1 * sp));
+      t[0][0] = base;
+      t[0][1] = cmul(base, v);
+      t[1][0] = cmul(base, u);
+      t[1][1] = cmul(t[1][0], v);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g and g + 8
       cf32 v0{yre[2 * h], yim[2 * h]}, v1{yre[2 * h + 1], yim[2 * h + 1]};
-      if constexpr (kTwiddled) {
+      if constexpr (FORWARD || ROUT > 0) {
         v0 = cmul(v0, t[h][0]);
         v1 = cmul(v1, t[h][1]);
       }

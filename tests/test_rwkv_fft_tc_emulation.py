@@ -46,11 +46,20 @@ int storage_frequency(int N, int s) {
   return f;
 }
 
+// kscale, wscale: k and w times these (then rounded to S), to check that the planes' float16
+// neither overflows nor underflows whatever the inputs' magnitude (bfloat16 spans float's
+// range).
 template <typename S, int N>
-void check(int B, int C, int T, double eps, double tol) {
+void check(int B, int C, int T, double eps, double tol, double kscale = 1, double wscale = 1) {
   auto in = timex_inputs<S>(rng, B, C, T, eps, 0, 0);
+  if (kscale != 1 || wscale != 1) {
+    for (auto& x : in.k) x = static_cast<S>(as_double(x) * kscale);
+    for (auto& x : in.w) x = static_cast<S>(as_double(x) * wscale);
+    timex_reference(in.w.data(), in.kp, in.gp, B, C, T, eps, in.out_ref, in.gk_ref, in.gw_ref);
+  }
   // wz: DFT_N(h_c)[f(s)], h_c[t] = w[c, T-1-t], in float64, in the kernel's layout.
   std::vector<cf32> wz(size_t(C) * N);
+  std::vector<int> wexp(C);
   std::vector<int> freq(N);
   std::vector<bool> seen(N, false);
   for (int s = 0; s < N; ++s) {
@@ -73,16 +82,20 @@ void check(int B, int C, int T, double eps, double tol) {
       }
       H[f] = acc;
     }
-    for (int i = 0; i < N; ++i) {  // the middle's layout
-      const int s = middle_position(i);
-      wz[size_t(c) * N + i] = {float(H[freq[s]].real()), float(H[freq[s]].imag())};
+    // Scaled by 2^-wexp[c] to at most 1 in magnitude, in the middle's layout.
+    double hmax = 0;
+    for (const auto& v : H) hmax = std::max(hmax, std::abs(v));
+    std::frexp(hmax, &wexp[c]);
+    for (int i = 0; i < N; ++i) {
+      const std::complex<double> v = std::ldexp(1.0, -wexp[c]) * H[freq[middle_position(i)]];
+      wz[size_t(c) * N + i] = {float(v.real()), float(v.imag())};
     }
   }
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(size_t(B) * C * T + 8, guard);
   const int pairs = (B + 1) / 2;
   launch(pairs * C, threads(N), smem_bytes(N), [&] {
-    conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(in.kp), wz.data(),
+    conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(in.kp), wz.data(), wexp.data(),
                          reinterpret_cast<uint16_t*>(out.data()), B, C, T, float(eps));
   });
   std::vector<double> o(size_t(B) * C * T);
@@ -97,8 +110,9 @@ void check(int B, int C, int T, double eps, double tol) {
   const double e = row_err(o, in.out_ref, T);
   const bool ok = e < tol && guards;
   failures += !ok;
-  std::printf("%s tc conv %zu-byte N=%d B=%d C=%d T=%d eps=%g: %.2e%s\n", ok ? "ok  " : "FAIL",
-              sizeof(S), N, B, C, T, eps, e, guards ? "" : " (wrote outside the output)");
+  std::printf("%s tc conv %zu-byte N=%d B=%d C=%d T=%d eps=%g scales %g %g: %.2e%s\n",
+              ok ? "ok  " : "FAIL", sizeof(S), N, B, C, T, eps, kscale, wscale, e,
+              guards ? "" : " (wrote outside the output)");
 }
 
 int main() {
@@ -110,6 +124,9 @@ int main() {
   check<BF, 4096>(1, 1, 1537, 0.0, 1e-2);
   check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
   check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
+  check<H, 4096>(2, 1, 2048, 0.0, 2e-3, 2000.0, 2.0);   // |k| to about 1e4
+  check<BF, 4096>(2, 1, 2000, 0.0, 1e-2, 1e-20, 1e-10);  // far below float16's range
+  check<BF, 2048>(2, 1, 1024, 0.0, 1e-2, 1e30, 1.0);     // far above it
   return failures != 0;
 }
 """

@@ -30,10 +30,11 @@
 // (radix r < 16: I_{16/r} (x) F_r, block diagonal: 16/r groups of r rows, each group 8 columns
 // further along), B = 16 rows (k = n1, group) of 8 contiguous columns n2 loaded with
 // ldmatrix .trans from the real and imaginary planes, 4 MMAs (C, S, -S: the cosine and sine
-// parts). Data between passes are stored in the input type (bfloat16 / float16) in two
-// planes; accumulation and twiddles in float. Shared memory: 4 N bytes (128 KiB at N =
-// 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an ldmatrix, L_j elements
-// apart, fall in 8 distinct bank groups for any L_j.
+// parts). Data between passes are stored as float16 for either input type (Plane: the row
+// pair and W's spectrum scaled by powers of two, timex_fft_tc_common.cuh) in two planes;
+// accumulation and twiddles in float. Shared memory: 4 N bytes (128 KiB at N = 32768),
+// 16-byte chunks swizzled (swz) so that the 8 rows of an ldmatrix, L_j elements apart, fall in
+// 8 distinct bank groups for any L_j.
 //
 // Measured on the H100 (benchmarks/results/issue29_runs/run19_tc_probe.md): correct, but 1.1x
 // (N >= 16384) to 2.5x (N = 2048) slower than the FMA conv kernel at the same shapes, with
@@ -215,16 +216,19 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
 }
 
 // The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
-// wz: (C, N) the unnormalised DFT of h, storage position middle_position(i) at [c, i].
+// wz: (C, N) the unnormalised DFT of h times 2^-wexp[c] (at most 1 in magnitude), storage
+// position middle_position(i) at [c, i].
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __restrict__ k,
-                                          const cf32* __restrict__ wz, uint16_t* __restrict__ out,
+                                          const cf32* __restrict__ wz,
+                                          const int* __restrict__ wexp, uint16_t* __restrict__ out,
                                           int B, int C, int T, float eps) {
   static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
   constexpr int R1 = radix1(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
   uint16_t* im = re + N;
+  float* warp_max = reinterpret_cast<float*>(im + N);
   const int tid = static_cast<int>(threadIdx.x);
   const int c = static_cast<int>(blockIdx.x) % C, pair = static_cast<int>(blockIdx.x) / C;
   const int b0 = 2 * pair, b1 = b0 + 1;
@@ -233,8 +237,10 @@ TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __
   const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : k0;  // read only where two
 
   // x = k[b0] + i k[b1], zeros from T on: a chunk of 8 elements per thread and step, as
-  // 16-byte loads where the rows allow (T % 8 == 0, 16-byte aligned k).
+  // 16-byte loads where the rows allow (T % 8 == 0, 16-byte aligned k), stored as they are
+  // while the largest magnitude is found.
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  float amax = 0.f;
   for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
     uint16_t xr[8], xi[8];
     if (vec && e + 8 <= T) {
@@ -250,27 +256,58 @@ TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __
         xi[j] = e + j < T && two ? k1[e + j] : uint16_t(0);
       }
     }
+    for (int j = 0; j < 8; ++j) {
+      amax = std::fmax(amax, std::fmax(std::fabs(bits_to_float<S>(xr[j])),
+                                       std::fabs(bits_to_float<S>(xi[j]))));
+    }
     st16(re + swz(e), xr);
     st16(im + swz(e), xi);
   }
-  DftFrags<S, R1> f1;
-  DftFrags<S, 16> f16;
+  for (int m = 16; m > 0; m /= 2) amax = std::fmax(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  if (tid % 32 == 0) warp_max[tid / 32] = amax;
+  TIMEX_FFT_SYNC();
+  for (int w = 0; w < warps(N); ++w) amax = std::fmax(amax, warp_max[w]);
+  // 2^(1 - ex) takes amax = m 2^ex (m in [0.5, 1)) into [1, 2); 1 for zeros, inf or NaN.
+  int ex = 1;
+  if (amax > 0.f && std::isfinite(amax)) std::frexp(amax, &ex);
+  const float in_scale = std::ldexp(1.f, 1 - ex);
+  const float out_scale = std::ldexp(1.f, ex - 1 + wexp[c]);
+  // Each thread rescales the chunks it stored, as float16.
+  for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint16_t* const at = (p == 0 ? re : im) + swz(e);
+      uint16_t v[8];
+      ld16(v, at);
+      uint32_t h[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * in_scale,
+                            bits_to_float<S>(v[2 * j + 1]) * in_scale);
+      }
+      std::memcpy(v, h, 16);
+      st16(at, v);
+    }
+  }
+  DftFrags<Plane, R1> f1;
+  DftFrags<Plane, 16> f16;
   f1.init(tid % 32);
   f16.init(tid % 32);
   TIMEX_FFT_SYNC();
 
-  forward_passes<S, N, R1, N / R1>(re, im, f1, f16);
+  forward_passes<Plane, N, R1, N / R1>(re, im, f1, f16);
 
-  middle<S, N>(re, im, wz + int64_t(c) * N);
+  middle<Plane, N>(re, im, wz + int64_t(c) * N);
   TIMEX_FFT_SYNC();
 
-  // The last pass writes y + eps, rounded, to the planes in natural order; then rows b0 and
-  // b1 of out are copied 8 elements at a time (16-byte stores where the rows allow).
+  // The last pass writes y + eps (scaled back), rounded to S, to the planes in natural order;
+  // then rows b0 and b1 of out are copied 8 elements at a time (16-byte stores where the rows
+  // allow).
   const auto store = [&](int a, float r0, float i0, float r1, float i1) {
-    st32(re + a, pack2<S>(r0 + eps, r1 + eps));
-    st32(im + a, pack2<S>(i0 + eps, i1 + eps));
+    st32(re + a, pack2<S>(std::fma(r0, out_scale, eps), std::fma(r1, out_scale, eps)));
+    st32(im + a, pack2<S>(std::fma(i0, out_scale, eps), std::fma(i1, out_scale, eps)));
   };
-  inverse_passes<S, N, 16>(re, im, f1, f16, store);
+  inverse_passes<Plane, N, 16>(re, im, f1, f16, store);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
   uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two

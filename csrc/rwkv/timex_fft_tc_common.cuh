@@ -45,8 +45,25 @@ TIMEX_FFT_HD constexpr int radix1(int N) {
   while (m > 16) m /= 16;
   return m;
 }
-// Shared memory: the two planes, 2 N 16-bit elements.
-TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N; }
+// Shared memory: the two planes, 2 N 16-bit elements, then one float per warp (the block's
+// largest input magnitude).
+TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N + 4 * warps(N); }
+
+// The planes' type, whatever the input's: float16, whose three more bits than bfloat16's halve
+// the error that each pass's rounding adds. It cannot overflow: the kernel scales the row pair
+// by a power of two so that its largest magnitude lies in [1, 2), every pass is unitary (no
+// element exceeds 2 sqrt(N), 362 at N = 32768), and W's spectrum comes scaled by a power of
+// two to at most 1 in magnitude (conv_tc_kernel's wexp), so the middle's products stay
+// below 2 sqrt(N) too; the last pass multiplies by both powers back.
+using Plane = c10::Half;
+
+// A bfloat16 / float16 element's bits as a float.
+template <typename S>
+TIMEX_FFT_DEVICE float bits_to_float(uint16_t bits) {
+  S v;
+  v.x = bits;
+  return static_cast<float>(v);
+}
 
 // Element e's position in a plane: its 16-byte chunk's low 3 bits XORed with all the chunk's
 // higher 3-bit groups, so that 8 chunks whose indices differ in any 3 consecutive bits land

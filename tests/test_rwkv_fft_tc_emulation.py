@@ -2,7 +2,8 @@
 passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
 (tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
 float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
-a GPU. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the
+a GPU: every outer radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 16384: 4;
+below 16 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the
 kernel's storage order and the middle's layout (middle_position)."""
 
 from conftest import emulation_test, run_emulator
@@ -123,6 +124,7 @@ int main() {
   check<H, 4096>(2, 1, 2048, 0.0, 2e-3);
   check<BF, 4096>(1, 1, 1537, 0.0, 1e-2);
   check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
+  check<H, 8192>(3, 1, 3001, 0.25, 2e-3);
   check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
   check<H, 4096>(2, 1, 2048, 0.0, 2e-3, 2000.0, 2.0);   // |k| to about 1e4
   check<BF, 4096>(2, 1, 2000, 0.0, 1e-2, 1e-20, 1e-10);  // far below float16's range

@@ -46,6 +46,7 @@
 #include "common/mma_half.h"
 #include "rwkv/timex_fft_tc_common.cuh"
 #include "rwkv/timex_fft_tc_middle.cuh"
+#include "rwkv/timex_fft_tc_outer.cuh"
 
 namespace rwkv {
 namespace fft_tc {
@@ -148,45 +149,30 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S, R>& 
   }
 }
 
-// The forward passes j = 1.. (radix R1 at stride N / R1, then 16s) down to stride 16.
-template <typename S, int N, int R, int L>
-TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
-                                     const DftFrags<S, 16>& f16) {
-  if constexpr (R == radix1(N) && L == N / radix1(N)) {
-    tc_pass<S, N, R, L, true, 0, 0>(re, im, f1);
-  } else {
-    tc_pass<S, N, R, L, true, 0, 0>(re, im, f16);
-  }
+// The forward radix-16 passes from stride L down to stride 16 (the first at L = N / 16
+// where R1 = 16; after first_pass_fma at L = N / (16 R1) otherwise).
+template <typename S, int N, int L>
+TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<S, 16>& f16) {
+  tc_pass<S, N, 16, L, true, 0, 0>(re, im, f16);
   TIMEX_FFT_SYNC();
-  if constexpr (L > 16) forward_passes<S, N, 16, L / 16>(re, im, f1, f16);
+  if constexpr (L > 16) forward_passes<S, N, L / 16>(re, im, f16);
 }
 
-// The inverse passes from stride 16 out to stride N / R1; the last hands its results to
-// `out` (see last_pass) instead of storing them.
-template <typename S, int N, int L, typename Out>
-TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
-                                     const DftFrags<S, 16>& f16, const Out& out);
-
-// The last inverse pass (radix R1 at stride N / R1): no twiddle after it; its outputs go to
-// `out` (out(swz(t), re_t, im_t, re_t+1, im_t+1): two consecutive times, t even), which may
-// write them back to the planes (each tile's reads precede its writes).
+// The last inverse pass where R1 = 16 (radix 16 at stride N / 16): no twiddle after it; its
+// outputs go to `out` (out(swz(t), re_t, im_t, re_t+1, im_t+1): two consecutive times, t
+// even), which may write them back to the planes (each tile's reads precede its writes).
 template <typename S, int N, typename Out>
-TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
-                                const DftFrags<S, radix1(N)>& f, const Out& out) {
-  constexpr int R = radix1(N), L = N / R;
-  constexpr int kTilesPerBlock = R * L / 128, kCols = 128 / R;
+TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im, const DftFrags<S, 16>& f,
+                                const Out& out) {
+  constexpr int L = N / 16, kTilesPerBlock = L / 8, kWarps = warps(N);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
-  constexpr int kWarps = warps(N);
   const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
-  const int ld_sw = swz(L * (krow % R) + 8 * (krow / R));
+  const int ld_sw = swz(L * krow);
   const uint16_t* const plane = (mi & 2) ? im : re;
-  int st_sw[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) st_sw[h] = swz(L * ((g + 8 * h) % R) + 8 * ((g + 8 * h) / R) + 2 * q);
+  const int st_sw[2] = {swz(L * g + 2 * q), swz(L * (g + 8) + 2 * q)};
   for (int tile = warp; tile < N / 128; tile += kWarps) {
-    const int n0 = (tile % kTilesPerBlock) * kCols;  // one block: blk = 0
-    const int sw = swz(n0);
+    const int sw = swz((tile % kTilesPerBlock) * 8);  // one block
     uint32_t b[4];
     fused_ops::ldmatrix_x4_trans(b, plane + (sw ^ ld_sw));
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
@@ -200,18 +186,21 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im,
   }
 }
 
+// The inverse radix-16 passes from stride L = 16 outwards, each ending with the conjugated
+// twiddles of the pass outside it; where R1 = 16 the last, at N / 16, hands its results to
+// `out` (last_pass); otherwise they stop before the outer pass (last_pass_fma).
 template <typename S, int N, int L, typename Out>
-TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S, radix1(N)>& f1,
-                                     const DftFrags<S, 16>& f16, const Out& out) {
+TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S, 16>& f16,
+                                     const Out& out) {
   constexpr int R1 = radix1(N);
-  if constexpr (L == N / R1) {
-    last_pass<S, N>(re, im, f1, out);
+  if constexpr (R1 == 16 && L == N / 16) {
+    last_pass<S, N>(re, im, f16, out);
   } else {
-    // Radix 16 at stride L; the pass outside it: radix R1 at N / R1, or 16 at 16 L.
+    // The pass outside: radix R1 at N / R1, or 16 at 16 L.
     constexpr int ROUT = 16 * L == N / R1 ? R1 : 16;
     tc_pass<S, N, 16, L, false, ROUT, 16 * L>(re, im, f16);
     TIMEX_FFT_SYNC();
-    inverse_passes<S, N, 16 * L>(re, im, f1, f16, out);
+    if constexpr (16 * L < N / R1 || R1 == 16) inverse_passes<S, N, 16 * L>(re, im, f16, out);
   }
 }
 
@@ -272,57 +261,85 @@ TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __
   if (amax > 0.f && std::isfinite(amax)) std::frexp(amax, &ex);
   const float in_scale = std::ldexp(1.f, 1 - ex);
   const float out_scale = std::ldexp(1.f, ex - 1 + wexp[c]);
-  // Each thread rescales the chunks it stored, as float16.
-  for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
+  uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
+  uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
+
+  if constexpr (R1 < 16) {
+    first_pass_fma<S, N>(re, im, in_scale);
+  } else {  // each thread rescales the chunks it stored, as float16
+    for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      uint16_t* const at = (p == 0 ? re : im) + swz(e);
-      uint16_t v[8];
-      ld16(v, at);
-      uint32_t h[4];
+      for (int p = 0; p < 2; ++p) {
+        uint16_t* const at = (p == 0 ? re : im) + swz(e);
+        uint16_t v[8];
+        ld16(v, at);
+        uint32_t h[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * in_scale,
-                            bits_to_float<S>(v[2 * j + 1]) * in_scale);
+        for (int j = 0; j < 4; ++j) {
+          h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * in_scale,
+                              bits_to_float<S>(v[2 * j + 1]) * in_scale);
+        }
+        std::memcpy(v, h, 16);
+        st16(at, v);
       }
-      std::memcpy(v, h, 16);
-      st16(at, v);
     }
   }
-  DftFrags<Plane, R1> f1;
   DftFrags<Plane, 16> f16;
-  f1.init(tid % 32);
   f16.init(tid % 32);
   TIMEX_FFT_SYNC();
 
-  forward_passes<Plane, N, R1, N / R1>(re, im, f1, f16);
+  forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16>(re, im, f16);
 
   middle<Plane, N>(re, im, wz + int64_t(c) * N);
   TIMEX_FFT_SYNC();
 
-  // The last pass writes y + eps (scaled back), rounded to S, to the planes in natural order;
-  // then rows b0 and b1 of out are copied 8 elements at a time (16-byte stores where the rows
-  // allow).
-  const auto store = [&](int a, float r0, float i0, float r1, float i1) {
-    st32(re + a, pack2<S>(std::fma(r0, out_scale, eps), std::fma(r1, out_scale, eps)));
-    st32(im + a, pack2<S>(std::fma(i0, out_scale, eps), std::fma(i1, out_scale, eps)));
-  };
-  inverse_passes<Plane, N, 16>(re, im, f1, f16, store);
-  TIMEX_FFT_SYNC();
-  uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
-  uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
-  const bool vec_out = T % 8 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-  for (int e = 8 * tid; e < T; e += 8 * threads(N)) {
-    uint16_t yr[8], yi[8];
-    ld16(yr, re + swz(e));
-    ld16(yi, im + swz(e));
-    if (vec_out) {
-      st16(o0 + e, yr);
-      if (two) st16(o1 + e, yi);
-    } else {
-      for (int j = 0; j < 8 && e + j < T; ++j) {
-        o0[e + j] = yr[j];
-        if (two) o1[e + j] = yi[j];
+  if constexpr (R1 < 16) {
+    // The inverse passes stop before the outer one, which writes y + eps (scaled back),
+    // rounded to S, to out: two times per call, one 4-byte store per row where T is even
+    // and out 4-byte aligned.
+    const bool pairs = T % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
+    const auto write = [&](int t, float r0, float i0, float r1, float i1) {
+      if (t >= T) return;
+      r0 = std::fma(r0, out_scale, eps), r1 = std::fma(r1, out_scale, eps);
+      i0 = std::fma(i0, out_scale, eps), i1 = std::fma(i1, out_scale, eps);
+      if (pairs) {
+        st32(o0 + t, pack2<S>(r0, r1));
+        if (two) st32(o1 + t, pack2<S>(i0, i1));
+      } else {
+        o0[t] = to_bits<S>(r0);
+        if (two) o1[t] = to_bits<S>(i0);
+        if (t + 1 < T) {
+          o0[t + 1] = to_bits<S>(r1);
+          if (two) o1[t + 1] = to_bits<S>(i1);
+        }
+      }
+    };
+    inverse_passes<Plane, N, 16>(re, im, f16, write);  // (write unused: R1 < 16)
+    last_pass_fma<N>(re, im, write);
+    return;
+  } else {
+    // The last pass writes y + eps (scaled back), rounded to S, to the planes in natural
+    // order; then rows b0 and b1 of out are copied 8 elements at a time (16-byte stores
+    // where the rows allow).
+    const auto store = [&](int a, float r0, float i0, float r1, float i1) {
+      st32(re + a, pack2<S>(std::fma(r0, out_scale, eps), std::fma(r1, out_scale, eps)));
+      st32(im + a, pack2<S>(std::fma(i0, out_scale, eps), std::fma(i1, out_scale, eps)));
+    };
+    inverse_passes<Plane, N, 16>(re, im, f16, store);
+    TIMEX_FFT_SYNC();
+    const bool vec_out = T % 8 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+    for (int e = 8 * tid; e < T; e += 8 * threads(N)) {
+      uint16_t yr[8], yi[8];
+      ld16(yr, re + swz(e));
+      ld16(yi, im + swz(e));
+      if (vec_out) {
+        st16(o0 + e, yr);
+        if (two) st16(o1 + e, yi);
+      } else {
+        for (int j = 0; j < 8 && e + j < T; ++j) {
+          o0[e + j] = yr[j];
+          if (two) o1[e + j] = yi[j];
+        }
       }
     }
   }

@@ -1,0 +1,115 @@
+// RWKV TimeX, the tensor-core FFT probe (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at
+// stride L = N / R1) on the CUDA cores, fused with the load (forward) and with the store
+// (inverse). Both sides of it are half empty: x is zero from T <= N / 2 on, so only the first
+// R1 / 2 inputs of each column are nonzero; and only the times t < T <= N / 2 of y are
+// wanted, the first R1 / 2 outputs of each column. A pass on tensor cores would spend a whole
+// MMA pass (conversions, twiddles, stores) on it; here each output is a sum of R1 / 2 or R1
+// terms with constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns
+// per thread and step; a thread reads and writes only the positions of its columns.
+#pragma once
+
+#include <cstdint>
+
+#include "rwkv/timex_fft_tc_common.cuh"
+
+namespace rwkv {
+namespace fft_tc {
+
+// x W_8^j, W_8 = exp(-2 pi i / 8): exact for even j (swaps and signs), two adds and two
+// multiplies by sqrt(1/2) for odd j. j is a constant once the callers' loops are unrolled.
+TIMEX_FFT_DEVICE cf32 times_root8(cf32 x, int j) {
+  constexpr float h = 0.707106781186548f;
+  switch (j & 7) {
+    case 0: return x;
+    case 1: return {h * (x.x + x.y), h * (x.y - x.x)};
+    case 2: return {x.y, -x.x};
+    case 3: return {h * (x.y - x.x), -h * (x.x + x.y)};
+    case 4: return {-x.x, -x.y};
+    case 5: return {-h * (x.x + x.y), h * (x.x - x.y)};
+    case 6: return {-x.y, x.x};
+    default: return {h * (x.x - x.y), h * (x.x + x.y)};
+  }
+}
+
+// Two consecutive 16-bit elements of a plane (position p even) as floats.
+template <typename T>
+TIMEX_FFT_DEVICE void load_pair(const uint16_t* plane, int p, float& lo, float& hi) {
+  uint32_t v;
+  std::memcpy(&v, plane + swz(p), 4);
+  lo = bits_to_float<T>(static_cast<uint16_t>(v & 0xffffu));
+  hi = bits_to_float<T>(static_cast<uint16_t>(v >> 16));
+}
+
+// The first forward pass from the stored row pair (S's bits, in natural order) to float16,
+// in place: Y[k1] = sum_{n1 < R1/2} W_R1^(n1 k1) x[L n1 + n2] / sqrt(R1), times the pass's
+// twiddle W_N^(k1 n2) and `scale`, at L k1 + n2 (the MMA passes' definition, tc_pass). The
+// twiddles are powers of W_N^n2, one __sincosf per column.
+template <typename S, int N>
+TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re, uint16_t* im, float scale) {
+  constexpr int R = radix1(N), L = N / R, H = R / 2;
+  static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
+  const float f = scale * (R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : 0.353553390593274f);
+  for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * threads(N)) {
+    cf32 x[H][2];
+#pragma unroll
+    for (int n1 = 0; n1 < H; ++n1) {
+      load_pair<S>(re, L * n1 + n2, x[n1][0].x, x[n1][1].x);
+      load_pair<S>(im, L * n1 + n2, x[n1][0].y, x[n1][1].y);
+    }
+    const cf32 base[2] = {twiddle<N>(n2), twiddle<N>(n2 + 1)};
+    cf32 tw[2] = {{f, 0.f}, {f, 0.f}};  // f W_N^(k1 n2), k1 = 0 first
+#pragma unroll
+    for (int k1 = 0; k1 < R; ++k1) {
+      cf32 y[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        cf32 a = x[0][e];
+#pragma unroll
+        for (int n1 = 1; n1 < H; ++n1) {
+          const cf32 v = times_root8(x[n1][e], k1 * n1 * (8 / R));
+          a = {a.x + v.x, a.y + v.y};
+        }
+        y[e] = cmul(a, tw[e]);
+        tw[e] = cmul(tw[e], base[e]);
+      }
+      st32(re + swz(L * k1 + n2), pack2<Plane>(y[0].x, y[1].x));
+      st32(im + swz(L * k1 + n2), pack2<Plane>(y[0].y, y[1].y));
+    }
+  }
+}
+
+// The last inverse pass from the planes (float16, its inputs already times the conjugated
+// twiddles), for k1 < R1 / 2: y[L k1 + n2] = sum_{n1 < R1} conj(W_R1^(n1 k1)) z[L n1 + n2] /
+// sqrt(R1), handed to out(t, re_t, im_t, re_t+1, im_t+1) for t = L k1 + n2 (even).
+template <int N, typename Out>
+TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
+  constexpr int R = radix1(N), L = N / R;
+  static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
+  constexpr float f = R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : 0.353553390593274f;
+  for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * threads(N)) {
+    cf32 z[R][2];
+#pragma unroll
+    for (int n1 = 0; n1 < R; ++n1) {
+      load_pair<Plane>(re, L * n1 + n2, z[n1][0].x, z[n1][1].x);
+      load_pair<Plane>(im, L * n1 + n2, z[n1][0].y, z[n1][1].y);
+    }
+#pragma unroll
+    for (int k1 = 0; k1 < R / 2; ++k1) {
+      cf32 y[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        cf32 a = z[0][e];
+#pragma unroll
+        for (int n1 = 1; n1 < R; ++n1) {
+          const cf32 v = times_root8(z[n1][e], 8 - (k1 * n1 * (8 / R)) % 8);  // conjugate
+          a = {a.x + v.x, a.y + v.y};
+        }
+        y[e] = {a.x * f, a.y * f};
+      }
+      out(L * k1 + n2, y[0].x, y[0].y, y[1].x, y[1].y);
+    }
+  }
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

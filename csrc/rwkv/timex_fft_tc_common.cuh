@@ -182,33 +182,42 @@ __constant__ constexpr float kCos16[16] = {
     0.0f, 0.382683432365090f, 0.707106781186548f, 0.923879532511287f};
 TIMEX_FFT_DEVICE float cos16(int j) { return kCos16[j & 15]; }
 
-// The A fragments of I_{16/R} (x) F_R / sqrt(R): cos, sin and -sin parts, mma_16816's
-// row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]).
-template <typename S, int R>
+// Whether the DFT matrices are split into a float16 part and the float16 rounding of what it
+// misses (two MMAs per product: the matrices' own rounding, about as large as a pass's
+// rounding of the data, leaves the error).
+#ifndef TIMEX_TC_DFT_SPLIT
+#define TIMEX_TC_DFT_SPLIT 1
+#endif
+constexpr bool kDftSplit = TIMEX_TC_DFT_SPLIT != 0;
+
+// v rounded to S (hi) and what that misses, rounded (lo), packed in pairs.
+template <typename S>
+TIMEX_FFT_DEVICE void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = pack2<S>(a, b);
+  lo = pack2<S>(a - bits_to_float<S>(static_cast<uint16_t>(hi & 0xffffu)),
+                b - bits_to_float<S>(static_cast<uint16_t>(hi >> 16)));
+}
+
+// The A fragments of DFT_16 / 4 (the passes' matrix): cos, sin and -sin parts, mma_16816's
+// row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]), each as hi
+// and lo (kDftSplit).
+template <typename S>
 struct DftFrags {
-  uint32_t c[4], s[4], ns[4];
+  uint32_t c[4], s[4], ns[4], cl[4], sl[4], nsl[4];
   TIMEX_FFT_DEVICE void init(int lane) {
     const int g = lane / 4, q = lane % 4;
-    const float scale = R == 16 ? 0.25f : R == 4 ? 0.5f : R == 8 ? 0.353553390593274f
-                                                             : 0.707106781186548f;  // R^(-1/2)
     for (int r = 0; r < 4; ++r) {
       const int row = g + 8 * (r & 1);
       float cv[2], sv[2];
       for (int h = 0; h < 2; ++h) {
-        const int col = 2 * q + h + 8 * (r >> 1);
-        if (row / R != col / R) {
-          cv[h] = sv[h] = 0.f;
-        } else {
-          // cos and sin of 2 pi m / R, m = k n mod R: entries m 16 / R and m 16 / R + 12 of
-          // the table of cos(2 pi j / 16).
-          const int j = (((row % R) * (col % R)) % R) * (16 / R);
-          cv[h] = cos16(j) * scale;
-          sv[h] = cos16(j + 12) * scale;
-        }
+        // cos and sin of 2 pi j / 16, j = row col: cos16(j) and cos16(j + 12).
+        const int j = row * (2 * q + h + 8 * (r >> 1));
+        cv[h] = 0.25f * cos16(j);
+        sv[h] = 0.25f * cos16(j + 12);
       }
-      c[r] = pack2<S>(cv[0], cv[1]);
-      s[r] = pack2<S>(sv[0], sv[1]);
-      ns[r] = pack2<S>(-sv[0], -sv[1]);
+      split2<S>(cv[0], cv[1], c[r], cl[r]);
+      split2<S>(sv[0], sv[1], s[r], sl[r]);
+      split2<S>(-sv[0], -sv[1], ns[r], nsl[r]);
     }
   }
 };

@@ -11,10 +11,11 @@ namespace rwkv {
 namespace fft_tc {
 
 // The B fragments (mma_16816's col layout: b = B[2q..][g], B[2q+8..][g]) of DFT_16 / 4,
-// B[k][n] = W_16^(k n), as two 16 x 8 tiles (n < 8, n >= 8): cos, sin and -sin parts.
+// B[k][n] = W_16^(k n), as two 16 x 8 tiles (n < 8, n >= 8): cos, sin and -sin parts, each as
+// hi and lo (split2, kDftSplit).
 template <typename S>
 struct MiddleFrags {
-  uint32_t c[2][2], s[2][2], ns[2][2];
+  uint32_t c[2][2], s[2][2], ns[2][2], cl[2][2], sl[2][2], nsl[2][2];
   TIMEX_FFT_DEVICE void init(int lane) {
     const int g = lane / 4, q = lane % 4;
     for (int t = 0; t < 2; ++t) {
@@ -25,25 +26,30 @@ struct MiddleFrags {
           cv[h] = 0.25f * cos16(j);
           sv[h] = 0.25f * cos16(j + 12);
         }
-        c[t][r] = pack2<S>(cv[0], cv[1]);
-        s[t][r] = pack2<S>(sv[0], sv[1]);
-        ns[t][r] = pack2<S>(-sv[0], -sv[1]);
+        split2<S>(cv[0], cv[1], c[t][r], cl[t][r]);
+        split2<S>(sv[0], sv[1], s[t][r], sl[t][r]);
+        split2<S>(-sv[0], -sv[1], ns[t][r], nsl[t][r]);
       }
     }
   }
 };
 
-// The complex product of the data (ar + i ai, the A operand) with a DFT matrix, as four MMAs:
-// re += ar C + ai X, im += ar Y + ai C. DFT_16 = C - i S: X = S, Y = -S; its conjugate:
-// X = -S, Y = S.
-template <typename S>
+// The complex product of the data (ar + i ai, the A operand) with n-tile t of DFT_16 / 4
+// (FORWARD) or of its conjugate, as four MMAs (eight with kDftSplit): re += ar C + ai X,
+// im += ar Y + ai C; DFT_16 = C - i S: X = S, Y = -S; its conjugate: X = -S, Y = S.
+template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void complex_product(float (&re)[4], float (&im)[4], const uint32_t (&ar)[4],
-                                      const uint32_t (&ai)[4], const uint32_t (&c)[2],
-                                      const uint32_t (&x)[2], const uint32_t (&y)[2]) {
-  fused_ops::mma_16816<S>(re, ar, c);
-  fused_ops::mma_16816<S>(re, ai, x);
-  fused_ops::mma_16816<S>(im, ar, y);
-  fused_ops::mma_16816<S>(im, ai, c);
+                                      const uint32_t (&ai)[4], const MiddleFrags<S>& f, int t) {
+  fused_ops::mma_16816<S>(re, ar, f.c[t]);
+  fused_ops::mma_16816<S>(re, ai, FORWARD ? f.s[t] : f.ns[t]);
+  fused_ops::mma_16816<S>(im, ar, FORWARD ? f.ns[t] : f.s[t]);
+  fused_ops::mma_16816<S>(im, ai, f.c[t]);
+  if constexpr (kDftSplit) {
+    fused_ops::mma_16816<S>(re, ar, f.cl[t]);
+    fused_ops::mma_16816<S>(re, ai, FORWARD ? f.sl[t] : f.nsl[t]);
+    fused_ops::mma_16816<S>(im, ar, FORWARD ? f.nsl[t] : f.sl[t]);
+    fused_ops::mma_16816<S>(im, ai, f.cl[t]);
+  }
 }
 
 // The middle's layout of W's spectrum: entry i = ((it 32 + lane) 2 + t) 4 + e (warp step it,
@@ -95,7 +101,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
-      complex_product<S>(yr, yi, xr, xi, f.c[t], f.s[t], f.ns[t]);  // times DFT_16
+      complex_product<S, true>(yr, yi, xr, xi, f, t);  // times DFT_16
       cf32 p[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -111,7 +117,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       float zr[4] = {0.f, 0.f, 0.f, 0.f}, zi[4] = {0.f, 0.f, 0.f, 0.f};
-      complex_product<S>(zr, zi, pr, pi, f.c[t], f.ns[t], f.s[t]);  // times conj(DFT_16)
+      complex_product<S, false>(zr, zi, pr, pi, f, t);  // times conj(DFT_16)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // rows g and g + 8: blocks 16 it + g (+ 8)
         const cf32 v0 = cmul(tw[t][h][0], cf32{zr[2 * h], zi[2 * h]});

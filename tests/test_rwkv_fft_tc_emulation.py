@@ -6,6 +6,7 @@ a GPU: every outer radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192:
 below 16 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the
 kernel's storage order and the middle's layout (middle_position)."""
 
+import pytest
 from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
@@ -135,5 +136,7 @@ int main() {
 
 
 @emulation_test
-def test_fft_tc_emulated(tmp_path):
-    run_emulator(EMULATOR, tmp_path)
+@pytest.mark.parametrize("split", [0, 1])
+def test_fft_tc_emulated(tmp_path, split):
+    """split: TIMEX_TC_DFT_SPLIT, the DFT matrices as one float16 part or two."""
+    run_emulator(f"#define TIMEX_TC_DFT_SPLIT {split}\n" + EMULATOR, tmp_path)

@@ -26,19 +26,20 @@
 // (1/sqrt(r) in the DFT matrix, 1/4 in the middle), so with the unnormalised wz the result
 // needs no 1/N.
 //
-// A pass is one warp's mma.sync m16n8k16 per 16 x 8 tile: A = the 16 x 16 DFT matrix
-// (radix r < 16: I_{16/r} (x) F_r, block diagonal: 16/r groups of r rows, each group 8 columns
-// further along), B = 16 rows (k = n1, group) of 8 contiguous columns n2 loaded with
-// ldmatrix .trans from the real and imaginary planes, 4 MMAs (C, S, -S: the cosine and sine
-// parts). Data between passes are stored as float16 for either input type (Plane: the row
-// pair and W's spectrum scaled by powers of two, timex_fft_tc_common.cuh) in two planes;
-// accumulation and twiddles in float. Shared memory: 4 N bytes (128 KiB at N = 32768),
-// 16-byte chunks swizzled (swz) so that the 8 rows of an ldmatrix, L_j elements apart, fall in
-// 8 distinct bank groups for any L_j.
+// A radix-16 pass is one warp's mma.sync m16n8k16 per 16 x 8 tile: A = the 16 x 16 DFT matrix,
+// B = 16 rows (k = n1) of 8 contiguous columns n2 loaded with ldmatrix .trans from the real and
+// imaginary planes, 4 MMAs (C, S, -S: the cosine and sine parts). An outer radix r_1 < 16
+// runs on the CUDA cores, fused with the load and the store (timex_fft_tc_outer.cuh): half its
+// inputs are zeros and half its outputs unwanted. Data between passes are stored as float16
+// for either input type (Plane: the row pair and W's spectrum scaled by powers of two,
+// timex_fft_tc_common.cuh) in two planes; accumulation and twiddles in float. Shared memory:
+// 4 N bytes (128 KiB at N = 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an
+// ldmatrix, L_j elements apart, fall in 8 distinct bank groups for any L_j.
 //
-// Measured on the H100 (benchmarks/results/issue29_runs/run19_tc_probe.md): correct, but 1.1x
-// (N >= 16384) to 2.5x (N = 2048) slower than the FMA conv kernel at the same shapes, with
-// 2-2.5x its error; the op does not use it.
+// Measured on the H100 (benchmarks/results/issue29_runs/run20_tc_probe.md): 2-31% faster than
+// the FMA conv kernel at the same shapes (N = 2048 to 32768), bfloat16 within 1.2x of the
+// FFT convolution's error, float16 1.6-2.3x (within 1.7x with TIMEX_TC_DFT_SPLIT, 10-20%
+// slower); forward only, and the op does not use it.
 #pragma once
 
 #include <cstdint>

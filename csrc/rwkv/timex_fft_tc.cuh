@@ -38,7 +38,7 @@
 //
 // Measured on the H100 (benchmarks/results/issue29_runs/run20_tc_probe.md): 2-31% faster than
 // the FMA conv kernel at the same shapes (N = 2048 to 32768), bfloat16 within 1.2x of the
-// FFT convolution's error, float16 1.6-2.3x (within 1.7x with TIMEX_TC_DFT_SPLIT, 10-20%
+// FFT convolution's error, float16 1.6-2.3x (within 1.7x with TIMEX_TC_DFT_SPLIT, 8-23%
 // slower); forward only, and the op does not use it.
 #pragma once
 

@@ -32,8 +32,8 @@ using fft::cf32;
 TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; }
 TIMEX_FFT_HD constexpr int warps(int N) { return threads(N) / 32; }
 // The register cap, in CTAs of 256 threads per SM: 3 (80 registers a thread, 16 bytes
-// spilled), measured 0-13% faster than 2 (104-128 registers, no spills) at N = 2048-16384
-// and the same at 32768 (benchmarks/results/issue29_runs/run20_tc_probe.md); min_blocks(N)
+// spilled), measured 1-12% faster than 2 (104-128 registers, no spills) at N = 2048-16384
+// and within 2% at 32768 (benchmarks/results/issue29_runs/run20_tc_probe.md); min_blocks(N)
 // scales it to threads(N).
 #ifndef TIMEX_TC_MIN_BLOCKS
 #define TIMEX_TC_MIN_BLOCKS 3
@@ -188,7 +188,7 @@ TIMEX_FFT_DEVICE float cos16(int j) { return kCos16[j & 15]; }
 // misses (two MMAs per product), so that their own rounding, about as large as a pass's
 // rounding of the data, leaves the error. Measured (run20_tc_probe.md): float16 inputs'
 // error 4.3-6.4e-4 against 6.3-9.5e-4 without (the FFT convolution's 3.8-4.2e-4), bfloat16's
-// 3.1-3.5e-3 against 3.1-3.7e-3 (its output rounding dominates), for 10-20% more time. Off
+// 3.1-3.5e-3 against 3.1-3.7e-3 (its output rounding dominates), for 8-23% more time. Off
 // by default: the probe's speed is the question it answers.
 #ifndef TIMEX_TC_DFT_SPLIT
 #define TIMEX_TC_DFT_SPLIT 0

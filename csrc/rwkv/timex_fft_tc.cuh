@@ -323,7 +323,6 @@ TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __
     };
     inverse_passes<Plane, N, 16>(re, im, f16, write);  // (write unused: R1 < 16)
     last_pass_fma<N>(re, im, write);
-    return;
   } else {
     // The last pass writes y + eps (scaled back), rounded to S, to the planes in natural
     // order; then rows b0 and b1 of out are copied 8 elements at a time (16-byte stores

@@ -31,13 +31,39 @@ TIMEX_FFT_DEVICE cf32 times_root8(cf32 x, int j) {
   }
 }
 
-// Two consecutive 16-bit elements of a plane (position p even) as floats.
-template <typename T>
-TIMEX_FFT_DEVICE void load_pair(const uint16_t* plane, int p, float& lo, float& hi) {
-  uint32_t v;
-  std::memcpy(&v, plane + swz(p), 4);
-  lo = bits_to_float<T>(static_cast<uint16_t>(v & 0xffffu));
-  hi = bits_to_float<T>(static_cast<uint16_t>(v >> 16));
+// 1 / sqrt(R) for the outer radices R = 2, 4, 8.
+TIMEX_FFT_HD constexpr float inv_sqrt_radix(int R) {
+  return R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : 0.353553390593274f;
+}
+
+// Columns n2 and n2 + 1 (n2 even) of the first M rows (stride L) of the planes, as floats
+// (T: the 16-bit type stored there).
+template <typename T, int L, int M>
+TIMEX_FFT_DEVICE void load_columns(const uint16_t* re, const uint16_t* im, int n2,
+                                   cf32 (&x)[M][2]) {
+#pragma unroll
+  for (int n1 = 0; n1 < M; ++n1) {
+    uint32_t vr, vi;
+    std::memcpy(&vr, re + swz(L * n1 + n2), 4);
+    std::memcpy(&vi, im + swz(L * n1 + n2), 4);
+    x[n1][0] = {bits_to_float<T>(static_cast<uint16_t>(vr & 0xffffu)),
+                bits_to_float<T>(static_cast<uint16_t>(vi & 0xffffu))};
+    x[n1][1] = {bits_to_float<T>(static_cast<uint16_t>(vr >> 16)),
+                bits_to_float<T>(static_cast<uint16_t>(vi >> 16))};
+  }
+}
+
+// sum_{n1 < M} W_R^(+-n1 k1) x[n1][e] (the conjugate roots where CONJ).
+template <int R, int M, bool CONJ>
+TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
+  cf32 a = x[0][e];
+#pragma unroll
+  for (int n1 = 1; n1 < M; ++n1) {
+    const int j = k1 * n1 * (8 / R) % 8;
+    const cf32 v = times_root8(x[n1][e], CONJ ? 8 - j : j);
+    a = {a.x + v.x, a.y + v.y};
+  }
+  return a;
 }
 
 // The first forward pass from the stored row pair (S's bits, in natural order) to float16,
@@ -48,14 +74,10 @@ template <typename S, int N>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re, uint16_t* im, float scale) {
   constexpr int R = radix1(N), L = N / R, H = R / 2;
   static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
-  const float f = scale * (R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : 0.353553390593274f);
+  const float f = scale * inv_sqrt_radix(R);
   for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * threads(N)) {
     cf32 x[H][2];
-#pragma unroll
-    for (int n1 = 0; n1 < H; ++n1) {
-      load_pair<S>(re, L * n1 + n2, x[n1][0].x, x[n1][1].x);
-      load_pair<S>(im, L * n1 + n2, x[n1][0].y, x[n1][1].y);
-    }
+    load_columns<S, L>(re, im, n2, x);
     const cf32 base[2] = {twiddle<N>(n2), twiddle<N>(n2 + 1)};
     cf32 tw[2] = {{f, 0.f}, {f, 0.f}};  // f W_N^(k1 n2), k1 = 0 first
 #pragma unroll
@@ -63,13 +85,7 @@ TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re, uint16_t* im, float scale) {
       cf32 y[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        cf32 a = x[0][e];
-#pragma unroll
-        for (int n1 = 1; n1 < H; ++n1) {
-          const cf32 v = times_root8(x[n1][e], k1 * n1 * (8 / R));
-          a = {a.x + v.x, a.y + v.y};
-        }
-        y[e] = cmul(a, tw[e]);
+        y[e] = cmul(column_dft<R, H, false>(x, k1, e), tw[e]);
         tw[e] = cmul(tw[e], base[e]);
       }
       st32(re + swz(L * k1 + n2), pack2<Plane>(y[0].x, y[1].x));
@@ -85,25 +101,16 @@ template <int N, typename Out>
 TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
   constexpr int R = radix1(N), L = N / R;
   static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
-  constexpr float f = R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : 0.353553390593274f;
+  constexpr float f = inv_sqrt_radix(R);
   for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * threads(N)) {
     cf32 z[R][2];
-#pragma unroll
-    for (int n1 = 0; n1 < R; ++n1) {
-      load_pair<Plane>(re, L * n1 + n2, z[n1][0].x, z[n1][1].x);
-      load_pair<Plane>(im, L * n1 + n2, z[n1][0].y, z[n1][1].y);
-    }
+    load_columns<Plane, L>(re, im, n2, z);
 #pragma unroll
     for (int k1 = 0; k1 < R / 2; ++k1) {
       cf32 y[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        cf32 a = z[0][e];
-#pragma unroll
-        for (int n1 = 1; n1 < R; ++n1) {
-          const cf32 v = times_root8(z[n1][e], 8 - (k1 * n1 * (8 / R)) % 8);  // conjugate
-          a = {a.x + v.x, a.y + v.y};
-        }
+        const cf32 a = column_dft<R, R, true>(z, k1, e);
         y[e] = {a.x * f, a.y * f};
       }
       out(L * k1 + n2, y[0].x, y[0].y, y[1].x, y[1].y);

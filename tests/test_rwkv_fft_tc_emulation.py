@@ -2,9 +2,11 @@
 passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
 (tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
 float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
-a GPU: every outer radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 16384: 4;
-below 16 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the
-kernel's storage order and the middle's layout (middle_position)."""
+a GPU: the forward, and grad_k (the same kernel given W's spectrum conjugated); every outer
+radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 16384: 4; below 16 on the
+CUDA cores), odd T and B, and inputs far outside float16's range. wz, the kernel's input
+spectrum, is made here in float64 by a direct DFT in the kernel's storage order and the
+middle's layout (middle_position)."""
 
 import pytest
 from conftest import emulation_test, run_emulator
@@ -50,9 +52,11 @@ int storage_frequency(int N, int s) {
 
 // kscale, wscale: k and w times these (then rounded to S), to check that the planes' float16
 // neither overflows nor underflows whatever the inputs' magnitude (bfloat16 spans float's
-// range).
+// range). grad_k: the kernel given g and W's spectrum conjugated (h reversed, a correlation)
+// gives TimeX's grad_k (eps 0), so the backward's grad_k product is the same kernel.
 template <typename S, int N>
-void check(int B, int C, int T, double eps, double tol, double kscale = 1, double wscale = 1) {
+void check(int B, int C, int T, double eps, double tol, double kscale = 1, double wscale = 1,
+           bool grad_k = false) {
   auto in = timex_inputs<S>(rng, B, C, T, eps, 0, 0);
   if (kscale != 1 || wscale != 1) {
     for (auto& x : in.k) x = static_cast<S>(as_double(x) * kscale);
@@ -89,7 +93,8 @@ void check(int B, int C, int T, double eps, double tol, double kscale = 1, doubl
     for (const auto& v : H) hmax = std::max(hmax, std::abs(v));
     std::frexp(hmax, &wexp[c]);
     for (int i = 0; i < N; ++i) {
-      const std::complex<double> v = std::ldexp(1.0, -wexp[c]) * H[freq[middle_position(i)]];
+      std::complex<double> v = std::ldexp(1.0, -wexp[c]) * H[freq[middle_position(i)]];
+      if (grad_k) v = std::conj(v);
       wz[size_t(c) * N + i] = {float(v.real()), float(v.imag())};
     }
   }
@@ -97,8 +102,9 @@ void check(int B, int C, int T, double eps, double tol, double kscale = 1, doubl
   std::vector<S> out(size_t(B) * C * T + 8, guard);
   const int pairs = (B + 1) / 2;
   launch(pairs * C, threads(N), smem_bytes(N), [&] {
-    conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(in.kp), wz.data(), wexp.data(),
-                         reinterpret_cast<uint16_t*>(out.data()), B, C, T, float(eps));
+    conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(grad_k ? in.gp : in.kp), wz.data(),
+                         wexp.data(), reinterpret_cast<uint16_t*>(out.data()), B, C, T,
+                         grad_k ? 0.f : float(eps));
   });
   std::vector<double> o(size_t(B) * C * T);
   bool guards = true;
@@ -109,11 +115,12 @@ void check(int B, int C, int T, double eps, double tol, double kscale = 1, doubl
       guards &= std::memcmp(&out[i], &guard, sizeof(S)) == 0;
     }
   }
-  const double e = row_err(o, in.out_ref, T);
+  const double e = row_err(o, grad_k ? in.gk_ref : in.out_ref, T);
   const bool ok = e < tol && guards;
   failures += !ok;
-  std::printf("%s tc conv %zu-byte N=%d B=%d C=%d T=%d eps=%g scales %g %g: %.2e%s\n",
-              ok ? "ok  " : "FAIL", sizeof(S), N, B, C, T, eps, kscale, wscale, e,
+  std::printf("%s tc %s %zu-byte N=%d B=%d C=%d T=%d eps=%g scales %g %g: %.2e%s\n",
+              ok ? "ok  " : "FAIL", grad_k ? "grad_k" : "conv", sizeof(S), N, B, C, T, eps,
+              kscale, wscale, e,
               guards ? "" : " (wrote outside the output)");
 }
 
@@ -130,6 +137,8 @@ int main() {
   check<H, 4096>(2, 1, 2048, 0.0, 2e-3, 2000.0, 2.0);   // |k| to about 1e4
   check<BF, 4096>(2, 1, 2000, 0.0, 1e-2, 1e-20, 1e-10);  // far below float16's range
   check<BF, 2048>(2, 1, 1024, 0.0, 1e-2, 1e30, 1.0);     // far above it
+  check<BF, 2048>(3, 2, 1001, 0.0, 1e-2, 1, 1, true);
+  check<H, 8192>(2, 1, 4096, 0.0, 2e-3, 1, 1, true);
   return failures != 0;
 }
 """

@@ -1,7 +1,9 @@
 // RWKV TimeX, the FFT convolution's transforms on tensor cores (bfloat16 and float16 inputs):
-// a probe of issue 29's design, forward only. Not launched by the op; benchmarks/
-// timex_tc_fft_probe.py builds it on the GPU and times it against the on-chip FMA kernels
-// (timex_fft_kernels.cuh), and tests/test_rwkv_fft_tc_emulation.py checks it on the CPU.
+// a probe of issue 29's design: the forward, and with W's spectrum conjugated grad_k (h
+// reversed: a correlation); grad_w, a sum over the batch, is not built. Not launched by the
+// op; benchmarks/timex_tc_fft_probe.py builds it on the GPU and times it against the on-chip
+// FMA kernels (timex_fft_kernels.cuh), and tests/test_rwkv_fft_tc_emulation.py checks it on
+// the CPU.
 //
 // One CTA per channel c and pair of batch rows (b, b + 1): the complex row
 // x = k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two, 2048 to 32768), is
@@ -39,7 +41,7 @@
 // Measured on the H100 (benchmarks/results/issue29_runs/run20_tc_probe.md): 2-31% faster than
 // the FMA conv kernel at the same shapes (N = 2048 to 32768), bfloat16 within 1.2x of the
 // FFT convolution's error, float16 1.6-2.3x (within 1.7x with TIMEX_TC_DFT_SPLIT, 8-23%
-// slower); forward only, and the op does not use it.
+// slower); the op does not use it.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,11 @@ torch.autograd.grad of both outputs), the forward op alone and the backward op a
 autograd, an empty torch.autograd.Function step (the engine's own fixed cost), and the GPU
 kernel time of the step (profiler); then the profiler's host-side table of the step, sorted
 by self CPU time. With --seq T, the same for lltm_sequence over T steps (the step: its
-forward and every gradient). Usage:
+forward and every gradient), and beside it the same step of torch.nn.LSTM (cuDNN on a GPU;
+input, both initial states and the parameters differentiated). Every step is also timed with
+autograd's engine single-threaded (torch.autograd.set_multithreading_enabled(False): the
+backward on the calling thread, not handed to the engine's CUDA device thread and back). The
+rows are timed in alternating rounds. Usage:
 python -m benchmarks.step_host [--device cuda] [--size B F S] [--seq T]
 """
 
@@ -23,19 +27,36 @@ from torch_fused_ops._eager import below_autograd
 def per_call_us(fn, device, n=300, rounds=7):
     """Median over rounds of the wall time per call of n back-to-back calls (synchronised
     before and after each round): the host-bound rate when the host is the limit."""
-    for _ in range(50):
-        fn()
-    times = []
-    for _ in range(rounds):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(n):
+    return per_call_us_alternating([fn], device, n, rounds)[0]
+
+
+def per_call_us_alternating(fns, device, n=300, rounds=7):
+    """per_call_us of each of fns, each round timing every function in turn (a busy spell of
+    the machine then reaches them alike)."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for fn in fns:
+        for _ in range(50):
             fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) / n * 1e6)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, out in zip(fns, times):
+            sync()
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            out.append((time.perf_counter() - start) / n * 1e6)
+    return [statistics.median(t) for t in times]
+
+
+def single_threaded(fn):
+    """fn with autograd's engine single-threaded (the backward on the calling thread)."""
+
+    def run():
+        with torch.autograd.set_multithreading_enabled(False):
+            return fn()
+
+    return run
 
 
 class _Empty(torch.autograd.Function):
@@ -80,6 +101,14 @@ def main():
                 lltm.lltm_sequence(*leaves)
 
         bwd_only = None
+        lstm = torch.nn.LSTM(F, S).to(device, dtype)
+        lstm_leaves = [leaves[0], leaves[3].unsqueeze(0), leaves[4].unsqueeze(0),
+                       *lstm.parameters()]
+
+        def lstm_step():
+            output, (h_n, c_n) = lstm(lstm_leaves[0], (lstm_leaves[1], lstm_leaves[2]))
+            return torch.autograd.grad((output, h_n, c_n), lstm_leaves,
+                                       (grads[0], grads[1][None], grads[2][None]))
     else:
         def step():
             outs = lltm.lltm_cell(*leaves)
@@ -106,15 +135,19 @@ def main():
         return torch.autograd.grad(_Empty.apply(x), x, g0)
 
     rows = [("step (fwd + autograd.grad)", step),
+            ("step, single-threaded autograd", single_threaded(step)),
             ("forward, no grad" if T else "forward op, below autograd", fwd_only),
-            ("backward op, below autograd", bwd_only), ("empty Function step", empty_step)]
+            ("backward op, below autograd", bwd_only), ("empty Function step", empty_step),
+            ("empty Function step, single-threaded", single_threaded(empty_step))]
+    if T:
+        rows += [("nn.LSTM step", lstm_step),
+                 ("nn.LSTM step, single-threaded", single_threaded(lstm_step))]
+    rows = [(name, fn) for name, fn in rows if fn is not None]
     print(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
           f"torch {torch.__version__}, size (B, F, S) = {(B, F, S)}"
           + (f", lltm_sequence T = {T}" if T else "") + f", {args.dtype}")
-    for name, fn in rows:
-        if fn is None:
-            continue
-        print(f"{name:32s} {per_call_us(fn, device):8.1f} us per call")
+    for (name, _), us in zip(rows, per_call_us_alternating([fn for _, fn in rows], device)):
+        print(f"{name:38s} {us:8.1f} us per call")
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)

@@ -9,7 +9,13 @@ variant's error against float64 on the same (rounded) inputs, on a few channels.
 
     python -m benchmarks.timex_speedups [--out FILE.md] [--shapes "(1, 512, 32768)" ...]
         [--compare "split:RWKV_TIMEX_CLUSTER_FORWARD=split" ...] [--dtypes D ...] [--reps N]
-        [--budget S]
+        [--budget S] [--single-threaded]
+
+--single-threaded adds the forward + backward of ours and of the FFT convolution with
+autograd's engine single-threaded (torch.autograd.set_multithreading_enabled(False): the
+backward runs on the calling thread, not handed to the engine's CUDA device thread and back),
+timed in the same alternating rounds: where a call is bound by the host, the difference is
+the handoff's cost.
 
 --compare adds variants of timex with environment variables set (NAME:VAR=VALUE,VAR=VALUE),
 timed in the same alternating rounds, in a second table.
@@ -94,7 +100,7 @@ def parse_compare(specs):
     return out
 
 
-def measure_shape(B, C, T, dtype, budget, compare=None, reps=400):
+def measure_shape(B, C, T, dtype, budget, compare=None, reps=400, single=False):
     variants = {"ours": forced(), "ours fft_library": forced(RWKV_TIMEX_ALGO="fft_library"),
                 "FFT conv": fftconv_upcast}
     if T <= 16384:
@@ -127,16 +133,30 @@ def measure_shape(B, C, T, dtype, budget, compare=None, reps=400):
 
         fwd_fns.append(fwd)
         total_fns.append(total)
-    times = medians_ms(fwd_fns + total_fns, "cuda", warmup=3, reps=reps, budget_s=budget,
-                       rounds=3)
+    single_names = ["ours", "FFT conv"] if single else []
+    single_fns = [single_threaded(total_fns[list(variants).index(name)])
+                  for name in single_names]
+    times = medians_ms(fwd_fns + total_fns + single_fns, "cuda", warmup=3, reps=reps,
+                       budget_s=budget, rounds=3)
     n = len(variants)
+    single_ms = dict(zip(single_names, times[2 * n:]))
     # The GPU kernel time of the forward + backward of ours and of the FFT conv (profiler):
     # the rest of a wall time is the host's (autograd, the op calls) where the GPU waits.
     names = list(variants)
     gpu = [sum(ms for _, ms in cuda_kernels(total_fns[names.index(name)]).values())
            for name in ("ours", "FFT conv")]
     return algo, gpu, {name: (times[i], times[n + i], errs[name])
-                       for i, name in enumerate(variants)}
+                       for i, name in enumerate(variants)}, single_ms
+
+
+def single_threaded(fn):
+    """fn run with autograd's engine single-threaded (the backward on the calling thread)."""
+
+    def run(i):
+        with torch.autograd.set_multithreading_enabled(False):
+            return fn(i)
+
+    return run
 
 
 def main(argv=None):
@@ -148,10 +168,15 @@ def main(argv=None):
     parser.add_argument("--compare", nargs="*", help='extra variants, "NAME:VAR=VALUE,..."')
     parser.add_argument("--reps", type=int, default=400,
                         help="timed calls per variant (fewer where --budget runs out first)")
+    parser.add_argument("--single-threaded", action="store_true",
+                        help="also fwd+bwd with autograd single-threaded, ours and FFT conv")
     parser.add_argument("--dtypes", nargs="*", default=[str(d)[6:] for d in DTYPES],
                         help="of float32, bfloat16, float16 (default: all three)")
     args = parser.parse_args(argv)
     compare = parse_compare(args.compare)
+    single = ["| dtype | (B, C, T) | fwd+bwd ours / FFT conv, multi-threaded autograd | speedup "
+              "| fwd+bwd ours / FFT conv, single-threaded autograd | speedup |",
+              "|" + " --- |" * 6]
     extra = ["| dtype | (B, C, T) | variant | fwd / fwd+bwd | speedup fwd / fwd+bwd | err |",
              "|" + " --- |" * 6]
     shapes = [tuple(int(x) for x in s.strip("() ").split(",")) for s in args.shapes] \
@@ -171,7 +196,8 @@ def main(argv=None):
              "|" + " --- |" * 10]
     for dtype in (getattr(torch, d) for d in args.dtypes):
         for B, C, T in shapes:
-            algo, gpu, r = measure_shape(B, C, T, dtype, args.budget, compare, args.reps)
+            algo, gpu, r, st = measure_shape(B, C, T, dtype, args.budget, compare, args.reps,
+                                             args.single_threaded)
             of, ot, oe = r["ours"]
             ff, ft, fe = r["FFT conv"]
             lib = r.get("ours fft_library")
@@ -187,9 +213,18 @@ def main(argv=None):
                 extra.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {name} | {vf:.3f} / "
                              f"{vt:.3f} | {ff / vf:.2f}x / {ft / vt:.2f}x | {ve:.1e} |")
                 print(extra[-1], flush=True)
+            if st:
+                single.append(f"| {str(dtype)[6:]} | ({B}, {C}, {T}) | {ot:.3f} / {ft:.3f} | "
+                              f"{ft / ot:.2f}x | {st['ours']:.3f} / {st['FFT conv']:.3f} | "
+                              f"{st['FFT conv'] / st['ours']:.2f}x |")
+                print(single[-1], flush=True)
             torch.cuda.empty_cache()
     if compare:
         lines += ["", "Variants (same run, same rounds):", "", *extra]
+    if args.single_threaded:
+        lines += ["", "Autograd's engine multi-threaded (the default) and single-threaded "
+                  "(torch.autograd.set_multithreading_enabled(False)), fwd+bwd ms, same run, "
+                  "same rounds:", "", *single]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -1,7 +1,7 @@
 // CUDA helpers shared by every family, on the stable ABI: the device guard, the current
-// stream, error checks, cached device properties, vector packs (pack.h) and a 2-D launch
-// shape for kernels that walk a (rows, row_length) array. Every CUDA entry point takes a
-// DeviceGuard on its tensors' device and launches on current_stream(tensor).
+// stream, error checks, cached device properties and kernel attributes, vector packs (pack.h)
+// and a 2-D launch shape for kernels that walk a (rows, row_length) array. Every CUDA entry
+// point takes a DeviceGuard on its tensors' device and launches on current_stream(tensor).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,6 +97,25 @@ inline void allow_large_launch(const void* kernel, int device, bool non_portable
     }
     return true;
   });
+}
+
+// The kernel's dynamic shared memory limit raised to `bytes` where that is above the 48 KiB
+// default. The limit is an attribute per kernel and device (the current one: the entry points'
+// guard), set by a driver call once per kernel and device, and again only for a larger size:
+// set on every launch, it was host time that short calls are bound by.
+inline cudaError_t raise_shared_memory_limit(const void* kernel, int bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> raised;
+  std::lock_guard<std::mutex> lock(mutex);
+  int& limit = raised[{kernel, device}];
+  if (bytes <= limit) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) limit = bytes;
+  return e;
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

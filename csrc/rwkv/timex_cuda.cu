@@ -32,10 +32,8 @@ using kernels::cdiv;
 
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, int bytes) {
-  if (bytes > 48 * 1024) {
-    FUSED_OPS_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
+  FUSED_OPS_CUDA_CHECK(
+      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), bytes));
 }
 
 unsigned grid_size(int64_t blocks) {

@@ -128,10 +128,9 @@ int backward_blocks_per_sm(int64_t T) {
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     const auto kernel = backward_kernel<scalar_t, Sh, true>;
-    if (Sh::SMEM > 48 * 1024) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM);
-    }
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
+    if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), Sh::SMEM) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
         cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;

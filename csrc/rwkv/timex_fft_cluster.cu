@@ -70,20 +70,6 @@ void with_cluster_length(int M, const F& f) {
   if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
 
-// Once per kernel and device: the opt-in shared memory size.
-cudaError_t prepare(const void* kernel, int smem) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> done;
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (done.count({kernel, device})) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e == cudaSuccess) done.insert({kernel, device});
-  return e;
-}
-
 cudaLaunchConfig_t config(int grid, int P, int threads, int smem, cudaStream_t stream,
                           cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
@@ -103,7 +89,8 @@ cudaLaunchConfig_t config(int grid, int P, int threads, int smem, cudaStream_t s
 // Launches kernel as `clusters` clusters of CS::P CTAs.
 template <class CS, typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), int64_t clusters, cudaStream_t stream, Args... args) {
-  FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
+  FUSED_OPS_CUDA_CHECK(
+      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t cfg = config(static_cast<int>(clusters * CS::P), CS::P, CS::THREADS,
                                         CS::Local::SMEM, stream, &attr);
@@ -228,7 +215,8 @@ int resident_clusters(cudaStream_t stream) {
     const auto it = known.lower_bound({device, INT_MIN});
     if (it != known.end() && it->first == device) return it->second;
   }
-  FUSED_OPS_CUDA_CHECK(prepare(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
+  FUSED_OPS_CUDA_CHECK(
+      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t cfg = config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
   int n = 0;

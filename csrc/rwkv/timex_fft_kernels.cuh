@@ -28,6 +28,8 @@
 
 #include <algorithm>
 #include <climits>
+
+#include "common/cuda_utils.cuh"
 #endif
 
 namespace rwkv::fft {
@@ -199,15 +201,13 @@ inline cudaError_t launch_twiddles(int64_t T, cf32* tw, cudaStream_t stream) {
 }
 
 namespace detail {
-// Sets the kernel's dynamic shared memory limit (per device, so on every call) and launches.
+// Raises the kernel's dynamic shared memory limit where needed (once per device) and launches.
 template <typename Kernel, typename... Args>
 cudaError_t launch(Kernel kernel, int grid, int threads, int smem, cudaStream_t stream,
                    Args... args) {
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-  }
+  const cudaError_t e =
+      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (e != cudaSuccess) return e;
   kernel<<<grid, threads, smem, stream>>>(args...);
   return cudaGetLastError();
 }

@@ -21,6 +21,7 @@ import time
 import torch
 
 import lltm
+from benchmarks.timing import single_threaded
 from torch_fused_ops._eager import below_autograd
 
 
@@ -47,16 +48,6 @@ def per_call_us_alternating(fns, device, n=300, rounds=7):
             sync()
             out.append((time.perf_counter() - start) / n * 1e6)
     return [statistics.median(t) for t in times]
-
-
-def single_threaded(fn):
-    """fn with autograd's engine single-threaded (the backward on the calling thread)."""
-
-    def run():
-        with torch.autograd.set_multithreading_enabled(False):
-            return fn()
-
-    return run
 
 
 class _Empty(torch.autograd.Function):

@@ -28,7 +28,8 @@ import os
 import torch
 
 import rwkv_ops
-from benchmarks.timing import cuda_kernels, environment, input_sets, medians_ms
+from benchmarks.timing import (cuda_kernels, environment, input_sets, medians_ms,
+                               single_threaded)
 from rwkv_ops.reference import timex_fftconv
 
 SHAPES = [(4, 1024, 4096), (1, 1024, 16384), (1, 384, 20000), (1, 512, 32768),
@@ -147,16 +148,6 @@ def measure_shape(B, C, T, dtype, budget, compare=None, reps=400, single=False):
            for name in ("ours", "FFT conv")]
     return algo, gpu, {name: (times[i], times[n + i], errs[name])
                        for i, name in enumerate(variants)}, single_ms
-
-
-def single_threaded(fn):
-    """fn run with autograd's engine single-threaded (the backward on the calling thread)."""
-
-    def run(i):
-        with torch.autograd.set_multithreading_enabled(False):
-            return fn(i)
-
-    return run
 
 
 def main(argv=None):

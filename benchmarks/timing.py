@@ -29,6 +29,18 @@ MAX_SETS = 8
 MAX_REPS = 5000
 
 
+def single_threaded(fn):
+    """fn run with autograd's engine single-threaded (torch.autograd.set_multithreading_enabled
+    (False)): a CUDA backward then runs on the calling thread, not on the engine's device
+    thread, so the timing leaves out the handoff to that thread and back."""
+
+    def run(*args):
+        with torch.autograd.set_multithreading_enabled(False):
+            return fn(*args)
+
+    return run
+
+
 def median_ms(fn, device, warmup=10, reps=50, budget_s=None, min_s=None):
     """Median wall time of fn(i) in milliseconds; fn(i) gets the repeat index.
 

@@ -102,7 +102,8 @@ inline void allow_large_launch(const void* kernel, int device, bool non_portable
 // The kernel's dynamic shared memory limit raised to `bytes` where that is above the 48 KiB
 // default. The limit is an attribute per kernel and device (the current one: the entry points'
 // guard), set by a driver call once per kernel and device, and again only for a larger size:
-// set on every launch, it was host time that short calls are bound by.
+// set on every launch, it was host time that short calls are bound by. (allow_large_launch
+// above lifts it to the device's maximum at once, for kernels whose size is chosen per call.)
 inline cudaError_t raise_shared_memory_limit(const void* kernel, int bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   int device = 0;

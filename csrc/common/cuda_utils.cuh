@@ -103,7 +103,7 @@ inline void allow_large_launch(const void* kernel, int device, bool non_portable
 // default. The limit is an attribute per kernel and device (the current one: the entry points'
 // guard), set by a driver call once per kernel and device, and again only for a larger size:
 // set on every launch, it was host time that short calls are bound by. (allow_large_launch
-// above lifts it to the device's maximum at once, for kernels whose size is chosen per call.)
+// above lifts it to the device's opt-in maximum at once.)
 inline cudaError_t raise_shared_memory_limit(const void* kernel, int bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   int device = 0;

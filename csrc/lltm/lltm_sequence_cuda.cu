@@ -38,6 +38,7 @@
 #include "lltm/lltm_sequence_driver.h"
 #include "lltm/lltm_sequence_path.h"  // the path choice and the kernels' entry points
 #include "lltm/lltm_sequence_step_pad.cuh"
+#include "lltm/lltm_sequence_wgrad.h"
 
 namespace lltm {
 namespace {
@@ -171,7 +172,7 @@ void column_sum_cuda(const Tensor& like, void* out, const void* x, int64_t rows,
 }
 
 constexpr SeqDevice kCuda{aoti_torch_cuda_mm_out, aoti_torch_cuda_addmm_out, copy2d_cuda,
-                          zero_cuda, add_cuda, column_sum_cuda};
+                          zero_cuda, add_cuda, column_sum_cuda, seq_weight_grads_cuda};
 
 void forward_step_cuda(const Tensor& rec, Tensor& gates, Tensor& hs, Tensor& cells, int64_t t) {
   const int64_t B = hs.size(1), S = hs.size(2);

@@ -66,6 +66,12 @@ struct SeqDevice {
   // out[j] = sum over r < rows of x[r * n + j], j < n, like's dtype; deterministic (a fixed
   // order of additions, independent of timing), accumulated in at least the opmath type.
   void (*column_sum)(const Tensor& like, void* out, const void* x, int64_t rows, int64_t n);
+  // The backward's d_weights, d_bias and d_input in one launch where the device has such a
+  // kernel and it takes the problem (lltm_sequence_wgrad.h: false = not taken, nothing
+  // launched; then the GEMMs above run); null where there is none (the CPU).
+  bool (*weight_grads)(const Tensor& like, const void* dz, const void* h_prev, const void* x,
+                       const void* weights, int64_t ws0, int64_t ws1, void* d_weights,
+                       void* d_bias, void* d_input, int64_t rows, int64_t S, int64_t F);
 };
 
 inline void seq_check(AOTITorchError err) { STABLE_TORCH_ERROR_CODE_CHECK(err); }
@@ -353,29 +359,38 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
     recurrence(weights, as_contiguous(gates), dz, as_contiguous(cells), grads, d_h0, d_c0, sz);
   }
   auto skipped = [&] { return new_empty({0}, input); };
+  Tensor d_input = mask[0] ? new_empty({T, B, F}, input) : skipped();
+  Tensor d_weights = mask[1] ? new_empty({3 * S, S + F}, input) : skipped();
+  Tensor d_bias = mask[2] ? new_empty({3 * S}, input) : skipped();
+  if (dev.weight_grads != nullptr && T * B > 0 && S > 0 && (mask[0] || mask[1] || mask[2])) {
+    // All three in one launch where the device's kernel takes them (no GEMM set-up for the
+    // GPU to wait for); hs[:T] are the rows h_prev.
+    const Tensor x = as_contiguous(input), h = as_contiguous(hs);
+    if (dev.weight_grads(dz, dz.const_data_ptr(), h.const_data_ptr(), x.const_data_ptr(),
+                         weights.const_data_ptr(), weights.stride(0), weights.stride(1),
+                         mask[1] ? d_weights.mutable_data_ptr() : nullptr,
+                         mask[2] ? d_bias.mutable_data_ptr() : nullptr,
+                         mask[0] ? d_input.mutable_data_ptr() : nullptr, T * B, S, F)) {
+      return {d_input, d_weights, d_bias, d_h0, d_c0};
+    }
+  }
   const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
   const Tensor dz2_t = seq_strided(dz, 0, {3 * S, T * B}, {1, 3 * S});  // dz^T, a view
-  Tensor d_input = skipped();
   if (mask[0]) {
     // d_x = dz W_x: one GEMM over all steps (W_x a strided view, read in place).
-    d_input = new_empty({T, B, F}, input);
     seq_mm_out(dev, seq_view(d_input, 0, {T * B, F}), dz2, seq_input_weights(weights, sz));
   }
-  Tensor d_weights = skipped();
   if (mask[1]) {
     // [d_W_h | d_W_x] = dz^T [hs[:T] | x]: two GEMMs over all steps, each written straight
     // into its column block of one (3S, S + F) buffer.
-    d_weights = new_empty({3 * S, S + F}, input);
     const Tensor d_w_h = seq_strided(d_weights, 0, {3 * S, S}, {S + F, 1});
     const Tensor d_w_x = seq_strided(d_weights, S, {3 * S, F}, {S + F, 1});
     const Tensor h_prev = seq_view(as_contiguous(hs), 0, {T * B, S});
     seq_mm_out(dev, d_w_h, dz2_t, h_prev);
     seq_mm_out(dev, d_w_x, dz2_t, seq_flat_input(input, sz));
   }
-  Tensor d_bias = skipped();
-  if (mask[2]) {
-    d_bias = new_empty({3 * S}, input);
-    if (S > 0) dev.column_sum(d_bias, d_bias.mutable_data_ptr(), dz.const_data_ptr(), T * B, 3 * S);
+  if (mask[2] && S > 0) {
+    dev.column_sum(d_bias, d_bias.mutable_data_ptr(), dz.const_data_ptr(), T * B, 3 * S);
   }
   return {d_input, d_weights, d_bias, d_h0, d_c0};
 }

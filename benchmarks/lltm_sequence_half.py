@@ -17,6 +17,7 @@ import statistics
 
 import torch
 
+from benchmarks.report import emit
 from benchmarks.timing import medians_ms
 
 SIZES = [(256, 16, 32, 128), (128, 64, 128, 256), (128, 64, 512, 512), (32, 256, 256, 1024)]
@@ -174,10 +175,7 @@ def main():
             details.append(f"{dname} {(T, B, F, S)} ours kernels/step: {ko[2]}")
             print(lines[-1], flush=True)
     text = "\n".join(lines + ["", *details]) + "\n"
-    print(text)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
+    emit(text, args.md)
 
 
 if __name__ == "__main__":

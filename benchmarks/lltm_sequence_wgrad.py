@@ -15,6 +15,7 @@ import os
 import torch
 
 import lltm
+from benchmarks.report import emit
 from benchmarks.step_host import per_call_us_alternating
 from benchmarks.timing import cuda_kernels, environment, medians_ms
 
@@ -66,10 +67,7 @@ def main():
                      f"{gpu[0]:.1f} / {gpu[1]:.1f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,14 @@ def wanted(label, patterns):
     return not patterns or any(_squash(p) in _squash(label) for p in patterns)
 
 
+def emit(text, path=None):
+    """Print a script's finished text (its tables) and, where a path is given, write it there."""
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+
+
 def markdown(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join("n/a" if c is None else str(c) for c in row) + " |" for row in rows]

@@ -13,6 +13,7 @@ import os
 import torch
 
 import rwkv_ops  # noqa: F401  (registers torch.ops.rwkv_ops)
+from benchmarks.report import emit
 from benchmarks.timing import median_ms
 
 LENGTHS = {"cuda": [256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
@@ -100,10 +101,7 @@ def main(argv=None):
                                    f"to T = {last_direct}")
     os.environ.pop("RWKV_TIMEX_ALGO", None)
     text = "\n".join(lines + [""] + [f"- {s}" for s in summary]) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import os
 import torch
 
 import rwkv_ops
+from benchmarks.report import emit
 from benchmarks.timing import (cuda_kernels, environment, input_sets, medians_ms,
                                single_threaded)
 from rwkv_ops.reference import timex_fftconv
@@ -217,10 +218,7 @@ def main(argv=None):
                   "(torch.autograd.set_multithreading_enabled(False)), fwd+bwd ms, same run, "
                   "same rounds:", "", *single]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

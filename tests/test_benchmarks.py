@@ -170,3 +170,13 @@ def test_taichi_kernels_match_references(device):
         got = taichi_kernels.timex(w, k, 0.25).double()
         want = timex_conv1d(w.double(), k.double(), 0.25)
         assert ((got - want).norm() / want.norm()).item() < 1e-5, (B, C, T)
+
+
+def test_report_emit_prints_and_writes(tmp_path, capsys):
+    """report.emit: the scripts' one way to print their tables and write them to --out."""
+    text = "| a | b |\n| --- | --- |\n| 1 | 2 |\n"
+    report.emit(text, str(tmp_path / "t.md"))
+    assert (tmp_path / "t.md").read_text() == text
+    assert capsys.readouterr().out == text + "\n"
+    report.emit("no file\n")
+    assert capsys.readouterr().out == "no file\n\n"

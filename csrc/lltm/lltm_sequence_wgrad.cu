@@ -1,19 +1,19 @@
 // LLTM over a sequence on CUDA: the weight and input gradients of the backward as one launch
-// (lltm_sequence_wgrad.h). Each CTA computes one 32 x 32 tile of one of the products
+// (lltm_sequence_wgrad.h). Each CTA computes one tile of one of the products
 //   [d_W_h | d_W_x | d_bias] = dz^T [h_prev | x | 1]   (3S x (S + F + 1), summed over R rows)
 //   d_input = dz W_x                                     (R x F, summed over 3S)
-// staging 32 x 32 blocks of both operands in shared memory, each thread 2 x 2 outputs summed
-// in the opmath type in a fixed order (deterministic). Replaces the 3 cuBLAS GEMMs and the
-// column sum that the GPU otherwise waits for the host to set up (120 us of host for 25 us of
-// kernels at (64, 16, 32, 128): benchmarks/results/lltm_sequence_step_timeline_h100.md). The
-// weight tiles' sums over R rows are split over several CTAs, the tile's last CTA adding the
-// partial sums in order. Its FLOP rate is a fraction of cuBLAS's (2 x 2 outputs per thread
-// from shared memory), so auto takes it only for small problems (kFusedWeightGradMacs).
+// staging kChunk-deep blocks of both operands in shared memory; each of the 16 x 16 threads
+// sums a TM x TN block of outputs in registers in the opmath type, in a fixed order
+// (deterministic). Replaces the 3 cuBLAS GEMMs and the column sum that the GPU otherwise waits
+// for the host to set up (120 us of host for 25 us of kernels at (64, 16, 32, 128):
+// benchmarks/results/lltm_sequence_step_timeline_h100.md). The weight tiles' sums over R rows
+// are split over several CTAs, the tile's last CTA adding the partial sums in order.
 #include "lltm/lltm_sequence_wgrad.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/alloc.h"
 #include "common/cuda_utils.cuh"
@@ -22,65 +22,135 @@
 namespace lltm {
 namespace {
 
-constexpr int kTile = 32, kThreads = 256, kPerThread = kTile * kTile / kThreads;
+constexpr int kThreads = 256;
+// Rows of both operands staged per step of a tile's sum: 32 for float sums (30 KB of shared
+// memory for both roles' buffers), 16 for double (the same bytes). Each step waits on its
+// loads, so the steps' count more than the work bounds a CTA (d_input's sum over 3S = 384 in
+// steps of 16 made the kernel slower than in steps of 32).
+template <typename acc_t>
+constexpr int kChunk = 128 / sizeof(acc_t);
+// Outputs per thread: 4 x 4 for the weight tiles (64 x 64: every operand element read from
+// shared memory feeds 4 multiply-adds, against 2 in the first version's 2 x 2); 4 x 2 for
+// d_input's (64 x 32: F is often 32 or less; 8 x 2 spilled at two CTAs an SM).
+constexpr int kWeightTm = 4, kWeightTn = 4, kInputTm = 4, kInputTn = 2;
+constexpr int kWeightTile = kWeightTm * 16 * kWeightTn * 16;
 // Rows of the weight tiles' sum per CTA: at least this many, and enough CTAs for about two per
 // SM (the sum over all R rows in one CTA per tile left most SMs idle and every chunk waiting
-// on its loads: 60 us at (64, 16, 32, 128), against cuBLAS's 25).
-constexpr int64_t kMinSliceRows = 256, kCtasPerSm = 2;
+// on its loads).
+constexpr int64_t kMinSliceRows = 128, kCtasPerSm = 2;
 
-// The 32 x 32 tile at (m0, n0) of C[m][n] = sum_{k in [k_begin, k_end)} A(k, m) B(k, n), this
-// thread's 2 x 2 of it in c. A_KFAST says the element order in which A is read coalesced (k
-// fastest: A(k, m) contiguous in k). load_a, load_b return the opmath value (0 outside the
-// operand). The next chunk's elements are loaded into registers while this one is summed.
-template <typename acc_t, bool A_KFAST, typename LoadA, typename LoadB>
+// The (16 TM) x (16 TN) tile at (m0, n0) of C[m][n] = sum_{k in [k_begin, k_end)} A(k, m)
+// B(k, n); thread (tm, tn) = (t % 16, t / 16) sums rows m0 + TM tm + i, columns n0 + TN tn + j
+// in c[i][j]. A_KFAST says the element order in which A is read coalesced (k fastest: A(k, m)
+// contiguous in k; else m fastest); B is read n fastest. load_a, load_b return the opmath
+// value (0 outside the operand). The next chunk is loaded into registers while this one is
+// summed.
+template <typename acc_t, int TM, int TN, bool A_KFAST, typename LoadA, typename LoadB>
 __device__ __forceinline__ void tile_product(int64_t k_begin, int64_t k_end, int64_t m0,
                                              int64_t n0, const LoadA& load_a, const LoadB& load_b,
-                                             acc_t (&c)[2][2]) {
-  __shared__ acc_t as[kTile][kTile + 1], bs[kTile][kTile + 1];
+                                             acc_t (&c)[TM][TN]) {
+  constexpr int BM = 16 * TM, BN = 16 * TN;
+  constexpr int K = kChunk<acc_t>, kA = K * BM / kThreads, kB = K * BN / kThreads;
+  // Rows padded by 4 elements: the k-fastest stores of A spread over the banks, rows stay
+  // 16-byte aligned.
+  __shared__ __align__(16) acc_t as[K][BM + 4];
+  __shared__ __align__(16) acc_t bs[K][BN + 4];
   const int t = static_cast<int>(threadIdx.x), tm = t % 16, tn = t / 16;
-  acc_t ra[kPerThread], rb[kPerThread];
+  acc_t ra[kA], rb[kB];
   const auto fetch = [&](int64_t k0) {
 #pragma unroll
-    for (int q = 0; q < kPerThread; ++q) {
-      const int idx = t + q * kThreads, hi = idx / kTile, lo = idx % kTile;
-      const int64_t ka = A_KFAST ? k0 + lo : k0 + hi;  // nothing read past k_end
-      ra[q] = ka < k_end ? (A_KFAST ? load_a(ka, m0 + hi) : load_a(ka, m0 + lo)) : acc_t(0);
-      rb[q] = k0 + hi < k_end ? load_b(k0 + hi, n0 + lo) : acc_t(0);
+    for (int q = 0; q < kA; ++q) {
+      const int idx = t + q * kThreads;
+      const int k = A_KFAST ? idx % K : idx / BM, m = A_KFAST ? idx / K : idx % BM;
+      ra[q] = k0 + k < k_end ? load_a(k0 + k, m0 + m) : acc_t(0);  // nothing read past k_end
+    }
+#pragma unroll
+    for (int q = 0; q < kB; ++q) {
+      const int idx = t + q * kThreads, k = idx / BN, n = idx % BN;
+      rb[q] = k0 + k < k_end ? load_b(k0 + k, n0 + n) : acc_t(0);
     }
   };
   if (k_begin < k_end) fetch(k_begin);
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTile) {
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += K) {
 #pragma unroll
-    for (int q = 0; q < kPerThread; ++q) {
-      const int idx = t + q * kThreads, hi = idx / kTile, lo = idx % kTile;
+    for (int q = 0; q < kA; ++q) {
+      const int idx = t + q * kThreads;
       if (A_KFAST) {
-        as[lo][hi] = ra[q];
+        as[idx % K][idx / K] = ra[q];
       } else {
-        as[hi][lo] = ra[q];
+        as[idx / BM][idx % BM] = ra[q];
       }
-      bs[hi][lo] = rb[q];
+    }
+#pragma unroll
+    for (int q = 0; q < kB; ++q) {
+      const int idx = t + q * kThreads;
+      bs[idx / BN][idx % BN] = rb[q];
     }
     __syncthreads();
-    if (k0 + kTile < k_end) fetch(k0 + kTile);
-#pragma unroll 8
-    for (int k = 0; k < kTile; ++k) {
-      const acc_t a0 = as[k][tm], a1 = as[k][tm + 16], b0 = bs[k][tn], b1 = bs[k][tn + 16];
-      c[0][0] += a0 * b0;
-      c[0][1] += a0 * b1;
-      c[1][0] += a1 * b0;
-      c[1][1] += a1 * b1;
+    if (k0 + K < k_end) fetch(k0 + K);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      acc_t a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a[i] = as[k][TM * tm + i];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b[j] = bs[k][TN * tn + j];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) c[i][j] += a[i] * b[j];
+      }
     }
     __syncthreads();
   }
 }
 
-// Blocks [0, w_tiles * slices): the weight tiles (columns from n_begin: 0 with d_weights, else
-// only the bias column S + F), each tile's rows split into `slices` ranges whose partial sums
-// go to partial (acc_t, 1024 per tile and slice); the tile's last CTA to finish (counted in
-// arrivals, zero at the launch) adds them in slice order (deterministic) and writes the tile.
-// The rest: d_input's tiles (their sum, over 3S, in one CTA).
+// A thread's TM x TN block of a row-major (16 TM) x BN partial-sum tile in global memory
+// (rows TM tm + i, columns TN tn + j), read past L1 (__ldcg: other CTAs wrote it) and written,
+// four floats at a time where the type is float.
+template <int TM, int TN, int BN, typename acc_t>
+__device__ __forceinline__ void load_block(const acc_t* tile, int tm, int tn, acc_t (&v)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const acc_t* row = tile + (TM * tm + i) * BN + TN * tn;
+    if constexpr (std::is_same_v<acc_t, float> && TN % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) {
+        const float4 q = __ldcg(reinterpret_cast<const float4*>(row + j));
+        v[i][j] = q.x, v[i][j + 1] = q.y, v[i][j + 2] = q.z, v[i][j + 3] = q.w;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = __ldcg(row + j);
+    }
+  }
+}
+template <int TM, int TN, int BN, typename acc_t>
+__device__ __forceinline__ void store_block(acc_t* tile, int tm, int tn, const acc_t (&v)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    acc_t* row = tile + (TM * tm + i) * BN + TN * tn;
+    if constexpr (std::is_same_v<acc_t, float> && TN % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) {
+        *reinterpret_cast<float4*>(row + j) = make_float4(v[i][j], v[i][j + 1], v[i][j + 2],
+                                                          v[i][j + 3]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) row[j] = v[i][j];
+    }
+  }
+}
+
+// Blocks [0, w_tiles * slices): the 64 x 64 weight tiles (columns from n_begin: 0 with
+// d_weights, else only the bias column S + F), each tile's rows split into `slices` ranges
+// whose partial sums go to partial (acc_t, kWeightTile per tile and slice); the tile's last CTA
+// to finish (counted in arrivals, zero at the launch) adds them in slice order
+// (deterministic) and writes the tile. The rest: d_input's 64 x 32 tiles (their sum, over
+// 3S, in one CTA).
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     seq_weight_grads_kernel(const scalar_t* __restrict__ dz, const scalar_t* __restrict__ h_prev,
                             const scalar_t* __restrict__ x, const scalar_t* __restrict__ weights,
                             int64_t ws0, int64_t ws1, scalar_t* __restrict__ d_weights,
@@ -92,10 +162,11 @@ __global__ void __launch_bounds__(kThreads)
   using acc_t = fused_ops::opmath_t<scalar_t>;
   const int64_t G = 3 * S, block = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x), tm = t % 16, tn = t / 16;
-  acc_t c[2][2] = {{0, 0}, {0, 0}};
   if (block < w_tiles * slices) {
+    constexpr int TM = kWeightTm, TN = kWeightTn, BN = 16 * TN;
+    acc_t c[TM][TN] = {};
     const int64_t tile = block / slices, slice = block % slices;
-    const int64_t m0 = tile / w_tiles_n * kTile, n0 = n_begin + tile % w_tiles_n * kTile;
+    const int64_t m0 = tile / w_tiles_n * (16 * TM), n0 = n_begin + tile % w_tiles_n * BN;
     const int64_t N = S + F + 1;
     const auto load_a = [&](int64_t r, int64_t i) -> acc_t {
       return i < G ? static_cast<acc_t>(dz[r * G + i]) : acc_t(0);
@@ -107,14 +178,9 @@ __global__ void __launch_bounds__(kThreads)
       return acc_t(1);
     };
     const int64_t r0 = slice * slice_rows, r1 = r0 + slice_rows < R ? r0 + slice_rows : R;
-    tile_product<acc_t, false>(r0, r1, m0, n0, load_a, load_b, c);
+    tile_product<acc_t, TM, TN, false>(r0, r1, m0, n0, load_a, load_b, c);
     if (slices > 1) {
-      acc_t* mine = partial + (tile * slices + slice) * kTile * kTile;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) mine[(tm + 16 * i) * kTile + tn + 16 * j] = c[i][j];
-      }
+      store_block<TM, TN, BN>(partial + (tile * slices + slice) * kWeightTile, tm, tn, c);
       __threadfence();  // this CTA's partial visible before its arrival is counted
       __shared__ bool last;
       __syncthreads();
@@ -122,23 +188,30 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       if (!last) return;
       __threadfence();
-      const acc_t* all = partial + tile * slices * kTile * kTile;
+      // Every slice's TM x TN values are loaded before they are added (independent loads;
+      // summed one at a time, 16 dependent L2 round trips a slice made this loop most of the
+      // kernel's time), in slice order.
+      const acc_t* all = partial + tile * slices * kWeightTile;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < TM; ++i) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int at = (tm + 16 * i) * kTile + tn + 16 * j;
-          acc_t sum = 0;
-          for (int64_t p = 0; p < slices; ++p) sum += __ldcg(all + p * kTile * kTile + at);
-          c[i][j] = sum;
+        for (int j = 0; j < TN; ++j) c[i][j] = acc_t(0);
+      }
+      for (int64_t p = 0; p < slices; ++p) {
+        acc_t v[TM][TN];
+        load_block<TM, TN, BN>(all + p * kWeightTile, tm, tn, v);
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+          for (int j = 0; j < TN; ++j) c[i][j] += v[i][j];
         }
       }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < TM; ++i) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int64_t row = m0 + tm + 16 * i, col = n0 + tn + 16 * j;
+      for (int j = 0; j < TN; ++j) {
+        const int64_t row = m0 + TM * tm + i, col = n0 + TN * tn + j;
         if (row >= G || col >= N) continue;
         if (col < S + F) {
           d_weights[row * (S + F) + col] = static_cast<scalar_t>(c[i][j]);
@@ -148,20 +221,22 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   } else {
-    const int64_t tiles_n = (F + kTile - 1) / kTile, b = block - w_tiles * slices;
-    const int64_t m0 = b / tiles_n * kTile, n0 = b % tiles_n * kTile;
+    constexpr int TM = kInputTm, TN = kInputTn;
+    acc_t c[TM][TN] = {};
+    const int64_t tiles_n = (F + 16 * TN - 1) / (16 * TN), b = block - w_tiles * slices;
+    const int64_t m0 = b / tiles_n * (16 * TM), n0 = b % tiles_n * (16 * TN);
     const auto load_a = [&](int64_t i, int64_t r) -> acc_t {
       return r < R ? static_cast<acc_t>(dz[r * G + i]) : acc_t(0);
     };
     const auto load_b = [&](int64_t i, int64_t j) -> acc_t {
       return j < F ? static_cast<acc_t>(weights[i * ws0 + (S + j) * ws1]) : acc_t(0);
     };
-    tile_product<acc_t, true>(0, G, m0, n0, load_a, load_b, c);
+    tile_product<acc_t, TM, TN, true>(0, G, m0, n0, load_a, load_b, c);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < TM; ++i) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int64_t r = m0 + tm + 16 * i, col = n0 + tn + 16 * j;
+      for (int j = 0; j < TN; ++j) {
+        const int64_t r = m0 + TM * tm + i, col = n0 + TN * tn + j;
         if (r < R && col < F) d_input[r * F + col] = static_cast<scalar_t>(c[i][j]);
       }
     }
@@ -194,18 +269,19 @@ bool seq_weight_grads_cuda(const torch::stable::Tensor& like, const void* dz, co
   }
   const bool weights_wanted = d_weights != nullptr || d_bias != nullptr;
   const int64_t n_begin = d_weights != nullptr ? 0 : S + F;
-  const int64_t w_tiles_n = (S + F + 1 - n_begin + kTile - 1) / kTile;
-  const int64_t w_tiles = weights_wanted ? (3 * S + kTile - 1) / kTile * w_tiles_n : 0;
-  const int64_t x_tiles =
-      d_input != nullptr ? (R + kTile - 1) / kTile * ((F + kTile - 1) / kTile) : 0;
+  constexpr int64_t wm = 16 * kWeightTm, wn = 16 * kWeightTn, xm = 16 * kInputTm,
+                    xn = 16 * kInputTn;
+  const int64_t w_tiles_n = (S + F + 1 - n_begin + wn - 1) / wn;
+  const int64_t w_tiles = weights_wanted ? (3 * S + wm - 1) / wm * w_tiles_n : 0;
+  const int64_t x_tiles = d_input != nullptr ? (R + xm - 1) / xm * ((F + xn - 1) / xn) : 0;
   // Slices of the rows for the weight tiles: about kCtasPerSm CTAs per SM, at least
-  // kMinSliceRows rows each (a multiple of kTile).
+  // kMinSliceRows rows each (a multiple of 32, both types' chunk depths).
   int64_t slices = 1;
   if (w_tiles > 0) {
     const int64_t target = kCtasPerSm * fused_ops::device_properties(like).multiProcessorCount;
     slices = std::max<int64_t>(1, std::min((target + w_tiles - 1) / w_tiles, R / kMinSliceRows));
   }
-  const int64_t slice_rows = ((R + slices - 1) / slices + kTile - 1) / kTile * kTile;
+  const int64_t slice_rows = ((R + slices - 1) / slices + 31) / 32 * 32;
   slices = (R + slice_rows - 1) / slice_rows;
   const int64_t blocks = w_tiles * slices + x_tiles;
   if (blocks == 0) return true;
@@ -218,7 +294,7 @@ bool seq_weight_grads_cuda(const torch::stable::Tensor& like, const void* dz, co
     torch::stable::Tensor work;
     if (slices > 1 && w_tiles > 0) {
       // The partial sums, then one arrival counter per tile (zeroed here).
-      const int64_t partial_bytes = w_tiles * slices * kTile * kTile * int64_t{sizeof(acc_t)};
+      const int64_t partial_bytes = w_tiles * slices * kWeightTile * int64_t{sizeof(acc_t)};
       work = fused_ops::empty({partial_bytes + w_tiles * int64_t{sizeof(unsigned)}},
                               torch::headeronly::ScalarType::Byte, like);
       partial = static_cast<acc_t*>(work.mutable_data_ptr());

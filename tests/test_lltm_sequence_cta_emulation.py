@@ -101,6 +101,11 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode
   bw.ldw = ldw;
   bw.z = gates.data();
   bw.grad_h_n = grad_h_n.data();
+  // Progress published every 3 steps and after the last (what the weight-gradient kernel
+  // waits on): ceil(T / 3) publishes by each CTA, to its own counter.
+  std::vector<unsigned> progress(ctas + 1, 0);
+  bw.progress = progress.data();
+  bw.progress_interval = 3;
   // Forward's z, checked after the backward ran (which must leave it intact).
   std::vector<double> got_z;
   bool guards = true;
@@ -117,6 +122,14 @@ void check(const char* name, int T, int B, int S_, int rb, double tol, Mode mode
   std::vector<double> got_h, got_c, got_dz, got_dh0, got_dc0, z_after;
   guards &= take(hs, nh, got_h) && take(cells, nh, got_c) && take(dz_buf, n3, got_dz) &&
             take(d_h0, nb, got_dh0) && take(d_c0, nb, got_dc0);
+  for (int c = 0; c <= ctas; ++c) {
+    const unsigned want = c < ctas ? static_cast<unsigned>((T + 2) / 3) : 0u;
+    if (progress[c] != want) {
+      std::printf("FAIL %s: CTA %d's progress %u, want %u\n", kModeNames[mode], c,
+                  progress[c], want);
+      ++failures;
+    }
+  }
   // The backward read z without writing it.
   if (!take(gates, n3, z_after) || z_after != got_z) {
     std::printf("FAIL %s: the backward changed z\n", kModeNames[mode]);

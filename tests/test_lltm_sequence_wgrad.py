@@ -11,8 +11,8 @@ too, wherever auto takes it."""
 import pytest
 import torch
 from conftest import rel_err
-from test_lltm_sequence import (F32_TOL, assert_close_to, check_half, cotangents,
-                                reference_results, run)
+from test_lltm_sequence import (F32_TOL, assert_close_to, check_graph_capture, check_half,
+                                cotangents, make_inputs, reference_results, run)
 
 import lltm
 
@@ -80,3 +80,43 @@ def test_variable_bad_value(monkeypatch):
     with pytest.raises(ValueError, match="LLTM_SEQUENCE_WGRAD must be"):
         run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs], cotangents(3, 2, 8))
 
+
+
+@pytest.mark.parametrize("path", ["cta", "step", "fallback"])
+@pytest.mark.parametrize("T,B,F,S", [(33, 5, 6, 20), (300, 3, 4, 96)])
+def test_behind_each_recurrence_path(monkeypatch, path, T, B, F, S):
+    """cta publishes its progress (the kernel overlaps it); step and fallback publish none."""
+    monkeypatch.setenv("LLTM_SEQUENCE_WGRAD", "fused")
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
+    want, inputs = reference_results(T, B, F, S)
+    got = run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs],
+              cotangents(T, B, S))
+    assert_close_to(got, want, F32_TOL, f"{path} T={T} B={B} F={F} S={S}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_graph_capture_with_the_kernel(monkeypatch, dtype):
+    """The overlapped launch (programmatic stream serialization) captured and replayed."""
+    monkeypatch.setenv("LLTM_SEQUENCE_WGRAD", "fused")
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
+    check_graph_capture(dtype, 64, T=40, B=6, F=12)
+
+
+def test_overlap_many_ctas_matches_gemm(monkeypatch):
+    """Many recurrence CTAs drifting apart over a long sequence: the kernel must wait for each
+    of them (a count summed over the CTAs let it read rows a slow CTA had not written).
+    Repeated runs bitwise equal, and within float32 rounding of the GEMMs."""
+    T, B, F, S = 400, 200, 8, 32
+    args = make_inputs(T, B, F, S, "cuda", torch.float32, seed=5)
+    cots = cotangents(T, B, S)
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cta")
+    monkeypatch.setenv("LLTM_SEQUENCE_WGRAD", "gemm")
+    gemm = run(lltm.lltm_sequence, args, cots)
+    monkeypatch.setenv("LLTM_SEQUENCE_WGRAD", "fused")
+    first = run(lltm.lltm_sequence, args, cots)
+    for _ in range(4):
+        again = run(lltm.lltm_sequence, args, cots)
+        for a, b in zip(first, again):
+            assert torch.equal(a, b)
+    for a, b in zip(first[3:], gemm[3:]):
+        assert rel_err(a, b) <= 1e-5

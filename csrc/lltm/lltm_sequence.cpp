@@ -50,10 +50,10 @@ void add_cpu(const Tensor& like, void* out, const void* a, const void* b, int64_
     }
   });
 }
-// column_sum and weight_grads stay unset: the CPU backward (below) sums the bias and runs the
-// weight GEMMs itself.
+// column_sum and the weight-gradient kernel's pair stay unset: the CPU backward (below) sums
+// the bias and runs the weight GEMMs itself.
 constexpr SeqDevice kCpu{aoti_torch_cpu_mm_out, aoti_torch_cpu_addmm_out, copy2d_cpu, zero_cpu,
-                         add_cpu, nullptr, nullptr};
+                         add_cpu, nullptr, nullptr, nullptr};
 
 Storage storage_of(ScalarType type) {
   return type == ScalarType::Half       ? Storage::Half

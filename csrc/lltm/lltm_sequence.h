@@ -67,6 +67,13 @@ struct SeqBackward {
   const T* grad_out = nullptr;   // (T, B, S): dL/dh_t = dL/dhs[t+1] (the output's gradient)
   const T* grad_h0 = nullptr;    // (B, S): dL/dhs[0], added to d_h0
   const T* grad_h_n = nullptr;   // (B, S): h_n's gradient, added to grad_out[T-1] (rounded to T)
+  // The cta kernels, where set: after every progress_interval-th step and after the last,
+  // CTA c adds 1 to progress[c] once its dz rows of the steps done are visible device-wide
+  // (the weight-gradient kernel launched behind it reads them as they come:
+  // lltm_sequence_wgrad.h). One counter per CTA: the CTAs do not wait for each other, so a
+  // count summed over them would not say that each has got that far.
+  unsigned* progress = nullptr;
+  int64_t progress_interval = 0;
 };
 
 }  // namespace lltm

@@ -95,9 +95,10 @@ constexpr ScalarType dtype_of() {
   }
 }
 
+// The CTAs launched.
 template <typename T, typename Args>
-void launch(const Args& args, bool backward, cudaStream_t stream) {
-  if (args.batch < 1 || args.state < 1 || args.steps < 1) return;
+int64_t launch(const Args& args, bool backward, cudaStream_t stream) {
+  if (args.batch < 1 || args.state < 1 || args.steps < 1) return 0;
   const int device = fused_ops::current_device();
   const Config c = choose(device, dtype_of<T>(), args.batch, args.state, backward);
   FUSED_OPS_CHECK(c.kernel != nullptr, "lltm_sequence: the cta kernels do not support batch ",
@@ -109,6 +110,7 @@ void launch(const Args& args, bool backward, cudaStream_t stream) {
                                         dim3(static_cast<unsigned>(c.plan.threads)), params,
                                         static_cast<size_t>(c.plan.total) * 4, stream));
   FUSED_OPS_LAUNCH_CHECK();
+  return c.ctas;
 }
 
 }  // namespace
@@ -127,15 +129,16 @@ void seq_cta_forward(const SeqForward<T>& args, cudaStream_t stream) {
 }
 
 template <typename T>
-void seq_cta_backward(const SeqBackward<T>& args, cudaStream_t stream) {
-  launch<T>(args, true, stream);
+int64_t seq_cta_backward(const SeqBackward<T>& args, cudaStream_t stream) {
+  return launch<T>(args, true, stream);
 }
 
 template void seq_cta_forward<float>(const SeqForward<float>&, cudaStream_t);
 template void seq_cta_forward<c10::Half>(const SeqForward<c10::Half>&, cudaStream_t);
 template void seq_cta_forward<c10::BFloat16>(const SeqForward<c10::BFloat16>&, cudaStream_t);
-template void seq_cta_backward<float>(const SeqBackward<float>&, cudaStream_t);
-template void seq_cta_backward<c10::Half>(const SeqBackward<c10::Half>&, cudaStream_t);
-template void seq_cta_backward<c10::BFloat16>(const SeqBackward<c10::BFloat16>&, cudaStream_t);
+template int64_t seq_cta_backward<float>(const SeqBackward<float>&, cudaStream_t);
+template int64_t seq_cta_backward<c10::Half>(const SeqBackward<c10::Half>&, cudaStream_t);
+template int64_t seq_cta_backward<c10::BFloat16>(const SeqBackward<c10::BFloat16>&,
+                                                 cudaStream_t);
 
 }  // namespace lltm

@@ -158,6 +158,28 @@ LLTM_CTA_DEV void stage_copy(uint32_t* dst, const T* src, const T* end) {
 #endif
 }
 
+// The kernel launched behind this one in the stream with programmatic stream serialization
+// (the weight gradients', lltm_sequence_wgrad.cu) may start once every CTA of this grid has
+// run this: on the SMs this grid leaves free, while it runs (Hopper on; a no-op elsewhere,
+// where that kernel starts after this grid ends).
+LLTM_CTA_DEV void allow_dependent_launch() {
+#if !defined(FUSED_OPS_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// *counter += 1 once the CTA's global writes before the barrier the caller (one thread)
+// passed are visible device-wide: the fence's cumulativity covers the writes of the threads
+// that the barrier ordered before it, as in a cooperative grid barrier.
+LLTM_CTA_DEV void publish_progress(unsigned* counter) {
+#if defined(FUSED_OPS_EMULATE)
+  ++*counter;
+#else
+  __threadfence();
+  atomicAdd(counter, 1u);
+#endif
+}
+
 LLTM_CTA_DEV void stage_commit() {
 #if !defined(FUSED_OPS_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");

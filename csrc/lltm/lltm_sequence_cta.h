@@ -18,10 +18,11 @@ bool seq_cta_supported(int device, torch::headeronly::ScalarType dtype, int64_t 
                        int64_t state);
 
 // The recurrences of lltm_sequence.h on `stream` (seq_cta_supported true for the problem).
-// T = float, c10::Half, c10::BFloat16.
+// T = float, c10::Half, c10::BFloat16. The backward returns the CTAs it launched (at most
+// args.batch; CTA c publishes to args.progress[c] where set).
 template <typename T>
 void seq_cta_forward(const SeqForward<T>& args, cudaStream_t stream);
 template <typename T>
-void seq_cta_backward(const SeqBackward<T>& args, cudaStream_t stream);
+int64_t seq_cta_backward(const SeqBackward<T>& args, cudaStream_t stream);
 
 }  // namespace lltm

@@ -11,6 +11,10 @@
 //   3. product: dh_rec = dz_t W_h, each lane its half of the 3S rows (per gate in i order, the
 //      three gates added (g0 + g1) + g2), the halves combined by the pair exchange of the
 //      forward (lltm_sequence_cta_forward.cuh: the lane keeps its rows' sums).
+// With f.progress set, thread 0 publishes the steps done after step 2 of every
+// f.progress_interval-th step and of the last (publish_progress), and the kernel lets the
+// weight-gradient kernel behind it start at once (allow_dependent_launch), so that it sums
+// the published dz rows while the recurrence goes on.
 // One barrier per step: a step writes buffer s & 1 in its cell, the reads of that buffer two
 // steps before (step s-2's product) all precede the barrier of step s-1, which every writer of
 // step s has passed.
@@ -43,6 +47,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   static_assert(kLanes == 2, "the pair exchange below is written for two lanes");
   static_assert(KC % 4 == 0, "float4 groups");
   constexpr int NR = (RB + kLanes - 1) / kLanes;
+  allow_dependent_launch();
   float* smem = dynamic_smem();
   float* dbuf = smem + p.a_off;  // [2][RB][3][ald]: dz_t by step parity
   auto* stage = reinterpret_cast<uint32_t*>(smem + p.stage_off);  // [kStages][RB][5][S]
@@ -114,6 +119,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   };
   for (int s = 0; s < kAhead; ++s) stage_next(s);
   __syncthreads();
+  int64_t next_publish = f.progress_interval;  // steps done at the next publish
 
   for (int64_t s = 0; s < T_; ++s) {
     stage_next(s + kAhead);
@@ -150,7 +156,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     zo -= zstep;
     co -= hstep;
-    __syncthreads();  // dz_t of every column in buffer par
+    __syncthreads();  // dz_t of every column in buffer par (and in global memory)
+    if (f.progress != nullptr && tid == 0 && (s + 1 == next_publish || s + 1 == T_)) {
+      publish_progress(f.progress + blockIdx.x);
+      next_publish += f.progress_interval;
+    }
     float acc[RB][3];
 #pragma unroll
     for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = acc[r][2] = 0.f;

@@ -171,8 +171,19 @@ void column_sum_cuda(const Tensor& like, void* out, const void* x, int64_t rows,
   });
 }
 
+// The weight-gradient kernel's set-up, told whether it will overlap the recurrence: the cta
+// path publishes its progress, and Hopper starts the kernel while the recurrence runs.
+SeqWgradOverlap weight_grads_begin_cuda(const Tensor& like, int64_t T, int64_t B, int64_t S,
+                                        int64_t F, const SeqWgradWanted& wanted) {
+  const bool overlapped = pick_path(like, SeqSizes{T, B, F, S}, /*backward=*/true) ==
+                              SeqPath::kCta &&
+                          fused_ops::device_properties(like).major >= 9;
+  return seq_weight_grads_begin_cuda(like, T, B, S, F, wanted, overlapped);
+}
+
 constexpr SeqDevice kCuda{aoti_torch_cuda_mm_out, aoti_torch_cuda_addmm_out, copy2d_cuda,
-                          zero_cuda, add_cuda, column_sum_cuda, seq_weight_grads_cuda};
+                          zero_cuda, add_cuda, column_sum_cuda, weight_grads_begin_cuda,
+                          seq_weight_grads_cuda};
 
 void forward_step_cuda(const Tensor& rec, Tensor& gates, Tensor& hs, Tensor& cells, int64_t t) {
   const int64_t B = hs.size(1), S = hs.size(2);
@@ -258,7 +269,8 @@ void cta_forward(const Tensor& weights, const Tensor& h0, const Tensor& c0, Tens
 // output gradients in their parts (none assembled, none zero-filled).
 template <typename scalar_t>
 void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const Tensor& cells,
-                  const SeqGradParts& g, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz) {
+                  const SeqGradParts& g, Tensor& d_h0, Tensor& d_c0, const SeqSizes& sz,
+                  SeqWgradOverlap& overlap) {
   const InPlaceWeights w = in_place_weights(weights, sz.state);
   SeqBackward<scalar_t> a{w.w_h.const_data_ptr<scalar_t>(),
                           dz.mutable_data_ptr<scalar_t>(),
@@ -275,7 +287,15 @@ void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const 
   a.grad_out = opt_ptr<scalar_t>(g.out);
   a.grad_h0 = opt_ptr<scalar_t>(g.h0);
   a.grad_h_n = opt_ptr<scalar_t>(g.h_n);
-  seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
+  if (overlap.progress != nullptr) {
+    a.progress = overlap.progress;
+    a.progress_interval = seq_wgrad_publish_interval(sz.steps);
+  }
+  const int64_t ctas = seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
+  if (overlap.progress != nullptr) {
+    overlap.publishers = ctas;
+    overlap.interval = a.progress_interval;
+  }
 }
 
 // The step forward with the global scratch its tile asks for (seq_step_forward_scratch: the
@@ -412,11 +432,11 @@ void forward_recurrence_cuda(const Tensor& weights, const Tensor& h0, const Tens
 
 void backward_recurrence_cuda(const Tensor& weights, const Tensor& gates, Tensor& dz,
                               const Tensor& cells, const SeqGradParts& g, Tensor& d_h0,
-                              Tensor& d_c0, const SeqSizes& sz) {
+                              Tensor& d_c0, const SeqSizes& sz, SeqWgradOverlap& overlap) {
   const SeqPath path = pick_path(dz, sz, /*backward=*/true);
-  if (path == SeqPath::kCta) {
+  if (path == SeqPath::kCta) {  // the one path that publishes its progress
     SEQ_KERNEL_DTYPES(dz.scalar_type(), cta_backward, weights, gates, dz, cells, g, d_h0, d_c0,
-                      sz);
+                      sz, overlap);
     return;
   }
   const SeqPreparedBackward p = prepare_backward(kCuda, weights, gates, dz, g, sz);

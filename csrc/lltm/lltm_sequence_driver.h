@@ -42,6 +42,23 @@ struct __attribute__((visibility("hidden"))) SeqGradParts {
   OptTensor out, h0, h_n, c_n, full;
 };
 
+// The backward's weight-gradient kernel where the device runs one (CUDA: lltm_sequence_wgrad.h),
+// set up before the recurrence: its workspace (work absent: the kernel does not take the
+// problem, the GEMMs run), whose B zeroed counters at `progress` the recurrence may advance
+// as it goes (publishers: the recurrence's CTAs, CTA c adding 1 to progress[c] every
+// `interval` steps and after the last; 0 where the path publishes nothing, and the kernel
+// then waits for nothing).
+// Hidden like the torch::stable::Tensor it holds.
+struct __attribute__((visibility("hidden"))) SeqWgradOverlap {
+  OptTensor work;
+  unsigned* progress = nullptr;
+  int64_t publishers = 0, interval = 0;
+};
+// The gradients the weight-gradient kernel is asked for.
+struct SeqWgradWanted {
+  bool input, weights, bias;
+};
+
 // The device-specific primitives of the driver, so that the hot path makes no dispatcher call
 // (each torch_call_dispatcher call boxes its arguments and looks the op up by name: several
 // microseconds of host time): the device's AOTI GEMM shims (the same ATen kernels as aten::mm
@@ -67,11 +84,15 @@ struct SeqDevice {
   // order of additions, independent of timing), accumulated in at least the opmath type.
   void (*column_sum)(const Tensor& like, void* out, const void* x, int64_t rows, int64_t n);
   // The backward's d_weights, d_bias and d_input in one launch where the device has such a
-  // kernel and it takes the problem (lltm_sequence_wgrad.h: false = not taken, nothing
-  // launched; then the GEMMs above run); null where there is none (the CPU).
-  bool (*weight_grads)(const Tensor& like, const void* dz, const void* h_prev, const void* x,
+  // kernel (lltm_sequence_wgrad.h); null where there is none (the CPU). weight_grads_begin,
+  // before the recurrence, says whether the kernel takes the problem (its overlap's work set)
+  // and makes its workspace; weight_grads launches it, behind the recurrence.
+  SeqWgradOverlap (*weight_grads_begin)(const Tensor& like, int64_t T, int64_t B, int64_t S,
+                                        int64_t F, const SeqWgradWanted& wanted);
+  void (*weight_grads)(const Tensor& like, const void* dz, const void* h_prev, const void* x,
                        const void* weights, int64_t ws0, int64_t ws1, void* d_weights,
-                       void* d_bias, void* d_input, int64_t rows, int64_t S, int64_t F);
+                       void* d_bias, void* d_input, int64_t T, int64_t B, int64_t S, int64_t F,
+                       const SeqWgradOverlap& overlap);
 };
 
 inline void seq_check(AOTITorchError err) { STABLE_TORCH_ERROR_CODE_CHECK(err); }
@@ -307,9 +328,12 @@ using SeqForwardRecurrence = void (*)(const Tensor& weights, const Tensor& h0, c
                                       const SeqSizes& sz);
 // A device's whole backward recurrence: z from gates (contiguous, left intact), dz written to
 // dz, d_h0 and d_c0 from the output gradients g (prepare_backward for the in-place paths).
+// Where overlap.progress is set and the path publishes its progress, it sets
+// overlap.publishers and overlap.interval.
 using SeqBackwardRecurrence = void (*)(const Tensor& weights, const Tensor& gates, Tensor& dz,
                                        const Tensor& cells, const SeqGradParts& g, Tensor& d_h0,
-                                       Tensor& d_c0, const SeqSizes& sz);
+                                       Tensor& d_c0, const SeqSizes& sz,
+                                       SeqWgradOverlap& overlap);
 
 // lltm::lltm_sequence_forward -> (hs, cells, gates), fresh contiguous buffers (none aliases an
 // argument); the arguments have passed the checks.
@@ -337,8 +361,9 @@ inline std::tuple<Tensor, Tensor, Tensor> sequence_forward(
 
 // lltm::lltm_sequence_backward -> (d_input, d_weights, d_bias, d_h0, d_c0), each contiguous;
 // an entry whose mask flag is false comes back empty. The recurrence writes dz into a fresh
-// buffer (the saved z stay intact for a second backward with retain_graph); then every
-// weight and input gradient is one GEMM (or one column sum) over all T*B rows.
+// buffer (the saved z stay intact for a second backward with retain_graph); then the weight
+// and input gradients are the device's one kernel (overlapping the recurrence where the
+// path publishes its progress) or one GEMM (or one column sum) each over all T*B rows.
 inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grads,
                                   const Tensor& input, const Tensor& weights, const Tensor& hs,
                                   const Tensor& cells, const Tensor& gates,
@@ -348,6 +373,18 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
   Tensor d_h0 = new_empty({B, S}, input);
   Tensor d_c0 = new_empty({B, S}, input);
   Tensor dz = new_empty({T, B, 3 * S}, input);
+  SeqWgradOverlap overlap;
+  const bool any_wanted = mask[0] || mask[1] || mask[2];
+  if (dev.weight_grads_begin != nullptr && T * B > 0 && S > 0 && any_wanted) {
+    overlap = dev.weight_grads_begin(dz, T, B, S, F, {mask[0], mask[1], mask[2]});
+  }
+  // The kernel's operands made contiguous before the recurrence: a copy launched between the
+  // two would stand between the kernel and the recurrence it overlaps.
+  Tensor x = input, h = hs;
+  if (overlap.work) {
+    x = as_contiguous(input);
+    h = as_contiguous(hs);
+  }
   if (T == 0 || B == 0 || S == 0) {
     if (B > 0 && S > 0) {
       // d_h0 = dL/dhs[0] (h_n's gradient included at T = 0), d_c0 = dL/dc_n.
@@ -356,23 +393,22 @@ inline SeqGrads sequence_backward(const SeqDevice& dev, const SeqGradParts& grad
       seq_copy_matrix(dev, d_c0, seq_grad_c_n(dev, grads, input, sz));
     }
   } else {
-    recurrence(weights, as_contiguous(gates), dz, as_contiguous(cells), grads, d_h0, d_c0, sz);
+    recurrence(weights, as_contiguous(gates), dz, as_contiguous(cells), grads, d_h0, d_c0, sz,
+               overlap);
   }
   auto skipped = [&] { return new_empty({0}, input); };
   Tensor d_input = mask[0] ? new_empty({T, B, F}, input) : skipped();
   Tensor d_weights = mask[1] ? new_empty({3 * S, S + F}, input) : skipped();
   Tensor d_bias = mask[2] ? new_empty({3 * S}, input) : skipped();
-  if (dev.weight_grads != nullptr && T * B > 0 && S > 0 && (mask[0] || mask[1] || mask[2])) {
-    // All three in one launch where the device's kernel takes them (no GEMM set-up for the
-    // GPU to wait for); hs[:T] are the rows h_prev.
-    const Tensor x = as_contiguous(input), h = as_contiguous(hs);
-    if (dev.weight_grads(dz, dz.const_data_ptr(), h.const_data_ptr(), x.const_data_ptr(),
-                         weights.const_data_ptr(), weights.stride(0), weights.stride(1),
-                         mask[1] ? d_weights.mutable_data_ptr() : nullptr,
-                         mask[2] ? d_bias.mutable_data_ptr() : nullptr,
-                         mask[0] ? d_input.mutable_data_ptr() : nullptr, T * B, S, F)) {
-      return {d_input, d_weights, d_bias, d_h0, d_c0};
-    }
+  if (overlap.work) {
+    // All three in one launch (no GEMM set-up for the GPU to wait for); hs[:T] are the rows
+    // h_prev.
+    dev.weight_grads(dz, dz.const_data_ptr(), h.const_data_ptr(), x.const_data_ptr(),
+                     weights.const_data_ptr(), weights.stride(0), weights.stride(1),
+                     mask[1] ? d_weights.mutable_data_ptr() : nullptr,
+                     mask[2] ? d_bias.mutable_data_ptr() : nullptr,
+                     mask[0] ? d_input.mutable_data_ptr() : nullptr, T, B, S, F, overlap);
+    return {d_input, d_weights, d_bias, d_h0, d_c0};
   }
   const Tensor dz2 = seq_view(dz, 0, {T * B, 3 * S});
   const Tensor dz2_t = seq_strided(dz, 0, {3 * S, T * B}, {1, 3 * S});  // dz^T, a view

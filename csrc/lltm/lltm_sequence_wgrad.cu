@@ -143,63 +143,156 @@ __device__ __forceinline__ void store_block(acc_t* tile, int tm, int tn, const a
   }
 }
 
-// Blocks [0, w_tiles * slices): the 64 x 64 weight tiles (columns from n_begin: 0 with
-// d_weights, else only the bias column S + F), each tile's rows split into `slices` ranges
-// whose partial sums go to partial (acc_t, kWeightTile per tile and slice); the tile's last CTA
-// to finish (counted in arrivals, zero at the launch) adds them in slice order
-// (deterministic) and writes the tile. The rest: d_input's 64 x 32 tiles (their sum, over
-// 3S, in one CTA).
+// The CTAs' work (weight tiles first, then d_input's), the same for the workspace made before
+// the recurrence and the launch after it.
+struct Plan {
+  int64_t n_begin;    // the weight tiles' first column: 0 with d_weights, else S + F (bias)
+  int64_t w_tiles_n;  // weight tiles across the S + F + 1 - n_begin columns
+  int64_t w_tiles;    // weight tiles (0: neither d_weights nor d_bias asked for)
+  int64_t slices;      // row ranges (each weight tile's sum is split over them)
+  int64_t slice_rows;  // a multiple of d_input's tile height
+  int64_t x_tiles_m, x_tiles_n;  // d_input's tiles down one slice's rows and across F columns
+  // A slice's CTAs: its part of every weight tile, then its d_input tiles.
+  __host__ __device__ int64_t per_slice() const { return w_tiles + x_tiles_m * x_tiles_n; }
+  __host__ __device__ int64_t blocks() const { return slices * per_slice(); }
+};
+
+Plan make_plan(const torch::stable::Tensor& like, int64_t R, int64_t S, int64_t F,
+               const SeqWgradWanted& wanted) {
+  constexpr int64_t wm = 16 * kWeightTm, wn = 16 * kWeightTn, xm = 16 * kInputTm,
+                    xn = 16 * kInputTn;
+  Plan p{};
+  p.n_begin = wanted.weights ? 0 : S + F;
+  p.w_tiles_n = (S + F + 1 - p.n_begin + wn - 1) / wn;
+  p.w_tiles = wanted.weights || wanted.bias ? (3 * S + wm - 1) / wm * p.w_tiles_n : 0;
+  // Slices of the rows: for the weight tiles about kCtasPerSm CTAs per SM, at least
+  // kMinSliceRows rows each; a multiple of xm rows (and so of both types' chunk depths).
+  p.slices = 1;
+  if (p.w_tiles > 0) {
+    const int64_t target = kCtasPerSm * fused_ops::device_properties(like).multiProcessorCount;
+    p.slices =
+        std::max<int64_t>(1, std::min((target + p.w_tiles - 1) / p.w_tiles, R / kMinSliceRows));
+  }
+  p.slice_rows = ((R + p.slices - 1) / p.slices + xm - 1) / xm * xm;
+  p.slices = (R + p.slice_rows - 1) / p.slice_rows;
+  p.x_tiles_m = wanted.input ? p.slice_rows / xm : 0;
+  p.x_tiles_n = wanted.input ? (F + xn - 1) / xn : 0;
+  return p;
+}
+
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads, 2)
-    seq_weight_grads_kernel(const scalar_t* __restrict__ dz, const scalar_t* __restrict__ h_prev,
-                            const scalar_t* __restrict__ x, const scalar_t* __restrict__ weights,
-                            int64_t ws0, int64_t ws1, scalar_t* __restrict__ d_weights,
-                            scalar_t* __restrict__ d_bias, scalar_t* __restrict__ d_input,
-                            int64_t R, int64_t S, int64_t F, int64_t n_begin, int64_t w_tiles_n,
-                            int64_t w_tiles, int64_t slices, int64_t slice_rows,
-                            fused_ops::opmath_t<scalar_t>* __restrict__ partial,
-                            unsigned* __restrict__ arrivals) {
+struct Args {
+  const scalar_t *dz, *h_prev, *x, *weights;
+  int64_t ws0, ws1;
+  scalar_t *d_weights, *d_bias, *d_input;  // nullptr: not asked for
+  int64_t T, B, S, F;
+  Plan plan;
+  fused_ops::opmath_t<scalar_t>* partial;  // the weight tiles' partial sums (slices > 1)
+  unsigned* arrivals;                      // one per weight tile, zero at the launch
+  // The recurrence's progress (SeqBackward::progress), nullptr where it is complete at the
+  // launch: CTA c of its `publishers` adds 1 to progress[c] after every interval steps and
+  // after the last.
+  const unsigned* progress;
+  int64_t publishers, interval;
+};
+
+// dz's element, read past L1: the recurrence may still be writing other rows of its lines.
+template <typename scalar_t>
+__device__ __forceinline__ fused_ops::opmath_t<scalar_t> load_dz(const scalar_t* p) {
   using acc_t = fused_ops::opmath_t<scalar_t>;
-  const int64_t G = 3 * S, block = blockIdx.x;
+  if constexpr (sizeof(scalar_t) == 2) {
+    const unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    return static_cast<acc_t>(scalar_t(bits, scalar_t::from_bits()));
+  } else {
+    return __ldcg(p);
+  }
+}
+
+// Waits (the whole CTA) until the recurrence has written dz_t for every t >= t_min: steps
+// T - t_min done, so ceil((T - t_min) / interval) publishes of every CTA of it (the first
+// warp's lanes poll the counters, each acquire ordered before the CTA's loads by the
+// barrier). A CTA that needs the last publish also waits for the recurrence's grid to end
+// (griddepcontrol.wait, Hopper), so that this kernel does not end before it: the work behind
+// this kernel in the stream reads d_h0 and d_c0, written after the last publish.
+template <typename scalar_t>
+__device__ __forceinline__ void wait_for_steps(const Args<scalar_t>& a, int64_t t_min) {
+  if (a.progress == nullptr) return;
+  const int64_t k = (a.T - t_min + a.interval - 1) / a.interval;
+  if (threadIdx.x < 32) {
+    for (int64_t c = threadIdx.x; c < a.publishers; c += 32) {
+      while (true) {
+        unsigned seen;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                     : "=r"(seen)
+                     : "l"(a.progress + c)
+                     : "memory");
+        if (seen >= k) break;
+        __nanosleep(256);
+      }
+    }
+  }
+  __syncthreads();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (k == (a.T + a.interval - 1) / a.interval) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The blocks go slice by slice, the latest rows' slice first (the recurrence writes dz from
+// t = T - 1 down, and blocks start roughly in index order), each slice's per_slice() blocks
+// being its part of every weight tile and then its d_input tiles. A weight tile (64 x 64, its
+// columns from n_begin) sums the slice's rows into partial (kWeightTile per tile and slice);
+// the tile's last CTA to finish (counted in arrivals) adds the slices' sums in slice order
+// (deterministic) and writes the tile. A d_input tile (64 x 32) sums over 3S in one CTA.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads, 2) seq_weight_grads_kernel(const Args<scalar_t> a) {
+  using acc_t = fused_ops::opmath_t<scalar_t>;
+  const Plan& p = a.plan;
+  const int64_t S = a.S, F = a.F, G = 3 * S, R = a.T * a.B, block = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x), tm = t % 16, tn = t / 16;
-  if (block < w_tiles * slices) {
+  const scalar_t* const dz = a.dz;
+  const int64_t slice = p.slices - 1 - block / p.per_slice(), local = block % p.per_slice();
+  const int64_t r0 = slice * p.slice_rows;
+  if (local < p.w_tiles) {
     constexpr int TM = kWeightTm, TN = kWeightTn, BN = 16 * TN;
     acc_t c[TM][TN] = {};
-    const int64_t tile = block / slices, slice = block % slices;
-    const int64_t m0 = tile / w_tiles_n * (16 * TM), n0 = n_begin + tile % w_tiles_n * BN;
+    const int64_t tile = local;
+    const int64_t m0 = tile / p.w_tiles_n * (16 * TM), n0 = p.n_begin + tile % p.w_tiles_n * BN;
     const int64_t N = S + F + 1;
     const auto load_a = [&](int64_t r, int64_t i) -> acc_t {
-      return i < G ? static_cast<acc_t>(dz[r * G + i]) : acc_t(0);
+      return i < G ? load_dz(dz + r * G + i) : acc_t(0);
     };
     const auto load_b = [&](int64_t r, int64_t j) -> acc_t {
       if (j >= N) return acc_t(0);
-      if (j < S) return static_cast<acc_t>(h_prev[r * S + j]);
-      if (j < S + F) return static_cast<acc_t>(x[r * F + j - S]);
+      if (j < S) return static_cast<acc_t>(a.h_prev[r * S + j]);
+      if (j < S + F) return static_cast<acc_t>(a.x[r * F + j - S]);
       return acc_t(1);
     };
-    const int64_t r0 = slice * slice_rows, r1 = r0 + slice_rows < R ? r0 + slice_rows : R;
+    const int64_t r1 = r0 + p.slice_rows < R ? r0 + p.slice_rows : R;
+    wait_for_steps(a, r0 / a.B);
     tile_product<acc_t, TM, TN, false>(r0, r1, m0, n0, load_a, load_b, c);
-    if (slices > 1) {
-      store_block<TM, TN, BN>(partial + (tile * slices + slice) * kWeightTile, tm, tn, c);
+    if (p.slices > 1) {
+      store_block<TM, TN, BN>(a.partial + (tile * p.slices + slice) * kWeightTile, tm, tn, c);
       __threadfence();  // this CTA's partial visible before its arrival is counted
       __shared__ bool last;
       __syncthreads();
-      if (t == 0) last = atomicAdd(arrivals + tile, 1u) == static_cast<unsigned>(slices - 1);
+      if (t == 0) {
+        last = atomicAdd(a.arrivals + tile, 1u) == static_cast<unsigned>(p.slices - 1);
+      }
       __syncthreads();
       if (!last) return;
       __threadfence();
       // Every slice's TM x TN values are loaded before they are added (independent loads;
       // summed one at a time, 16 dependent L2 round trips a slice made this loop most of the
       // kernel's time), in slice order.
-      const acc_t* all = partial + tile * slices * kWeightTile;
+      const acc_t* all = a.partial + tile * p.slices * kWeightTile;
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) c[i][j] = acc_t(0);
       }
-      for (int64_t p = 0; p < slices; ++p) {
+      for (int64_t q = 0; q < p.slices; ++q) {
         acc_t v[TM][TN];
-        load_block<TM, TN, BN>(all + p * kWeightTile, tm, tn, v);
+        load_block<TM, TN, BN>(all + q * kWeightTile, tm, tn, v);
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
 #pragma unroll
@@ -214,30 +307,32 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t row = m0 + TM * tm + i, col = n0 + TN * tn + j;
         if (row >= G || col >= N) continue;
         if (col < S + F) {
-          d_weights[row * (S + F) + col] = static_cast<scalar_t>(c[i][j]);
-        } else if (d_bias != nullptr) {
-          d_bias[row] = static_cast<scalar_t>(c[i][j]);
+          a.d_weights[row * (S + F) + col] = static_cast<scalar_t>(c[i][j]);
+        } else if (a.d_bias != nullptr) {
+          a.d_bias[row] = static_cast<scalar_t>(c[i][j]);
         }
       }
     }
   } else {
     constexpr int TM = kInputTm, TN = kInputTn;
     acc_t c[TM][TN] = {};
-    const int64_t tiles_n = (F + 16 * TN - 1) / (16 * TN), b = block - w_tiles * slices;
-    const int64_t m0 = b / tiles_n * (16 * TM), n0 = b % tiles_n * (16 * TN);
+    const int64_t b = local - p.w_tiles;
+    const int64_t m0 = r0 + b / p.x_tiles_n * (16 * TM), n0 = b % p.x_tiles_n * (16 * TN);
+    if (m0 >= R) return;  // past the last slice's rows
     const auto load_a = [&](int64_t i, int64_t r) -> acc_t {
-      return r < R ? static_cast<acc_t>(dz[r * G + i]) : acc_t(0);
+      return r < R ? load_dz(dz + r * G + i) : acc_t(0);
     };
     const auto load_b = [&](int64_t i, int64_t j) -> acc_t {
-      return j < F ? static_cast<acc_t>(weights[i * ws0 + (S + j) * ws1]) : acc_t(0);
+      return j < F ? static_cast<acc_t>(a.weights[i * a.ws0 + (S + j) * a.ws1]) : acc_t(0);
     };
+    wait_for_steps(a, m0 / a.B);
     tile_product<acc_t, TM, TN, true>(0, G, m0, n0, load_a, load_b, c);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
         const int64_t r = m0 + TM * tm + i, col = n0 + TN * tn + j;
-        if (r < R && col < F) d_input[r * F + col] = static_cast<scalar_t>(c[i][j]);
+        if (r < R && col < F) a.d_input[r * F + col] = static_cast<scalar_t>(c[i][j]);
       }
     }
   }
@@ -256,61 +351,75 @@ WgradMode requested_mode() {
       "LLTM_SEQUENCE_WGRAD must be 'fused', 'gemm' or 'auto' (or unset), got '", value, "'");
 }
 
+// The workspace's layout: the partial sums (acc_t, where slices > 1), then one arrival
+// counter per weight tile, then B progress counters (one per recurrence CTA at most).
+int64_t partial_bytes(const Plan& p, const torch::stable::Tensor& like) {
+  const int64_t acc = like.scalar_type() == torch::headeronly::ScalarType::Double ? 8 : 4;
+  return p.slices > 1 ? p.w_tiles * p.slices * kWeightTile * acc : 0;
+}
+
 }  // namespace
 
-bool seq_weight_grads_cuda(const torch::stable::Tensor& like, const void* dz, const void* h_prev,
-                           const void* x, const void* weights, int64_t ws0, int64_t ws1,
-                           void* d_weights, void* d_bias, void* d_input, int64_t R, int64_t S,
-                           int64_t F) {
+SeqWgradOverlap seq_weight_grads_begin_cuda(const torch::stable::Tensor& like, int64_t T,
+                                            int64_t B, int64_t S, int64_t F,
+                                            const SeqWgradWanted& wanted, bool overlapped) {
   const WgradMode mode = requested_mode();
-  const int64_t macs = R * 3 * S * (S + 2 * F + 1);
-  if (mode == WgradMode::kGemm || (mode == WgradMode::kAuto && macs > kFusedWeightGradMacs)) {
-    return false;
-  }
-  const bool weights_wanted = d_weights != nullptr || d_bias != nullptr;
-  const int64_t n_begin = d_weights != nullptr ? 0 : S + F;
-  constexpr int64_t wm = 16 * kWeightTm, wn = 16 * kWeightTn, xm = 16 * kInputTm,
-                    xn = 16 * kInputTn;
-  const int64_t w_tiles_n = (S + F + 1 - n_begin + wn - 1) / wn;
-  const int64_t w_tiles = weights_wanted ? (3 * S + wm - 1) / wm * w_tiles_n : 0;
-  const int64_t x_tiles = d_input != nullptr ? (R + xm - 1) / xm * ((F + xn - 1) / xn) : 0;
-  // Slices of the rows for the weight tiles: about kCtasPerSm CTAs per SM, at least
-  // kMinSliceRows rows each (a multiple of 32, both types' chunk depths).
-  int64_t slices = 1;
-  if (w_tiles > 0) {
-    const int64_t target = kCtasPerSm * fused_ops::device_properties(like).multiProcessorCount;
-    slices = std::max<int64_t>(1, std::min((target + w_tiles - 1) / w_tiles, R / kMinSliceRows));
-  }
-  const int64_t slice_rows = ((R + slices - 1) / slices + 31) / 32 * 32;
-  slices = (R + slice_rows - 1) / slice_rows;
-  const int64_t blocks = w_tiles * slices + x_tiles;
-  if (blocks == 0) return true;
+  const int64_t R = T * B, macs = R * 3 * S * (S + 2 * F + 1);
+  const bool float_overlapped =
+      overlapped && like.scalar_type() == torch::headeronly::ScalarType::Float;
+  const int64_t limit = float_overlapped ? kOverlappedFloatWeightGradMacs : kFusedWeightGradMacs;
+  SeqWgradOverlap overlap;
+  if (mode == WgradMode::kGemm || (mode == WgradMode::kAuto && macs > limit)) return overlap;
+  const Plan p = make_plan(like, R, S, F, wanted);
+  const int64_t counters = p.w_tiles + B, at = partial_bytes(p, like);
+  torch::stable::Tensor work = fused_ops::empty(
+      {at + counters * int64_t{sizeof(unsigned)}}, torch::headeronly::ScalarType::Byte, like);
+  char* counters_at = static_cast<char*>(work.mutable_data_ptr()) + at;
+  FUSED_OPS_CUDA_CHECK(cudaMemsetAsync(counters_at, 0, counters * sizeof(unsigned),
+                                       fused_ops::current_stream(like)));
+  overlap.progress = reinterpret_cast<unsigned*>(counters_at) + p.w_tiles;
+  overlap.work = work;
+  return overlap;
+}
+
+void seq_weight_grads_cuda(const torch::stable::Tensor& like, const void* dz, const void* h_prev,
+                           const void* x, const void* weights, int64_t ws0, int64_t ws1,
+                           void* d_weights, void* d_bias, void* d_input, int64_t T, int64_t B,
+                           int64_t S, int64_t F, const SeqWgradOverlap& overlap) {
+  const Plan p = make_plan(like, T * B, S, F,
+                           {d_input != nullptr, d_weights != nullptr, d_bias != nullptr});
+  const int64_t blocks = p.blocks();
+  if (blocks == 0) return;
   FUSED_OPS_CHECK(blocks <= INT32_MAX, "lltm_sequence_backward: too many rows for one launch");
   const cudaStream_t stream = fused_ops::current_stream(like);
+  char* work = static_cast<char*>(overlap.work->mutable_data_ptr());
+  // Right behind a recurrence that publishes its progress, on a GPU with programmatic
+  // dependent launch (compute capability 9.0 on): this kernel starts while the recurrence
+  // runs and waits on its progress.
+  const bool overlapped = overlap.publishers > 0 &&
+                          fused_ops::device_properties(like).major >= 9;
   FUSED_OPS_DISPATCH_FLOATING(like.scalar_type(), "lltm_sequence_backward_cuda", [&] {
     using acc_t = fused_ops::opmath_t<scalar_t>;
-    acc_t* partial = nullptr;
-    unsigned* arrivals = nullptr;
-    torch::stable::Tensor work;
-    if (slices > 1 && w_tiles > 0) {
-      // The partial sums, then one arrival counter per tile (zeroed here).
-      const int64_t partial_bytes = w_tiles * slices * kWeightTile * int64_t{sizeof(acc_t)};
-      work = fused_ops::empty({partial_bytes + w_tiles * int64_t{sizeof(unsigned)}},
-                              torch::headeronly::ScalarType::Byte, like);
-      partial = static_cast<acc_t*>(work.mutable_data_ptr());
-      arrivals = reinterpret_cast<unsigned*>(static_cast<char*>(work.mutable_data_ptr()) +
-                                             partial_bytes);
-      FUSED_OPS_CUDA_CHECK(cudaMemsetAsync(arrivals, 0, w_tiles * sizeof(unsigned), stream));
-    }
-    seq_weight_grads_kernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    const Args<scalar_t> args{
         static_cast<const scalar_t*>(dz), static_cast<const scalar_t*>(h_prev),
         static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights), ws0, ws1,
         static_cast<scalar_t*>(d_weights), static_cast<scalar_t*>(d_bias),
-        static_cast<scalar_t*>(d_input), R, S, F, n_begin, w_tiles_n, w_tiles, slices,
-        slice_rows, partial, arrivals);
+        static_cast<scalar_t*>(d_input), T, B, S, F, p, reinterpret_cast<acc_t*>(work),
+        reinterpret_cast<unsigned*>(work + partial_bytes(p, like)),
+        overlap.publishers > 0 ? overlap.progress : nullptr, overlap.publishers,
+        overlap.interval};
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = overlapped ? 1 : 0;
+    FUSED_OPS_CUDA_CHECK(cudaLaunchKernelEx(&config, seq_weight_grads_kernel<scalar_t>, args));
     FUSED_OPS_LAUNCH_CHECK();
   });
-  return true;
 }
 
 }  // namespace lltm

@@ -21,8 +21,9 @@ or the dtypes given (`python -m benchmarks --dtype bfloat16 ...`). float32 rows 
 against float64 within TOLERANCE; half-type rows within twice the eager loop's own error in
 that dtype (DESIGN.md's rule; HALF_FLOOR where the eager loop happens to be closer).
 
-On CUDA each row also has its GPU kernel time per step (the profiler's sum over the kernels of
-one fwd+bwd, divided by T), and in bfloat16 and float16 FlashRNN's fused LSTM kernel
+On CUDA each row also has its GPU kernel time per step (the GPU's busy time in one fwd+bwd,
+the union of the profiler's kernel intervals, so that kernels running at once count once,
+divided by T), and in bfloat16 and float16 FlashRNN's fused LSTM kernel
 (pip `flashrnn`, backend "cuda_fused", JIT-compiled per shape at its first call) is a peer
 where flashrnn is importable: one head of width S, its input projection nn.Linear(F, 4S)
 included, zero initial states (its API's default), checked against its own pure-PyTorch
@@ -45,7 +46,7 @@ import torch
 
 import lltm
 from benchmarks.report import failure, fmt, pair, plot_loglog, progress, speedup, wanted
-from benchmarks.timing import call_stats, cuda_kernels, input_sets, median_ms, medians_ms
+from benchmarks.timing import call_stats, cuda_busy_ms, input_sets, median_ms, medians_ms
 from lltm.reference import lltm_cell_reference
 
 SIZES = {
@@ -337,8 +338,8 @@ def run(device, quick=False, cases=None, dtypes=None):
                     r["check"] = "ok" if ok else f"MISMATCH ({r['err']:.1e})"
                     r["fwd_kernels"], r["fwd_peak"] = call_stats(fwd, device)
                     r["step_kernels"], r["step_peak"] = call_stats(step, device)
-                    if device == "cuda":  # GPU time of one fwd+bwd, all kernels
-                        r["gpu_ms"] = sum(ms for _, ms in cuda_kernels(step).values())
+                    if device == "cuda":  # GPU busy time of one fwd+bwd, all kernels
+                        r["gpu_ms"] = cuda_busy_ms(step)
                 except Exception as exc:  # the row says what happened; the run goes on
                     r["check"], r["err"] = failure(exc), None
             timed = {name: timed[name] for name in found}  # the table's order
@@ -394,7 +395,7 @@ def run(device, quick=False, cases=None, dtypes=None):
                              + (f"; FlashRNN fused {fmt(frnn.get('fwd'))} / "
                                 f"{fmt(frnn.get('step'))} ms" if frnn else ""))
     header = ["(T, B, F, S)", "dtype", "variant", "fwd ms", "fwd+bwd ms", "us/step (fwd+bwd)",
-              "GPU us/step (fwd+bwd kernels)",
+              "GPU us/step (fwd+bwd kernels, busy time)",
               "launches fwd / fwd+bwd", "peak MiB fwd / fwd+bwd", "fwd+bwd vs eager",
               "fwd+bwd vs compile", "fwd vs nn.LSTM", "fwd+bwd vs nn.LSTM",
               "fwd / fwd+bwd vs FlashRNN",

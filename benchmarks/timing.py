@@ -133,6 +133,27 @@ def cuda_kernels(fn, calls=3):
     return {k: (count[k] / calls, total[k] / calls) for k in count}
 
 
+def cuda_busy_ms(fn, calls=3):
+    """The GPU's busy time per fn(i) call in ms: the union of its kernels' (and copies')
+    intervals from the profiler, so that kernels running at the same time count once (a sum of
+    their times, as cuda_kernels gives, counts an overlapped kernel's whole span again)."""
+    fn(0)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(i)
+        torch.cuda.synchronize()
+    spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                   if ev.device_type == torch.autograd.DeviceType.CUDA)
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop <= end:
+            continue
+        busy += stop - max(start, end)
+        end = stop
+    return busy / 1e3 / calls  # us -> ms
+
+
 def peak_mib(fn):
     """Peak CUDA memory allocated while fn(0) runs, above what was allocated before it
     (its outputs included), in MiB."""

@@ -117,19 +117,23 @@ def input_sets(make, set_bytes, device):
     return [make() for _ in range(count)]
 
 
-def cuda_kernels(fn, calls=3):
-    """CUDA kernels run by fn(i): {name: (launches per call, total ms per call)}."""
+def _cuda_events(fn, calls):
+    """The profiler's CUDA events of fn(1) .. fn(calls), after one warm-up call."""
     fn(0)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
             fn(i)
         torch.cuda.synchronize()
+    return [ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def cuda_kernels(fn, calls=3):
+    """CUDA kernels run by fn(i): {name: (launches per call, total ms per call)}."""
     count, total = Counter(), Counter()
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            count[ev.name] += 1
-            total[ev.name] += ev.device_time_total / 1e3  # us -> ms
+    for ev in _cuda_events(fn, calls):
+        count[ev.name] += 1
+        total[ev.name] += ev.device_time_total / 1e3  # us -> ms
     return {k: (count[k] / calls, total[k] / calls) for k in count}
 
 
@@ -137,21 +141,19 @@ def cuda_busy_ms(fn, calls=3):
     """The GPU's busy time per fn(i) call in ms: the union of its kernels' (and copies')
     intervals from the profiler, so that kernels running at the same time count once (a sum of
     their times, as cuda_kernels gives, counts an overlapped kernel's whole span again)."""
-    fn(0)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for i in range(calls):
-            fn(i)
-        torch.cuda.synchronize()
-    spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
-                   if ev.device_type == torch.autograd.DeviceType.CUDA)
+    spans = [(ev.time_range.start, ev.time_range.end) for ev in _cuda_events(fn, calls)]
+    return union_length(spans) / 1e3 / calls  # us -> ms
+
+
+def union_length(spans):
+    """The length of the union of the intervals (start, end)."""
     busy, end = 0.0, float("-inf")
-    for start, stop in spans:
+    for start, stop in sorted(spans):
         if stop <= end:
             continue
         busy += stop - max(start, end)
         end = stop
-    return busy / 1e3 / calls  # us -> ms
+    return busy
 
 
 def peak_mib(fn):

@@ -180,3 +180,11 @@ def test_report_emit_prints_and_writes(tmp_path, capsys):
     assert capsys.readouterr().out == text + "\n"
     report.emit("no file\n")
     assert capsys.readouterr().out == "no file\n\n"
+
+
+def test_union_length_counts_overlapping_kernels_once():
+    """The sequence table's GPU busy time: kernels that run at once count once."""
+    assert timing.union_length([]) == 0
+    assert timing.union_length([(5, 20), (0, 10), (30, 40)]) == 30
+    assert timing.union_length([(0, 10), (2, 3)]) == 10  # one inside another
+    assert timing.union_length([(0, 1), (1, 2)]) == 2  # back to back

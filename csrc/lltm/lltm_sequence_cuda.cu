@@ -287,12 +287,17 @@ void cta_backward(const Tensor& weights, const Tensor& gates, Tensor& dz, const 
   a.grad_out = opt_ptr<scalar_t>(g.out);
   a.grad_h0 = opt_ptr<scalar_t>(g.h0);
   a.grad_h_n = opt_ptr<scalar_t>(g.h_n);
-  if (overlap.progress != nullptr) {
+  // Progress published only where the weight-gradient kernel can start while the recurrence
+  // runs (programmatic dependent launch: compute capability 9.0 on); elsewhere it starts
+  // after the recurrence, and the publishes would only cost the recurrence time.
+  const bool publish =
+      overlap.progress != nullptr && fused_ops::device_properties(dz).major >= 9;
+  if (publish) {
     a.progress = overlap.progress;
     a.progress_interval = seq_wgrad_publish_interval(sz.steps);
   }
   const int64_t ctas = seq_cta_backward<scalar_t>(a, fused_ops::current_stream(dz));
-  if (overlap.progress != nullptr) {
+  if (publish) {
     overlap.publishers = ctas;
     overlap.interval = a.progress_interval;
   }

@@ -143,8 +143,8 @@ __device__ __forceinline__ void store_block(acc_t* tile, int tm, int tn, const a
   }
 }
 
-// The CTAs' work (weight tiles first, then d_input's), the same for the workspace made before
-// the recurrence and the launch after it.
+// The CTAs' work (the kernel's comment says how the blocks go over it), the same for the
+// workspace made before the recurrence and the launch after it.
 struct Plan {
   int64_t n_begin;    // the weight tiles' first column: 0 with d_weights, else S + F (bias)
   int64_t w_tiles_n;  // weight tiles across the S + F + 1 - n_begin columns

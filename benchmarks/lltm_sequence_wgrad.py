@@ -3,12 +3,12 @@
 column sum (=gemm), per (T, B, F, S): the training step (forward with every input requiring
 grad, then autograd.grad of output, h_n, c_n) timed back to back (wall time per call, 7
 alternating rounds of 200 calls: step_host.per_call_us_alternating) and per call (CUDA-event
-medians, alternating rounds: timing.medians_ms), the GPU time of the step's kernels
-(profiler: the kernels' summed time), the weight gradients' kernels alone (fused: the kernels that the gemm mode does
-not run, the one kernel and its workspace's memset, which behind the cta path starts while
-the recurrence runs and waits on it; gemm: its total less the fused step's other kernels,
-since a GEMM may share its kernel's name with the forward's) and the backward recurrence's
-kernel (which publishes its progress in the fused mode). float32 and bfloat16, CUDA only:
+medians, alternating rounds: timing.medians_ms); from the profiler, the step's kernels' summed
+time, the weight gradients' kernels alone (fused: the kernels that the gemm mode does not run,
+the one kernel and its workspace's memset, which behind the cta path starts while the
+recurrence runs and waits on it; gemm: its total less the fused step's other kernels, since a
+GEMM may share its kernel's name with the forward's) and the backward recurrence's kernel
+(which publishes its progress in the fused mode). float32 and bfloat16, CUDA only:
 
     python -m benchmarks.lltm_sequence_wgrad [--out FILE.md]
 """

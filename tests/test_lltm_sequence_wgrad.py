@@ -1,12 +1,15 @@
 """lltm_sequence's backward on CUDA: the weight and input gradients as one kernel
 (csrc/lltm/lltm_sequence_wgrad.cu) against cuBLAS's GEMMs, each forced through
 LLTM_SEQUENCE_WGRAD (fused | gemm; auto takes the kernel up to kFusedWeightGradMacs
-multiply-adds), both checked against the float64 loop of the tutorial's cell on the CPU: float32
-within test_lltm_sequence.py's tolerance, the half types within twice plain PyTorch's error;
-odd sizes (the weight tiles of 64 x 64 and d_input's of 64 x 32 cut everywhere; rows split
-over CTAs, the last slice short and not a whole chunk of 16), each gradient asked alone, bitwise
-determinism and the variable's bad values. The other sequence tests run the kernel
-too, wherever auto takes it."""
+multiply-adds, kOverlappedFloatWeightGradMacs in float32 behind the cta path), both checked
+against the float64 loop of the tutorial's cell on the CPU: float32 within
+test_lltm_sequence.py's tolerance, the half types within twice plain PyTorch's error; odd sizes
+(the weight tiles of 64 x 64 and d_input's of 64 x 32 cut everywhere; rows split over CTAs, the
+last slice short and not a whole chunk), each gradient asked alone, bitwise determinism and the
+variable's bad values. Behind the cta path's recurrence the kernel starts while the recurrence
+runs and waits on its published progress (Hopper); behind the other paths it starts after
+them: both are checked, in eager calls and in a captured CUDA graph, and with many CTAs
+drifting apart. The other sequence tests run the kernel too, wherever auto takes it."""
 
 import pytest
 import torch
@@ -19,7 +22,7 @@ import lltm
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 SIZES = [(1, 1, 1, 1), (5, 3, 7, 9), (40, 2, 3, 33), (9, 7, 35, 129), (3, 11, 40, 64),
-         (67, 125, 4, 16)]  # the last: 8375 rows; on 132 SMs 58 slices of 144 and one of 23
+         (67, 125, 4, 16)]  # the last: 8375 rows; on 132 SMs 43 slices of 192 and one of 119
 
 
 @pytest.mark.parametrize("mode", ["fused", "gemm"])
@@ -79,7 +82,6 @@ def test_variable_bad_value(monkeypatch):
     _, inputs = reference_results(3, 2, 4, 8)
     with pytest.raises(ValueError, match="LLTM_SEQUENCE_WGRAD must be"):
         run(lltm.lltm_sequence, [t.to("cuda", torch.float32) for t in inputs], cotangents(3, 2, 8))
-
 
 
 @pytest.mark.parametrize("path", ["cta", "step", "fallback"])

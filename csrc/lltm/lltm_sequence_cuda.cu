@@ -171,14 +171,16 @@ void column_sum_cuda(const Tensor& like, void* out, const void* x, int64_t rows,
   });
 }
 
-// The weight-gradient kernel's set-up, told whether it will overlap the recurrence: the cta
-// path publishes its progress, and Hopper starts the kernel while the recurrence runs.
+// Whether the weight-gradient kernel will overlap the backward recurrence: the cta path
+// publishes its progress, and Hopper starts the kernel while the recurrence runs.
+bool weight_grads_overlap_cuda(const Tensor& like, int64_t T, int64_t B, int64_t S, int64_t F) {
+  return pick_path(like, SeqSizes{T, B, F, S}, /*backward=*/true) == SeqPath::kCta &&
+         fused_ops::device_properties(like).major >= 9;
+}
+
 SeqWgradOverlap weight_grads_begin_cuda(const Tensor& like, int64_t T, int64_t B, int64_t S,
                                         int64_t F, const SeqWgradWanted& wanted) {
-  const bool overlapped = pick_path(like, SeqSizes{T, B, F, S}, /*backward=*/true) ==
-                              SeqPath::kCta &&
-                          fused_ops::device_properties(like).major >= 9;
-  return seq_weight_grads_begin_cuda(like, T, B, S, F, wanted, overlapped);
+  return seq_weight_grads_begin_cuda(like, T, B, S, F, wanted, weight_grads_overlap_cuda);
 }
 
 constexpr SeqDevice kCuda{aoti_torch_cuda_mm_out, aoti_torch_cuda_addmm_out, copy2d_cuda,

@@ -362,14 +362,17 @@ int64_t partial_bytes(const Plan& p, const torch::stable::Tensor& like) {
 
 SeqWgradOverlap seq_weight_grads_begin_cuda(const torch::stable::Tensor& like, int64_t T,
                                             int64_t B, int64_t S, int64_t F,
-                                            const SeqWgradWanted& wanted, bool overlapped) {
+                                            const SeqWgradWanted& wanted,
+                                            SeqWgradOverlaps overlaps) {
   const WgradMode mode = requested_mode();
   const int64_t R = T * B, macs = R * 3 * S * (S + 2 * F + 1);
-  const bool float_overlapped =
-      overlapped && like.scalar_type() == torch::headeronly::ScalarType::Float;
-  const int64_t limit = float_overlapped ? kOverlappedFloatWeightGradMacs : kFusedWeightGradMacs;
   SeqWgradOverlap overlap;
-  if (mode == WgradMode::kGemm || (mode == WgradMode::kAuto && macs > limit)) return overlap;
+  if (mode == WgradMode::kGemm) return overlap;
+  if (mode == WgradMode::kAuto && macs > kFusedWeightGradMacs) {
+    const bool taken = like.scalar_type() == torch::headeronly::ScalarType::Float &&
+                       macs <= kOverlappedFloatWeightGradMacs && overlaps(like, T, B, S, F);
+    if (!taken) return overlap;
+  }
   const Plan p = make_plan(like, R, S, F, wanted);
   const int64_t counters = p.w_tiles + B, at = partial_bytes(p, like);
   torch::stable::Tensor work = fused_ops::empty(

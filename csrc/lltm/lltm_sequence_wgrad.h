@@ -28,13 +28,20 @@ constexpr int64_t kOverlappedFloatWeightGradMacs = 2'500'000'000;
 // device-wide fence; the rows of the last interval are summed after the recurrence ends).
 inline int64_t seq_wgrad_publish_interval(int64_t T) { return T < 8 ? 1 : (T + 7) / 8; }
 
+// Whether the kernel will overlap the backward recurrence of this problem (the recurrence
+// will publish its progress, and the GPU can start the kernel while it runs).
+using SeqWgradOverlaps = bool (*)(const torch::stable::Tensor& like, int64_t T, int64_t B,
+                                  int64_t S, int64_t F);
+
 // Before the recurrence: where LLTM_SEQUENCE_WGRAD=fused, or =auto (or unset) up to the
-// thresholds above (overlapped: the recurrence will publish its progress and the GPU can
-// start the kernel while it runs), the kernel's workspace (SeqWgradOverlap::work) with its
-// counters zeroed on like's current stream; else none (the caller runs the GEMMs).
+// thresholds above, the kernel's workspace (SeqWgradOverlap::work) with its counters zeroed on
+// like's current stream; else none (the caller runs the GEMMs). overlaps is asked only where
+// the answer changes the threshold (float32 between the two), so that the small problems'
+// calls, bound by host time, do not pick the recurrence's path twice.
 SeqWgradOverlap seq_weight_grads_begin_cuda(const torch::stable::Tensor& like, int64_t T,
                                             int64_t B, int64_t S, int64_t F,
-                                            const SeqWgradWanted& wanted, bool overlapped);
+                                            const SeqWgradWanted& wanted,
+                                            SeqWgradOverlaps overlaps);
 
 // d_weights (3S, S+F) = dz^T [h_prev | x], d_bias (3S) = dz's column sums, d_input (R, F) =
 // dz W_x, each contiguous of like's dtype, any of them null where not asked (as told to

@@ -28,10 +28,10 @@ LONG = {"lengths": [12288, 16384, 16385, 24576, 32768, 49152, 65536], "rows": [(
         "dtypes": [torch.float32, torch.bfloat16, torch.float16],
         "algos": ["fft_fused", "fft_cluster", "fft_library"]}
 # --half: the bfloat16/float16 crossover (CUDA): the tensor-core direct kernels against the
-# one-CTA fused FFT that auto takes from the crossover on.
+# one-CTA FFTs, on the CUDA cores (fft_fused) and on tensor cores (fft_tc, T <= 8192).
 HALF = {"lengths": [512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
         "rows": [(1, 256), (4, 1024), (16, 512), (32, 1024)],
-        "dtypes": [torch.bfloat16, torch.float16], "algos": ["direct", "fft_fused"]}
+        "dtypes": [torch.bfloat16, torch.float16], "algos": ["direct", "fft_fused", "fft_tc"]}
 
 
 def time_algo(algo, w, k, g, device, budget_s=0.3, reps=20):

@@ -149,16 +149,18 @@ def timex(w, k, eps=0.0):
         return _forward(w, k, eps)
 
 
-_ALGORITHMS = ("direct", "fft_library", "fft_fused", "fft_cluster")  # timex_fft.h, Kernel
+_ALGORITHMS = ("direct", "fft_library", "fft_fused", "fft_cluster", "fft_tc")  # timex_fft.h
 
 
 def timex_algorithm(k):
     """The algorithm that timex runs for k (B, C, T) on its device and dtype: "direct" (the
     Toeplitz kernels, cost B*C*T^2), "fft_library" (FFT convolution through ATen's FFT,
     cuFFT or pocketfft, with this package's fused pointwise passes), "fft_fused" (the
-    on-chip FFT kernels, one CTA per row, CUDA, T <= 16384) or "fft_cluster" (the on-chip
-    FFT kernels with a row per thread-block cluster, sm_90, T <= 65536).
-    RWKV_TIMEX_ALGO=direct|fft|fft_library|fft_fused|fft_cluster|auto forces it."""
+    on-chip FFT kernels, one CTA per row, CUDA, T <= 16384), "fft_cluster" (the on-chip
+    FFT kernels with a row per thread-block cluster, sm_90, T <= 65536) or "fft_tc" (the
+    on-chip FFT on tensor cores, a CTA per pair of batch rows, bfloat16 and float16, sm_80,
+    T <= 8192). RWKV_TIMEX_ALGO=direct|fft|fft_library|fft_fused|fft_cluster|fft_tc|auto
+    forces it."""
     return _ALGORITHMS[torch.ops.rwkv_ops.timex_algorithm(k)]
 
 

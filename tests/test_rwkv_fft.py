@@ -11,10 +11,11 @@ from rwkv_ops.reference import timex_conv1d, timex_fftconv
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
 
 # Forced algorithms per device: on the CPU "fft" and "fft_library" are the same path. On CUDA
-# "fft_fused" (one CTA per row, T <= 16384) and "fft_cluster" (a thread-block cluster per row,
-# T <= 65536, sm_90; below 16384 at the cost of M = 32768) run where they can, else "fft".
+# "fft_fused" (one CTA per row, T <= 16384), "fft_cluster" (a thread-block cluster per row,
+# T <= 65536, sm_90; below 16384 at the cost of M = 32768) and "fft_tc" (tensor cores, half
+# types, T <= 8192: tests/test_rwkv_fft_tc.py) run where they can, else "fft".
 ALGOS = {"cpu": ["direct", "fft"],
-         "cuda": ["direct", "fft", "fft_library", "fft_fused", "fft_cluster"]}
+         "cuda": ["direct", "fft", "fft_library", "fft_fused", "fft_cluster", "fft_tc"]}
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,

@@ -23,7 +23,7 @@ EMULATOR = r"""
 #define TIMEX_FFT_KERNEL(threads) void
 #define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
 #define TIMEX_FFT_SYNC() emu_syncthreads()
-#include "rwkv/timex_fft_tc.cuh"
+#include "rwkv/timex_fft_tc_backward.cuh"
 
 using namespace rwkv::fft_tc;
 using rwkv::fft::cf32;
@@ -149,3 +149,91 @@ int main() {
 def test_fft_tc_emulated(tmp_path, split):
     """split: TIMEX_TC_DFT_SPLIT, the DFT matrices as one float16 part or two."""
     run_emulator(f"#define TIMEX_TC_DFT_SPLIT {split}\n" + EMULATOR, tmp_path)
+
+
+# The op's path ("fft_tc"): W's spectra from spectrum_tc_kernel (not from float64), the conv
+# kernel on them, and backward_tc_kernel's grad_k and grad_w, against the float64 definition;
+# as timex_fft_tc.cu launches them: every batch split (one item per CTA with the reduce launch;
+# several items per CTA, several pairs per item), odd B (a pair of one row), odd T, misaligned
+# rows (element-wise loads and stores), and outputs bounded by guards.
+OP_EMULATOR = r"""
+#include <cstdio>
+
+#include "cuda_emulation.h"
+#include "timex_reference.h"
+
+#define TIMEX_EMULATE
+#define TIMEX_FFT_DEVICE inline
+#define TIMEX_FFT_KERNEL(threads) void
+#define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
+#define TIMEX_FFT_SYNC() emu_syncthreads()
+#include "rwkv/timex_fft_tc_backward.cuh"
+
+using namespace rwkv::fft_tc;
+using rwkv::fft::cf32;
+
+std::mt19937 rng(4321);
+int failures = 0;
+
+template <typename S>
+const uint16_t* u16(const S* p) { return reinterpret_cast<const uint16_t*>(p); }
+template <typename S>
+uint16_t* u16(S* p) { return reinterpret_cast<uint16_t*>(p); }
+
+// ctas: the backward's grid where splits == 1 (fewer than C: CTAs loop over channels).
+template <typename S, int N>
+void check(int B, int C, int T, int splits, int ctas, int offset, double tol) {
+  auto in = timex_inputs<S>(rng, B, C, T, 0.25, offset, 8);
+  std::vector<cf32> wz(size_t(C) * N);
+  std::vector<int> wexp(C, 99);
+  launch(C, threads(N), smem_bytes(N), [&] {
+    spectrum_tc_kernel<S, N>(u16(in.w.data()), T, wz.data(), wexp.data());
+  });
+  const S guard = static_cast<S>(777.0);
+  const size_t n = size_t(B) * C * T;
+  std::vector<S> out(n + offset + 8, guard), gk(n + offset + 8, guard), gw(size_t(C) * T, guard);
+  launch((B + 1) / 2 * C, threads(N), smem_bytes(N), [&] {
+    conv_tc_kernel<S, N>(u16(in.kp), wz.data(), wexp.data(), u16(out.data() + offset), B, C, T,
+                         0.25f);
+  });
+  const int pairs = (B + 1) / 2, items = C * splits;
+  const int grid = splits > 1 ? items : ctas;
+  std::vector<cf32> acc(size_t(splits > 1 ? items : grid) * N);
+  launch(grid, threads(N), backward_smem_bytes(N), [&] {
+    backward_tc_kernel<S, N>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
+                             u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, false,
+                             acc.data());
+  });
+  if (splits > 1) {
+    launch(C, threads(N), backward_smem_bytes(N), [&] {
+      backward_tc_kernel<S, N>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
+                               u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, true,
+                               acc.data());
+    });
+  }
+  const TimexCheck r = timex_check(in, out, gk, gw, offset, T, guard);
+  const bool ok = r.out < tol && r.gk < tol && r.gw < tol && r.guards && pairs >= splits;
+  failures += !ok;
+  std::printf("%s op %zu-byte N=%d B=%d C=%d T=%d splits=%d ctas=%d offset=%d: out %.2e "
+              "grad_k %.2e grad_w %.2e%s\n", ok ? "ok  " : "FAIL", sizeof(S), N, B, C, T,
+              splits, grid, offset, r.out, r.gk, r.gw, r.guards ? "" : " (wrote outside)");
+}
+
+int main() {
+  using BF = c10::BFloat16;
+  using H = c10::Half;
+  check<BF, 2048>(2, 3, 1024, 1, 3, 0, 1e-2);   // one pair per channel, a CTA each
+  check<H, 2048>(5, 3, 1001, 1, 2, 1, 2e-3);    // 3 pairs (one of one row), 2 CTAs looping
+  check<BF, 4096>(7, 2, 2048, 3, 0, 0, 1e-2);   // pairs split 3 ways, the reduce launch
+  check<H, 4096>(4, 1, 1537, 2, 0, 3, 2e-3);    // odd T, misaligned rows, split
+  check<BF, 8192>(3, 1, 4096, 1, 1, 0, 1e-2);   // outer radix 2
+  check<H, 16384>(1, 1, 8192, 1, 1, 0, 2e-3);   // outer radix 4, B = 1
+  check<H, 16384>(2, 1, 5001, 1, 1, 0, 2e-3);
+  return failures != 0;
+}
+"""
+
+
+@emulation_test
+def test_fft_tc_op_path_emulated(tmp_path):
+    run_emulator(OP_EMULATOR, tmp_path)

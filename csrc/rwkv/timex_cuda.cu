@@ -19,6 +19,7 @@
 #include "rwkv/timex_fft.h"
 #include "rwkv/timex_fft_cuda.cuh"
 #include "rwkv/timex_fft_fused.h"
+#include "rwkv/timex_fft_tc.h"
 #include "rwkv/timex_kernels.cuh"
 #include "rwkv/timex_tc_launch.cuh"
 
@@ -190,7 +191,11 @@ constexpr int64_t kF64DirectMaxT = 256;
 // issue29_runs/run9_*); with M = 24576 (1.23x) 0.645 against 0.731 and 0.658 against 0.765;
 // at T = 22050, 32768, 44100, 49152 and 65536 1.3x to 2.5x faster (benchmarks/results/
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
+//
+// bfloat16 and float16 up to T = 8192: the tensor-core kernels (timex_fft_tc.h) where they
+// run. [measured: see below]
 fft::Kernel fastest_fft(const Tensor& k) {
+  if (fft::tc_supported(k)) return fft::Kernel::kFftTc;
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
   if (k.size(2) > fft::kFusedMaxT && fft::cluster_supported(k)) return fft::Kernel::kFftCluster;
   return fft::Kernel::kFftLibrary;
@@ -218,6 +223,7 @@ fft::Kernel choose_cuda(const Tensor& k) {
       return fft::fused_supported(k) ? fft::Kernel::kFftFused : fastest_fft(k);
     case fft::Algo::kFftCluster:
       return fft::cluster_supported(k) ? fft::Kernel::kFftCluster : fastest_fft(k);
+    case fft::Algo::kFftTc: return fft::tc_supported(k) ? fft::Kernel::kFftTc : fastest_fft(k);
     case fft::Algo::kAuto: break;
   }
   return takes_direct(k) ? fft::Kernel::kDirect : fastest_fft(k);
@@ -247,6 +253,7 @@ Tensor forward_checked(const Tensor& w, const Tensor& k, double eps, fft::Kernel
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = fused_ops::as_contiguous(w);
   const Tensor kc = fused_ops::as_contiguous(k);
+  if (algo == fft::Kernel::kFftTc) return fft::tc_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftFused) return fft::fused_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftCluster) return fft::cluster_forward(wc, kc, eps, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its output last: lower peak memory
@@ -278,6 +285,7 @@ std::tuple<Tensor, Tensor> backward_checked(const Tensor& grad_out, const Tensor
   const Tensor gc = fused_ops::as_contiguous(grad_out);
   const Tensor wc = fused_ops::as_contiguous(w);
   const Tensor kc = fused_ops::as_contiguous(k);
+  if (algo == fft::Kernel::kFftTc) return fft::tc_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftFused) return fft::fused_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftCluster) return fft::cluster_backward(gc, wc, kc, stream);
   if (algo == fft::Kernel::kFftLibrary) {  // allocates its outputs last: lower peak memory
@@ -321,6 +329,11 @@ std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double 
   const fused_ops::DeviceGuard guard(k.get_device_index());
   const cudaStream_t stream = fused_ops::current_stream(k);
   const Tensor wc = fused_ops::as_contiguous(w), kc = fused_ops::as_contiguous(k);
+  if (algo == fft::Kernel::kFftTc) {  // wz: W's spectra (C, N); kz: their exponents (C,) int32
+    Tensor wz, wexp;
+    Tensor out = fft::tc_forward(wc, kc, eps, stream, &wz, &wexp);
+    return {out, wexp, wz};
+  }
   if (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused) {
     Tensor wz, tw;
     Tensor out = algo == fft::Kernel::kFftFused
@@ -349,6 +362,20 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   // another of these (RWKV_TIMEX_ALGO or RWKV_TIMEX_CLUSTER_HALVES changed between forward and
   // backward), or where neither runs now: recomputed.
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
+  // The tensor-core kernels' (kz int32 exponents): used where they run now (tc_backward checks
+  // their shapes), else recomputed.
+  const bool tc_kept = kz.scalar_type() == torch::headeronly::ScalarType::Int;
+  if (tc_kept && algo == fft::Kernel::kFftTc) {
+    FUSED_OPS_CHECK(fused_ops::same_device(wz, k) && fused_ops::same_device(kz, k),
+                    "timex_backward_kept: kz and wz must be on k's device");
+    fused_ops::check_kernel_image(k);
+    const fused_ops::DeviceGuard guard(k.get_device_index());
+    const cudaStream_t stream = fused_ops::current_stream(k);
+    const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
+    const Tensor kc = fused_ops::as_contiguous(k);
+    return fft::tc_backward(gc, wc, kc, stream, &wz, &kz);
+  }
+  if (tc_kept || algo == fft::Kernel::kFftTc) return backward_checked(grad_out, w, k, algo);
   const bool on_chip_kept =
       wz.numel() != 0 &&
       (kz.numel() == 0 || kz.scalar_type() == torch::headeronly::ScalarType::Byte);

@@ -49,11 +49,13 @@ namespace rwkv::fft {
 using fused_ops::Tensor;
 using torch::headeronly::ScalarType;
 
-enum class Algo { kAuto, kDirect, kFft, kFftLibrary, kFftFused, kFftCluster };
+enum class Algo { kAuto, kDirect, kFft, kFftLibrary, kFftFused, kFftCluster, kFftTc };
 
 // What a call runs: the codes that the op rwkv_ops::timex_algorithm returns (rwkv_ops/_ops.py
 // names them).
-enum class Kernel : int64_t { kDirect = 0, kFftLibrary = 1, kFftFused = 2, kFftCluster = 3 };
+enum class Kernel : int64_t {
+  kDirect = 0, kFftLibrary = 1, kFftFused = 2, kFftCluster = 3, kFftTc = 4
+};
 
 // RWKV_TIMEX_ALGO, read at every call (a test sets it between calls; getenv costs far less
 // than a launch).
@@ -65,9 +67,10 @@ inline Algo algo_override() {
   if (std::strcmp(v, "fft_library") == 0) return Algo::kFftLibrary;
   if (std::strcmp(v, "fft_fused") == 0) return Algo::kFftFused;
   if (std::strcmp(v, "fft_cluster") == 0) return Algo::kFftCluster;
+  if (std::strcmp(v, "fft_tc") == 0) return Algo::kFftTc;
   fused_ops::raise<std::invalid_argument>(
       "environment variable RWKV_TIMEX_ALGO must be 'direct', 'fft', 'fft_library', "
-      "'fft_fused', 'fft_cluster' or 'auto' (or unset), got '", std::string(v), "'");
+      "'fft_fused', 'fft_cluster', 'fft_tc' or 'auto' (or unset), got '", std::string(v), "'");
 }
 
 // Smallest M >= n of the form 2^a 3^b 5^c 7^d: lengths that cuFFT and pocketfft run with

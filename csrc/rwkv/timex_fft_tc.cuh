@@ -50,6 +50,7 @@
 #include "rwkv/timex_fft_tc_common.cuh"
 #include "rwkv/timex_fft_tc_middle.cuh"
 #include "rwkv/timex_fft_tc_outer.cuh"
+#include "rwkv/timex_fft_tc_rows.cuh"
 
 namespace rwkv {
 namespace fft_tc {
@@ -89,7 +90,11 @@ TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags
 // __sincosf) and the warp's k1' 8 L s' and k1' s' (two more, the same in every lane).
 // (Stepping the twiddles from tile to tile instead measured 5% slower at N = 16384 for the
 // same instruction count.)
-template <typename S, int N, int L, bool FORWARD, int ROUT, int LOUT>
+//
+// SETS: how many row pairs' planes the pass runs over at once, set s's at re + 2 N s and
+// im + 2 N s (the backward transforms g's and k's pairs together: one barrier per pass, and
+// twice the tiles per warp over which to spread its set-up).
+template <typename S, int N, int L, bool FORWARD, int ROUT, int LOUT, int SETS = 1>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) {
   constexpr int kTilesPerBlock = L / 8, kWarps = warps(N);
   static_assert(L >= 16 && (FORWARD || LOUT == 16 * L), "a pass at stride L >= 16");
@@ -121,9 +126,11 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
       tw[h][1] = cmul(rowf, tw[h][1]);
     }
   }
-  for (int tile = warp; tile < N / 128; tile += kWarps) {
-    const int blk = tile / kTilesPerBlock, n0 = (tile % kTilesPerBlock) * 8;
-    const int sw = swz(16 * L * blk + n0);
+  for (int tile = warp; tile < SETS * (N / 128); tile += kWarps) {
+    // N / 128 is a multiple of kTilesPerBlock, so n0 (and kFixedN0) hold across the sets.
+    const int set = SETS == 1 ? 0 : tile / (N / 128), lt = SETS == 1 ? tile : tile % (N / 128);
+    const int blk = lt / kTilesPerBlock, n0 = (lt % kTilesPerBlock) * 8;
+    const int sw = swz(16 * L * blk + n0) + 2 * N * set;  // the set's offset after the swizzle
     uint32_t b[4];
     fused_ops::ldmatrix_x4_trans(b, plane + (sw ^ ld_sw));
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
@@ -163,11 +170,11 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
 
 // The forward radix-16 passes from stride L down to stride 16 (the first at L = N / 16
 // where R1 = 16; after first_pass_fma at L = N / (16 R1) otherwise).
-template <typename S, int N, int L>
+template <typename S, int N, int L, int SETS = 1>
 TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<S>& f16) {
-  tc_pass<S, N, L, true, 0, 0>(re, im, f16);
+  tc_pass<S, N, L, true, 0, 0, SETS>(re, im, f16);
   TIMEX_FFT_SYNC();
-  if constexpr (L > 16) forward_passes<S, N, L / 16>(re, im, f16);
+  if constexpr (L > 16) forward_passes<S, N, L / 16, SETS>(re, im, f16);
 }
 
 // The last inverse pass where R1 = 16 (radix 16 at stride N / 16): no twiddle after it; its
@@ -213,142 +220,31 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
   }
 }
 
-// The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
-// wz: (C, N) the unnormalised DFT of h times 2^-wexp[c] (at most 1 in magnitude), storage
-// position middle_position(i) at [c, i].
-template <typename S, int N>
-TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N)) conv_tc_kernel(const uint16_t* __restrict__ k,
-                                          const cf32* __restrict__ wz,
-                                          const int* __restrict__ wexp, uint16_t* __restrict__ out,
-                                          int B, int C, int T, float eps) {
-  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
-  constexpr int R1 = radix1(N);
-  TIMEX_FFT_SHARED(smem);
-  uint16_t* re = reinterpret_cast<uint16_t*>(smem);
-  uint16_t* im = re + N;
-  float* warp_max = reinterpret_cast<float*>(im + N);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int c = static_cast<int>(blockIdx.x) % C, pair = static_cast<int>(blockIdx.x) / C;
-  const int b0 = 2 * pair, b1 = b0 + 1;
-  const bool two = b1 < B;
-  const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
-  const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : k0;  // read only where two
-
-  // x = k[b0] + i k[b1], zeros from T on: a chunk of 8 elements per thread and step, as
-  // 16-byte loads where the rows allow (T % 8 == 0, 16-byte aligned k), stored as they are
-  // while the largest magnitude is found.
-  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
-  float amax = 0.f;
-  for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
-    uint16_t xr[8], xi[8];
-    if (vec && e + 8 <= T) {
-      ldg16(xr, k0 + e);
-      if (two) {
-        ldg16(xi, k1 + e);
-      } else {
-        for (int j = 0; j < 8; ++j) xi[j] = 0;
-      }
-    } else {
-      for (int j = 0; j < 8; ++j) {
-        xr[j] = e + j < T ? k0[e + j] : uint16_t(0);
-        xi[j] = e + j < T && two ? k1[e + j] : uint16_t(0);
-      }
-    }
-    for (int j = 0; j < 8; ++j) {
-      amax = std::fmax(amax, std::fmax(std::fabs(bits_to_float<S>(xr[j])),
-                                       std::fabs(bits_to_float<S>(xi[j]))));
-    }
-    st16(re + swz(e), xr);
-    st16(im + swz(e), xi);
-  }
-  for (int m = 16; m > 0; m /= 2) amax = std::fmax(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-  if (tid % 32 == 0) warp_max[tid / 32] = amax;
-  TIMEX_FFT_SYNC();
-  for (int w = 0; w < warps(N); ++w) amax = std::fmax(amax, warp_max[w]);
-  // 2^(1 - ex) takes amax = m 2^ex (m in [0.5, 1)) into [1, 2); 1 for zeros, inf or NaN.
-  int ex = 1;
-  if (amax > 0.f && std::isfinite(amax)) std::frexp(amax, &ex);
-  const float in_scale = std::ldexp(1.f, 1 - ex);
-  const float out_scale = std::ldexp(1.f, ex - 1 + wexp[c]);
-  uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
-  uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
-
-  if constexpr (R1 < 16) {
-    first_pass_fma<S, N>(re, im, in_scale);
-  } else {  // each thread rescales the chunks it stored, as float16
-    for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        uint16_t* const at = (p == 0 ? re : im) + swz(e);
-        uint16_t v[8];
-        ld16(v, at);
-        uint32_t h[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * in_scale,
-                              bits_to_float<S>(v[2 * j + 1]) * in_scale);
-        }
-        std::memcpy(v, h, 16);
-        st16(at, v);
-      }
-    }
-  }
-  DftFrags<Plane> f16;
-  f16.init(tid % 32);
-  TIMEX_FFT_SYNC();
-
-  forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16>(re, im, f16);
-
-  middle<Plane, N>(re, im, wz + int64_t(c) * N);
-  TIMEX_FFT_SYNC();
-
-  if constexpr (R1 < 16) {
-    // The inverse passes stop before the outer one, which writes y + eps (scaled back),
-    // rounded to S, to out: two times per call, one 4-byte store per row where T is even
-    // and out 4-byte aligned.
-    const bool pairs = T % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
-    const auto write = [&](int t, float r0, float i0, float r1, float i1) {
-      if (t >= T) return;
-      r0 = std::fma(r0, out_scale, eps), r1 = std::fma(r1, out_scale, eps);
-      i0 = std::fma(i0, out_scale, eps), i1 = std::fma(i1, out_scale, eps);
-      if (pairs) {
-        st32(o0 + t, pack2<S>(r0, r1));
-        if (two) st32(o1 + t, pack2<S>(i0, i1));
-      } else {
-        o0[t] = to_bits<S>(r0);
-        if (two) o1[t] = to_bits<S>(i0);
-        if (t + 1 < T) {
-          o0[t + 1] = to_bits<S>(r1);
-          if (two) o1[t + 1] = to_bits<S>(i1);
-        }
-      }
+// The inverse transform of the planes (after the middle) to `sink` (timex_fft_tc_rows.cuh):
+// where the outer radix is below 16 the last pass hands it times t, t + 1 < N / 2 as floats;
+// else the last pass stages y, scaled and rounded to S, in the planes in natural order, and
+// the sink copies 8 times at a time (16-byte stores where the rows allow).
+template <typename S, int N, typename Sink>
+TIMEX_FFT_DEVICE void inverse_out(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16,
+                                  const Sink& sink) {
+  if constexpr (radix1(N) < 16) {
+    const auto emit = [&](int t, float r0, float i0, float r1, float i1) {
+      sink.emit(t, r0, i0, r1, i1);
     };
-    inverse_passes<Plane, N, 16>(re, im, f16, write);  // (write unused: R1 < 16)
-    last_pass_fma<N>(re, im, write);
+    inverse_passes<Plane, N, 16>(re, im, f16, emit);  // (emit unused: the outer pass has it)
+    last_pass_fma<N>(re, im, emit);
   } else {
-    // The last pass writes y + eps (scaled back), rounded to S, to the planes in natural
-    // order; then rows b0 and b1 of out are copied 8 elements at a time (16-byte stores
-    // where the rows allow).
-    const auto store = [&](int a, float r0, float i0, float r1, float i1) {
-      st32(re + a, pack2<S>(std::fma(r0, out_scale, eps), std::fma(r1, out_scale, eps)));
-      st32(im + a, pack2<S>(std::fma(i0, out_scale, eps), std::fma(i1, out_scale, eps)));
+    const auto stage = [&](int a, float r0, float i0, float r1, float i1) {
+      st32(re + a, pack2<S>(sink.re(r0), sink.re(r1)));
+      st32(im + a, pack2<S>(sink.im(i0), sink.im(i1)));
     };
-    inverse_passes<Plane, N, 16>(re, im, f16, store);
+    inverse_passes<Plane, N, 16>(re, im, f16, stage);
     TIMEX_FFT_SYNC();
-    const bool vec_out = T % 8 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-    for (int e = 8 * tid; e < T; e += 8 * threads(N)) {
+    for (int e = 8 * static_cast<int>(threadIdx.x); e < sink.T; e += 8 * threads(N)) {
       uint16_t yr[8], yi[8];
       ld16(yr, re + swz(e));
       ld16(yi, im + swz(e));
-      if (vec_out) {
-        st16(o0 + e, yr);
-        if (two) st16(o1 + e, yi);
-      } else {
-        for (int j = 0; j < 8 && e + j < T; ++j) {
-          o0[e + j] = yr[j];
-          if (two) o1[e + j] = yi[j];
-        }
-      }
+      sink.copy(e, yr, yi);
     }
   }
 }

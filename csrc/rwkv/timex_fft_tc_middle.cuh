@@ -60,60 +60,69 @@ TIMEX_FFT_HD constexpr int middle_position(int i) {
   return 16 * (16 * it + lane / 4 + 8 * (e / 2)) + 8 * t + 2 * (lane % 4) + e % 2;
 }
 
-// The middle on tensor cores, 16 blocks of 16 contiguous elements per warp step: X (16 blocks x
-// 16 elements, bfloat16/float16 from the planes through ldmatrix as the A operand) times
-// DFT_16 / 4 (the B operand) gives Y in the accumulators; Y times W's spectrum (float), rounded
-// to S, is the A operand of the product with conj(DFT_16) / 4 as it stands (the accumulator
-// layout of two n-tiles is the A fragment's); those times the innermost pass's twiddles
-// conjugated, rounded, go back to the planes.
+// A lane's part of the middle: the DFT_16 fragments, its ldmatrix row, its stores and their
+// twiddles, and the two halves of a step: dft (X times DFT_16 / 4) and inverse_store (the
+// product P times conj(DFT_16) / 4, times the innermost pass's twiddles conjugated, back to
+// the planes). Step `it` covers 16 blocks of 16 contiguous elements; the lane's 8 values of it
+// are entries 256 it + 8 lane + 4 t + e of a spectrum in the middle's layout (middle_position:
+// n-tile t, accumulator e).
 template <typename S, int N>
-TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int g = lane / 4, q = lane % 4;
+struct MiddleLane {
   MiddleFrags<S> f;
-  f.init(lane);
-  // This lane's ldmatrix row: block lane % 8 + 8 ((lane / 8) % 2), elements 8 (lane / 16) on.
-  const int ld_sw = swz(16 * (lane % 8 + 8 * ((lane / 8) & 1)) + 8 * (lane / 16));
-  // The lane's stores: position 256 it + a(t, h), a = 16 (g + 8h) + 8t + 2q, and their
-  // inverse twiddles, the conjugates of pass (16, 16)'s: k1 = g + 8h, n2 = 8t + 2q + e, the
-  // same at every step it.
+  int ld_sw;  // this lane's ldmatrix row: block lane % 8 + 8 ((lane / 8) % 2), elements 8 (lane / 16) on
+  // The lane's stores: position 256 it + a(t, h), a = 16 (g + 8h) + 8t + 2q, and their inverse
+  // twiddles, the conjugates of pass (16, 16)'s: k1 = g + 8h, n2 = 8t + 2q + e, the same at
+  // every step it.
   int st_sw[2][2];
   cf32 tw[2][2][2];
+
+  TIMEX_FFT_DEVICE void init(int lane) {
+    const int g = lane / 4, q = lane % 4;
+    f.init(lane);
+    ld_sw = swz(16 * (lane % 8 + 8 * ((lane / 8) & 1)) + 8 * (lane / 16));
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {
+    for (int t = 0; t < 2; ++t) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int a = 16 * (g + 8 * h) + 8 * t + 2 * q;
-      st_sw[t][h] = swz(a);
-      tw[t][h][0] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a)));
-      tw[t][h][1] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a + 1)));
+      for (int h = 0; h < 2; ++h) {
+        const int a = 16 * (g + 8 * h) + 8 * t + 2 * q;
+        st_sw[t][h] = swz(a);
+        tw[t][h][0] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a)));
+        tw[t][h][1] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a + 1)));
+      }
     }
   }
-  for (int it = warp; it < N / 256; it += warps(N)) {
+
+  // Step it's X, the A operand, from the planes.
+  TIMEX_FFT_DEVICE void load(const uint16_t* re, const uint16_t* im, int it, uint32_t (&xr)[4],
+                             uint32_t (&xi)[4]) const {
     const int sw = swz(256 * it);
-    uint32_t xr[4], xi[4];
     fused_ops::ldmatrix_x4(xr, re + (sw ^ ld_sw));
     fused_ops::ldmatrix_x4(xi, im + (sw ^ ld_sw));
-    cf32x2 wv[4];  // this lane's 8 entries of W's spectrum (middle_position)
+  }
+
+  // n-tile t of X DFT_16 / 4: y[e] is entry 4 t + e of the lane's 8.
+  TIMEX_FFT_DEVICE void dft(const uint32_t (&xr)[4], const uint32_t (&xi)[4], int t,
+                            cf32 (&y)[4]) const {
+    float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
+    complex_product<S, true>(yr, yi, xr, xi, f, t);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) wv[j] = ldg_pair(wrow + 256 * it + 8 * lane + 2 * j);
+    for (int e = 0; e < 4; ++e) y[e] = {yr[e], yi[e]};
+  }
+
+  // P (the lane's 8 entries, rounded to S) times conj(DFT_16) / 4 and the twiddles, to the
+  // planes at step it. The accumulators (rows g, g + 8; cols 2q, 2q + 1) of n-tile t are the
+  // A operand's k = 8 t + 2q.. as they stand.
+  TIMEX_FFT_DEVICE void inverse_store(uint16_t* re, uint16_t* im, int it,
+                                      const cf32 (&p)[2][4]) const {
     uint32_t pr[4], pi[4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
-      complex_product<S, true>(yr, yi, xr, xi, f, t);  // times DFT_16
-      cf32 p[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const cf32 w = e % 2 == 0 ? wv[2 * t + e / 2].a : wv[2 * t + e / 2].b;
-        p[e] = cmul(cf32{yr[e], yi[e]}, w);
-      }
-      // Accumulators (rows g, g + 8; cols 2q, 2q + 1) of n-tile t are A's k = 8 t + 2q.. .
-      pr[2 * t] = pack2<S>(p[0].x, p[1].x);
-      pr[2 * t + 1] = pack2<S>(p[2].x, p[3].x);
-      pi[2 * t] = pack2<S>(p[0].y, p[1].y);
-      pi[2 * t + 1] = pack2<S>(p[2].y, p[3].y);
+      pr[2 * t] = pack2<S>(p[t][0].x, p[t][1].x);
+      pr[2 * t + 1] = pack2<S>(p[t][2].x, p[t][3].x);
+      pi[2 * t] = pack2<S>(p[t][0].y, p[t][1].y);
+      pi[2 * t + 1] = pack2<S>(p[t][2].y, p[t][3].y);
     }
+    const int sw = swz(256 * it);
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       float zr[4] = {0.f, 0.f, 0.f, 0.f}, zi[4] = {0.f, 0.f, 0.f, 0.f};
@@ -127,6 +136,138 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
         st32(im + a, pack2<S>(v0.y, v1.y));
       }
     }
+  }
+};
+
+// The lane's 4 entries 4 t .. 4 t + 3 of spectrum row `row` at step it (middle layout), 32
+// contiguous bytes; and stores of the same (row written by this lane only).
+TIMEX_FFT_DEVICE void load4(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
+  const cf32x2 a = ldg_pair(row + 256 * it + 8 * lane + 4 * t);
+  const cf32x2 b = ldg_pair(row + 256 * it + 8 * lane + 4 * t + 2);
+  v[0] = a.a, v[1] = a.b, v[2] = b.a, v[3] = b.b;
+}
+// The same for scratch that this kernel writes (not the read-only path).
+TIMEX_FFT_DEVICE void load4_rw(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = row[256 * it + 8 * lane + 4 * t + e];
+}
+TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)[4]) {
+#ifdef TIMEX_EMULATE
+  for (int e = 0; e < 4; ++e) row[256 * it + 8 * lane + 4 * t + e] = v[e];
+#else
+  float4* p = reinterpret_cast<float4*>(row + 256 * it + 8 * lane + 4 * t);
+  p[0] = make_float4(v[0].x, v[0].y, v[1].x, v[1].y);
+  p[1] = make_float4(v[2].x, v[2].y, v[3].x, v[3].y);
+#endif
+}
+
+TIMEX_FFT_DEVICE float norm2(cf32 v) { return v.x * v.x + v.y * v.y; }
+
+// The middle of the convolution: X DFT_16, times W's spectrum wrow (conjugated where CONJ:
+// grad_k's correlation), times conj(DFT_16), on tensor cores; the products stay in registers.
+template <typename S, int N, bool CONJ = false>
+TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  MiddleLane<S, N> m;
+  m.init(lane);
+  for (int it = warp; it < N / 256; it += warps(N)) {
+    uint32_t xr[4], xi[4];
+    m.load(re, im, it, xr, xi);
+    cf32 p[2][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      cf32 y[4], w[4];
+      m.dft(xr, xi, t, y);
+      load4(wrow, it, lane, t, w);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[t][e] = cmul(y[e], CONJ ? fft::conj(w[e]) : w[e]);
+    }
+    m.inverse_store(re, im, it, p);
+  }
+}
+
+// The spectrum alone (the W-spectrum kernel): X DFT_16 times `scale` to `row` (N complex
+// floats, middle layout). Returns the largest |entry|^2 that this lane wrote.
+template <typename S, int N>
+TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
+                                       float scale) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  MiddleLane<S, N> m;
+  m.init(lane);
+  float m2 = 0.f;
+  for (int it = warp; it < N / 256; it += warps(N)) {
+    uint32_t xr[4], xi[4];
+    m.load(re, im, it, xr, xi);
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      cf32 y[4];
+      m.dft(xr, xi, t, y);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        y[e] = {y[e].x * scale, y[e].y * scale};
+        m2 = std::fmax(m2, norm2(y[e]));
+      }
+      store4(row, it, lane, t, y);
+    }
+  }
+  return m2;
+}
+
+// The backward's middle, over two plane sets: Z (g's pair) at re, im and X (k's pair) at
+// re + 2N, im + 2N. acc (N complex floats, middle layout, this lane's entries its own) gets
+// Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through conj(DFT_16)
+// to Z's planes (grad_k's correlation). Returns the largest |acc entry|^2 that this lane wrote.
+template <typename S, int N>
+TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
+                                       cf32* acc, bool first, float pscale) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  MiddleLane<S, N> m;
+  m.init(lane);
+  float m2 = 0.f;
+  for (int it = warp; it < N / 256; it += warps(N)) {
+    uint32_t zr[4], zi[4], xr[4], xi[4];
+    m.load(re, im, it, zr, zi);
+    m.load(re + 2 * N, im + 2 * N, it, xr, xi);
+    cf32 p[2][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      cf32 z[4], x[4], w[4], a[4];
+      m.dft(zr, zi, t, z);
+      m.dft(xr, xi, t, x);
+      load4(wrow, it, lane, t, w);
+      if (!first) load4_rw(acc, it, lane, t, a);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const cf32 v = cmul(z[e], fft::conj(x[e]));
+        const cf32 s{v.x * pscale, v.y * pscale};
+        a[e] = first ? s : cf32{a[e].x + s.x, a[e].y + s.y};
+        m2 = std::fmax(m2, norm2(a[e]));
+        p[t][e] = cmul(z[e], fft::conj(w[e]));
+      }
+      store4(acc, it, lane, t, a);
+    }
+    m.inverse_store(re, im, it, p);
+  }
+  return m2;
+}
+
+// The inverse DFT_16 of a spectrum in float (grad_w's sum, acc: middle layout, this lane's
+// entries written by this lane or before a barrier), times `scale`, to the planes.
+template <typename S, int N>
+TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf32* acc,
+                                           float scale) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  MiddleLane<S, N> m;
+  m.init(lane);
+  for (int it = warp; it < N / 256; it += warps(N)) {
+    cf32 p[2][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      load4_rw(acc, it, lane, t, p[t]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[t][e] = {p[t][e].x * scale, p[t][e].y * scale};
+    }
+    m.inverse_store(re, im, it, p);
   }
 }
 

@@ -69,13 +69,18 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
 // The first forward pass from the stored row pair (S's bits, in natural order) to float16,
 // in place: Y[k1] = sum_{n1 < R1/2} W_R1^(n1 k1) x[L n1 + n2] / sqrt(R1), times the pass's
 // twiddle W_N^(k1 n2) and `scale`, at L k1 + n2 (the MMA passes' definition, tc_pass). The
-// twiddles are powers of W_N^n2, one __sincosf per column.
-template <typename S, int N>
-TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re, uint16_t* im, float scale) {
+// twiddles are powers of W_N^n2, one __sincosf per column. SETS row pairs' planes (tc_pass),
+// set s scaled by scale[s].
+template <typename S, int N, int SETS = 1>
+TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
+                                     const float (&scale)[SETS]) {
   constexpr int R = radix1(N), L = N / R, H = R / 2;
   static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
-  const float f = scale * inv_sqrt_radix(R);
-  for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * threads(N)) {
+  for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * threads(N)) {
+    const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
+    uint16_t* const re = re_all + 2 * N * set;
+    uint16_t* const im = im_all + 2 * N * set;
+    const float f = scale[set] * inv_sqrt_radix(R);
     cf32 x[H][2];
     load_columns<S, L>(re, im, n2, x);
     const cf32 base[2] = {twiddle<N>(n2), twiddle<N>(n2 + 1)};

@@ -1,0 +1,198 @@
+// RWKV TimeX: host side of the FFT convolution on tensor cores (timex_fft_tc.h). Per call:
+// W's spectra (C rows, one CTA each; the backward takes the forward's where the caller kept
+// them), then the forward's conv kernel (a CTA per channel and pair of batch rows) or the
+// backward kernel (both gradients; a reduce launch where the batch is split).
+#include "rwkv/timex_fft_tc.h"
+
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+#include <utility>
+
+#include "common/alloc.h"
+#include "common/cuda_utils.cuh"
+#include "common/dispatch.h"
+#include "rwkv/timex_fft_tc_backward.cuh"
+
+namespace rwkv::fft {
+namespace {
+
+using fused_ops::Tensor;
+using torch::headeronly::ScalarType;
+namespace tc = fft_tc;
+
+// fn(std::integral_constant<int, N>) for the transform length of rows of T (T <= kTcMaxT).
+template <typename Fn>
+void with_length(int64_t T, Fn&& fn) {
+  switch (tc::transform_length(T)) {
+    case 2048: fn(std::integral_constant<int, 2048>{}); break;
+    case 4096: fn(std::integral_constant<int, 4096>{}); break;
+    case 8192: fn(std::integral_constant<int, 8192>{}); break;
+    default: fn(std::integral_constant<int, 16384>{}); break;
+  }
+}
+
+// Raises the kernel's dynamic shared memory limit where needed (once per device) and launches.
+template <typename Kernel, typename... Args>
+cudaError_t launch(Kernel kernel, int grid, int threads, int smem, cudaStream_t stream,
+                   Args... args) {
+  const cudaError_t e =
+      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
+template <typename T>
+T* as(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+template <typename T>
+const uint16_t* bits(const Tensor& t) {
+  return static_cast<const uint16_t*>(t.const_data_ptr());
+}
+uint16_t* bits_out(const Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
+// W's spectra and their exponents.
+template <typename S>
+std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
+  const int64_t C = w.size(0), T = w.size(1), N = tc::transform_length(T);
+  Tensor wz = fused_ops::empty({C, N}, ScalarType::ComplexFloat, w);
+  Tensor wexp = fused_ops::empty({C}, ScalarType::Int, w);
+  with_length(T, [&](auto n) {
+    constexpr int kN = decltype(n)::value;
+    FUSED_OPS_CUDA_CHECK(launch(tc::spectrum_tc_kernel<S, kN>, static_cast<int>(C),
+                                tc::threads(kN), tc::smem_bytes(kN), stream, bits<S>(w),
+                                static_cast<int>(T), as<tc::cf32>(wz), as<int>(wexp)));
+  });
+  return {wz, wexp};
+}
+
+template <typename S>
+Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                     Tensor* keep_wz, Tensor* keep_wexp) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  const std::pair<Tensor, Tensor> spectra = w_spectra<S>(w, stream);
+  const Tensor& wz = spectra.first;
+  const Tensor& wexp = spectra.second;
+  Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
+  with_length(T, [&](auto n) {
+    constexpr int kN = decltype(n)::value;
+    FUSED_OPS_CUDA_CHECK(launch(tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C),
+                                tc::threads(kN), tc::smem_bytes(kN), stream, bits<S>(k),
+                                as<const tc::cf32>(wz), as<const int>(wexp), bits_out(out),
+                                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
+                                static_cast<float>(eps)));
+  });
+  if (keep_wz != nullptr) *keep_wz = wz;
+  if (keep_wexp != nullptr) *keep_wexp = wexp;
+  return out;
+}
+
+// backward_tc_kernel's CTAs that k's device keeps resident for rows of T (the occupancy query
+// once per dtype, length and device).
+template <typename S>
+int64_t resident_ctas(int64_t T, const Tensor& k) {
+  static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
+  return memo.get({tc::transform_length(T), k.get_device_index()}, [&] {
+    int per_sm = 1;
+    with_length(T, [&](auto n) {
+      constexpr int kN = decltype(n)::value;
+      const auto kernel = tc::backward_tc_kernel<S, kN>;
+      if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel),
+                                               tc::backward_smem_bytes(kN)) != cudaSuccess ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tc::threads(kN),
+                                                        tc::backward_smem_bytes(kN)) !=
+              cudaSuccess) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+      }
+    });
+    return int64_t{fused_ops::device_properties(k).multiProcessorCount} * std::max(per_sm, 1);
+  });
+}
+
+template <typename S>
+std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, const Tensor& k,
+                                          cudaStream_t stream, const Tensor* kept_wz,
+                                          const Tensor* kept_wexp) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2), N = tc::transform_length(T);
+  std::pair<Tensor, Tensor> spectra;
+  if (kept_wz != nullptr && kept_wexp != nullptr) {
+    FUSED_OPS_CHECK_VALUE(
+        kept_wz->scalar_type() == ScalarType::ComplexFloat && kept_wz->dim() == 2 &&
+            kept_wz->size(0) == C && kept_wz->size(1) == N && kept_wz->is_contiguous() &&
+            kept_wexp->scalar_type() == ScalarType::Int && kept_wexp->dim() == 1 &&
+            kept_wexp->size(0) == C && kept_wexp->is_contiguous(),
+        "timex_backward_kept: wz and kz must be the spectra and exponents that "
+        "timex_forward_keep returned for these w and k, got shapes ",
+        fused_ops::shape_str(*kept_wz), " and ", fused_ops::shape_str(*kept_wexp));
+    spectra = {*kept_wz, *kept_wexp};
+  } else {
+    spectra = w_spectra<S>(w, stream);
+  }
+  Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
+  Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
+  // Work split as the FMA backward's (timex_fft_backward.cuh): splits = 1 where the channels
+  // fill the resident CTAs, else as many ranges of pairs as keep the items within them.
+  const int64_t pairs = (B + 1) / 2, resident = resident_ctas<S>(T, k);
+  const int64_t splits = C >= resident ? 1 : std::max<int64_t>(1, std::min(pairs, resident / C));
+  const int64_t items = C * splits, ctas = std::max<int64_t>(1, std::min(items, resident));
+  Tensor acc = fused_ops::empty({(splits > 1 ? items : ctas) * N}, ScalarType::ComplexFloat, k);
+  with_length(T, [&](auto n) {
+    constexpr int kN = decltype(n)::value;
+    const auto kernel = tc::backward_tc_kernel<S, kN>;
+    const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
+    const int sp = static_cast<int>(splits);
+    FUSED_OPS_CUDA_CHECK(launch(kernel, static_cast<int>(ctas), tc::threads(kN),
+                                tc::backward_smem_bytes(kN), stream, bits<S>(g), bits<S>(k),
+                                as<const tc::cf32>(spectra.first), as<const int>(spectra.second),
+                                bits_out(grad_k), bits_out(grad_w), b, c, t, sp, false,
+                                as<tc::cf32>(acc)));
+    if (splits > 1) {
+      FUSED_OPS_CUDA_CHECK(launch(kernel, c, tc::threads(kN), tc::backward_smem_bytes(kN),
+                                  stream, bits<S>(g), bits<S>(k),
+                                  as<const tc::cf32>(spectra.first),
+                                  as<const int>(spectra.second), bits_out(grad_k),
+                                  bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc)));
+    }
+  });
+  return {grad_w, grad_k};
+}
+
+}  // namespace
+
+int64_t tc_spectrum_length(int64_t T) {
+  return T >= 1 && T <= kTcMaxT ? tc::transform_length(T) : 0;
+}
+
+bool tc_supported(const Tensor& k) {
+  const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
+  if (k.scalar_type() != ScalarType::BFloat16 && k.scalar_type() != ScalarType::Half) return false;
+  if (T < 1 || T > kTcMaxT || B < 1 || B * C > INT_MAX) return false;
+  const cudaDeviceProp& prop = fused_ops::device_properties(k);
+  return prop.major >= 8 &&
+         static_cast<size_t>(tc::backward_smem_bytes(static_cast<int>(tc::transform_length(T)))) <=
+             prop.sharedMemPerBlockOptin;
+}
+
+Tensor tc_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
+                  Tensor* keep_wz, Tensor* keep_wexp) {
+  Tensor out;
+  FUSED_OPS_DISPATCH_HALF(k.scalar_type(), "timex_fft_tc_forward", [&] {
+    out = forward_typed<scalar_t>(w, k, eps, stream, keep_wz, keep_wexp);
+  });
+  return out;
+}
+
+std::tuple<Tensor, Tensor> tc_backward(const Tensor& g, const Tensor& w, const Tensor& k,
+                                       cudaStream_t stream, const Tensor* kept_wz,
+                                       const Tensor* kept_wexp) {
+  std::tuple<Tensor, Tensor> grads;
+  FUSED_OPS_DISPATCH_HALF(k.scalar_type(), "timex_fft_tc_backward", [&] {
+    grads = backward_typed<scalar_t>(g, w, k, stream, kept_wz, kept_wexp);
+  });
+  return grads;
+}
+
+}  // namespace rwkv::fft

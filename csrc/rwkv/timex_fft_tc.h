@@ -1,0 +1,41 @@
+// RWKV TimeX: the FFT convolution on tensor cores for bfloat16 and float16 (the kernels:
+// timex_fft_tc_forward.cuh and timex_fft_tc_backward.cuh; the transform: timex_fft_tc.cuh),
+// behind the op's CUDA entry points (timex_cuda.cu) as the algorithm "fft_tc".
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <tuple>
+
+#include "common/checks.h"
+
+namespace rwkv::fft {
+
+// The longest row of the tensor-core kernels: the backward's transform, N = 2 T rounded up to
+// a power of two, is at most 16384 (its two plane sets fill 128 KiB of shared memory).
+constexpr int64_t kTcMaxT = 8192;
+
+// Whether the tensor-core kernels run k's shape, dtype and device: bfloat16 or float16,
+// 1 <= T <= 8192, B * C < 2^31, compute capability 8.0 or newer with this build's code for it,
+// and the backward's shared memory within the device's per-block limit.
+bool tc_supported(const fused_ops::Tensor& k);
+
+// The transform length N of rows of T (0 past kTcMaxT): W's kept spectra are (C, N).
+int64_t tc_spectrum_length(int64_t T);
+
+// out = eps + the causal convolution; w, k contiguous, tc_supported(k). keep_wz, keep_wexp:
+// where not null, receive W's spectra ((C, N) complex float, the kernels' layout, scaled) and
+// their exponents ((C,) int32), for tc_backward's kept.
+fused_ops::Tensor tc_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k, double eps,
+                             cudaStream_t stream, fused_ops::Tensor* keep_wz = nullptr,
+                             fused_ops::Tensor* keep_wexp = nullptr);
+
+// (grad_w, grad_k); g, w, k contiguous, tc_supported(k). kept_wz, kept_wexp: tc_forward's
+// keep for these w and T (checked here: ValueError where they are not that), or null to
+// compute them.
+std::tuple<fused_ops::Tensor, fused_ops::Tensor> tc_backward(
+    const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
+    cudaStream_t stream, const fused_ops::Tensor* kept_wz = nullptr,
+    const fused_ops::Tensor* kept_wexp = nullptr);
+
+}  // namespace rwkv::fft

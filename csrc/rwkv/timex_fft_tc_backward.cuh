@@ -1,0 +1,128 @@
+// RWKV TimeX on tensor cores, the backward (the transform: timex_fft_tc.cuh): both gradients
+// in one kernel, per (channel c, pair of batch rows b0 = 2p, b1 = b0 + 1):
+//   z = g[b0, c] + i g[b1, c],  x = k[b0, c] + i k[b1, c]  (zeros for a missing b1)
+//   grad_k[b0, c] + i grad_k[b1, c] = IDFT(Z conj(W^))      (the correlation of z with h)
+//   grad_w[c, T-1-s] = Re sum_p IDFT(Z_p conj(X_p))[s]
+// The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the
+// pair's two rows of the batch sum at once. Z and X are transformed together (two plane sets,
+// 8 N bytes of shared memory: N <= kMaxBackwardN), so neither spectrum leaves the chip; the
+// middle adds Z conj(X) to the channel's running sum `acc` (N complex floats in global memory,
+// L2-resident, each entry read and written by one thread) and sends Z conj(W^) on to grad_k's
+// inverse. Per channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one
+// per channel, as the FMA backward (timex_fft_backward.cuh) has per row.
+//
+// Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
+// item i = c splits + s. splits = 1: a CTA loops over its items and ends each channel with
+// grad_w's inverse; splits > 1: one item per CTA, its partial sum left in acc, and a second
+// launch (reduce) sums a channel's partials in s order and runs the inverse. Every sum runs in
+// a fixed order, so the result is deterministic.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "rwkv/timex_fft_tc_forward.cuh"
+
+namespace rwkv {
+namespace fft_tc {
+
+// The longest transform of the backward kernel: its two plane sets, 8 N bytes, within sm_90's
+// 227 KiB per block.
+constexpr int kMaxBackwardN = 16384;
+TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) { return 8 * N + 8 * warps(N); }
+// The register cap, in CTAs of 256 threads per SM: 2 (128 registers a thread; 1 at N = 16384,
+// where the 128 KiB of planes keep one CTA per SM anyway). At the conv kernel's 3 (80
+// registers) the two sets' fragments and the running sum spill about 300 bytes a thread.
+TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
+  return (N >= 16384 ? 1 : 2) * 256 / threads(N);
+}
+
+// grad_w of channel c from its spectrum sum acc (middle layout), whose largest |entry|^2 in
+// every thread is m2: acc scaled into float16's range, the inverse DFT_16 and passes, the
+// real part reversed to grad_w's row. Starts and ends with a barrier's worth of ordering: the
+// caller syncs before (acc's entries written by other threads, the planes free).
+template <typename S, int N>
+TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float m2,
+                                     uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
+  const int e = scale_exponent(std::sqrt(m2));
+  middle_from_spectrum<Plane, N>(re, im, acc, std::ldexp(1.f, 1 - e));
+  TIMEX_FFT_SYNC();
+  // The planes hold IDFT_u(acc) 2^(1-e) (unitary); acc = Z_u conj(X_u) of the unitary
+  // transforms, and IDFT(Z conj X) = sqrt(N) IDFT_u(Z_u conj(X_u)).
+  inverse_out<S, N>(re, im, f16,
+                    ReversedRealSink<S>{grad_w_row, T, std::sqrt(float(N)) * std::ldexp(1.f, e - 1)});
+}
+
+// g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
+// (C, T). acc_all: N complex floats per CTA (splits = 1) or per item (splits > 1: read by the
+// reduce launch, one CTA per channel).
+template <typename S, int N>
+TIMEX_FFT_TC_KERNEL(threads(N), backward_min_blocks(N))
+backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
+                   const cf32* __restrict__ wz, const int* __restrict__ wexp,
+                   uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
+                   int T, int splits, bool reduce, cf32* __restrict__ acc_all) {
+  static_assert(N >= kMinN && N <= kMaxBackwardN && (N & (N - 1)) == 0, "N: a power of two");
+  TIMEX_FFT_SHARED(smem);
+  uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N
+  uint16_t* im = re + N;
+  float* slots = reinterpret_cast<float*>(re + 4 * N);  // two sets of warps(N)
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
+  DftFrags<Plane> f16;
+  f16.init(lane);
+  if (reduce) {  // channel blockIdx.x's partial sums, in s order, into its first
+    const int c = static_cast<int>(blockIdx.x);
+    cf32* part = acc_all + int64_t(c) * splits * N;
+    float m2 = 0.f;
+    for (int i = tid; i < N; i += threads(N)) {
+      cf32 a = part[i];
+      for (int s = 1; s < splits; ++s) a = a + part[int64_t(s) * N + i];
+      part[i] = a;
+      m2 = std::fmax(m2, norm2(a));
+    }
+    m2 = block_max<N>(m2, slots);  // its barrier also orders the sums before their readers
+    grad_w_inverse<S, N>(re, im, part, m2, grad_w + int64_t(c) * T, T, f16);
+    return;
+  }
+  const int pairs = (B + 1) / 2, items = C * splits;
+  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(g) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  for (int item = static_cast<int>(blockIdx.x); item < items;
+       item += static_cast<int>(gridDim.x)) {
+    const int c = item / splits, s = item % splits;
+    const int p0 = static_cast<int>(int64_t(s) * pairs / splits);
+    const int p1 = static_cast<int>(int64_t(s + 1) * pairs / splits);
+    cf32* acc = acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
+    const cf32* wrow = wz + int64_t(c) * N;
+    float m2 = 0.f;
+    for (int p = p0; p < p1; ++p) {
+      const int b0 = 2 * p, b1 = b0 + 1;
+      const bool two = b1 < B;
+      const int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
+      TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
+      const int ez = scale_exponent(
+          load_rows<S, N>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots));
+      const int ex = scale_exponent(load_rows<S, N>(re + 2 * N, im + 2 * N, k + r0,
+                                                    two ? k + r1 : nullptr, T, vec, false,
+                                                    slots + warps(N)));
+      const float scale[2] = {std::ldexp(1.f, 1 - ez), std::ldexp(1.f, 1 - ex)};
+      scale_sets<S, N, 2>(re, im, scale);
+      TIMEX_FFT_SYNC();
+      forward_transform<N, 2>(re, im, f16);
+      // Z_u = Z's planes 2^(ez-1), X_u likewise (the unitary transforms of z and x).
+      m2 = middle_backward<Plane, N>(re, im, wrow, acc, p == p0, std::ldexp(1.f, ez + ex - 2));
+      TIMEX_FFT_SYNC();
+      inverse_out<S, N>(re, im, f16,
+                        PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
+                                    std::ldexp(1.f, ez - 1 + wexp[c]), 0.f, grad_k));
+    }
+    if (splits == 1) {
+      TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
+      m2 = block_max<N>(m2, slots);
+      grad_w_inverse<S, N>(re, im, acc, m2, grad_w + int64_t(c) * T, T, f16);
+    }
+  }
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

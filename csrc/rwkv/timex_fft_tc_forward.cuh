@@ -1,0 +1,105 @@
+// RWKV TimeX on tensor cores, the forward's kernels (the transform: timex_fft_tc.cuh): W's
+// spectra, and the convolution of a row pair, which with W's spectrum conjugated is the
+// backward's grad_k (a correlation) too.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "rwkv/timex_fft_tc.cuh"
+
+namespace rwkv {
+namespace fft_tc {
+
+// The length of the transform for rows of T: the power of two >= 2 T, at least kMinN (N >= 2T:
+// the circular products of the zero-padded rows are linear).
+TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
+  int64_t n = kMinN;
+  while (n < 2 * T) n *= 2;
+  return n;
+}
+
+// The forward passes of the planes' SETS sets: the first at stride N / 16 where the outer
+// radix is 16, else after scale_sets' first pass at N / R1.
+template <int N, int SETS = 1>
+TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16) {
+  constexpr int R1 = radix1(N);
+  forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16, SETS>(re, im, f16);
+}
+
+// W's spectra, one CTA per channel c: wz[c] (N complex floats, the middle's layout) = the
+// unnormalised DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its
+// largest magnitude below 1 (what the conv kernel's middle needs to keep its products within
+// float16: the top of timex_fft_tc.cuh). w: (C, T) contiguous of S.
+template <typename S, int N>
+TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N))
+spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
+                   int* __restrict__ wexp) {
+  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
+  TIMEX_FFT_SHARED(smem);
+  uint16_t* re = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* im = re + N;
+  float* slots = reinterpret_cast<float*>(im + N);
+  const int tid = static_cast<int>(threadIdx.x), c = static_cast<int>(blockIdx.x);
+  const float amax = load_rows<S, N>(re, im, w + int64_t(c) * T, nullptr, T, false,
+                                     /*reversed=*/true, slots);
+  const int ex = scale_exponent(amax);
+  const float scale[1] = {std::ldexp(1.f, 1 - ex)};
+  scale_sets<S, N, 1>(re, im, scale);
+  DftFrags<Plane> f16;
+  f16.init(tid % 32);
+  TIMEX_FFT_SYNC();
+  forward_transform<N>(re, im, f16);
+  // The planes hold DFT(h) 2^(1-ex) / sqrt(N) (every pass unitary).
+  cf32* row = wz + int64_t(c) * N;
+  const float m2 = middle_spectrum<Plane, N>(re, im, row, std::sqrt(float(N)) * std::ldexp(1.f, ex - 1));
+  const int we = scale_exponent(std::sqrt(block_max<N>(m2, slots)));
+  // Each lane rescales the entries it wrote (middle_spectrum's layout).
+  const float down = std::ldexp(1.f, -we);
+  const int lane = tid % 32;
+  for (int it = tid / 32; it < N / 256; it += warps(N)) {
+    for (int j = 0; j < 8; ++j) {
+      cf32& v = row[256 * it + 8 * lane + j];
+      v = {v.x * down, v.y * down};
+    }
+  }
+  if (tid == 0) wexp[c] = we;
+}
+
+// The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
+// wz, wexp: spectrum_tc_kernel's. CONJ: W's spectrum conjugated, the correlation of k with h
+// (given g: TimeX's grad_k; eps 0).
+template <typename S, int N, bool CONJ = false>
+TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N))
+conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
+               const int* __restrict__ wexp, uint16_t* __restrict__ out, int B, int C, int T,
+               float eps) {
+  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
+  TIMEX_FFT_SHARED(smem);
+  uint16_t* re = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* im = re + N;
+  float* slots = reinterpret_cast<float*>(im + N);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int c = static_cast<int>(blockIdx.x) % C, pair = static_cast<int>(blockIdx.x) / C;
+  const int b0 = 2 * pair, b1 = b0 + 1;
+  const bool two = b1 < B;
+  const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
+  const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : nullptr;
+  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  const int ex = scale_exponent(load_rows<S, N>(re, im, k0, k1, T, vec, false, slots));
+  const float scale[1] = {std::ldexp(1.f, 1 - ex)};
+  scale_sets<S, N, 1>(re, im, scale);
+  DftFrags<Plane> f16;
+  f16.init(tid % 32);
+  TIMEX_FFT_SYNC();
+  forward_transform<N>(re, im, f16);
+  middle<Plane, N, CONJ>(re, im, wz + int64_t(c) * N);
+  TIMEX_FFT_SYNC();
+  uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
+  uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
+  inverse_out<S, N>(re, im, f16,
+                    PairSink<S>(o0, o1, two, T, std::ldexp(1.f, ex - 1 + wexp[c]), eps, out));
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

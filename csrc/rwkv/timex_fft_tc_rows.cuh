@@ -1,0 +1,165 @@
+// RWKV TimeX on tensor cores (timex_fft_tc.cuh): a row pair from global memory into the
+// planes and its scaling, the block's largest magnitude, and the inverse transform's output
+// to global memory (a row pair: out and grad_k; one real row reversed: grad_w).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "rwkv/timex_fft_tc_common.cuh"
+#include "rwkv/timex_fft_tc_outer.cuh"
+
+namespace rwkv {
+namespace fft_tc {
+
+// The largest of every thread's v, in every thread; slots: warps(N) floats of shared memory
+// that no other call uses until every thread has returned (the caller's next barrier).
+template <int N>
+TIMEX_FFT_DEVICE float block_max(float v, float* slots) {
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int m = 16; m > 0; m /= 2) v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, m));
+  if (tid % 32 == 0) slots[tid / 32] = v;
+  TIMEX_FFT_SYNC();
+  for (int w = 0; w < warps(N); ++w) v = std::fmax(v, slots[w]);
+  return v;
+}
+
+// The exponent ex of a largest magnitude m = f 2^ex (f in [0.5, 1)): 2^(1 - ex) takes m into
+// [1, 2); 1 for zeros, inf or NaN (which then reach the output as they are).
+TIMEX_FFT_DEVICE int scale_exponent(float m) {
+  int ex = 1;
+  if (m > 0.f && std::isfinite(m)) std::frexp(m, &ex);
+  return ex;
+}
+
+// Rows r0 + i r1 (r1 null: zeros), zero from T on, into the planes re, im as S's bits in
+// natural order, read reversed (r[T-1-t]) where asked; 16-byte loads where `vec` (T % 8 == 0,
+// 16-byte aligned rows, not reversed). Returns the largest magnitude of the pair in every
+// thread (block_max over slots).
+template <typename S, int N>
+TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
+                                 const uint16_t* r1, int T, bool vec, bool reversed,
+                                 float* slots) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float amax = 0.f;
+  for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
+    uint16_t xr[8], xi[8];
+    if (vec && e + 8 <= T) {
+      ldg16(xr, r0 + e);
+      if (r1 != nullptr) {
+        ldg16(xi, r1 + e);
+      } else {
+        for (int j = 0; j < 8; ++j) xi[j] = 0;
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        const int t = reversed ? T - 1 - (e + j) : e + j;
+        xr[j] = e + j < T ? r0[t] : uint16_t(0);
+        xi[j] = e + j < T && r1 != nullptr ? r1[t] : uint16_t(0);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      amax = std::fmax(amax, std::fmax(std::fabs(bits_to_float<S>(xr[j])),
+                                       std::fabs(bits_to_float<S>(xi[j]))));
+    }
+    st16(re + swz(e), xr);
+    st16(im + swz(e), xi);
+  }
+  return block_max<N>(amax, slots);
+}
+
+// The loaded sets (S's bits, set s at re + 2 N s) times scale[s], as float16: the first
+// forward pass where the outer radix is below 16 (first_pass_fma), else in place. The caller
+// syncs before the passes.
+template <typename S, int N, int SETS>
+TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale)[SETS]) {
+  if constexpr (radix1(N) < 16) {
+    first_pass_fma<S, N, SETS>(re, im, scale);
+  } else {  // each thread rescales the chunks it stored
+    const int tid = static_cast<int>(threadIdx.x);
+    for (int e = 8 * tid; e < SETS * N; e += 8 * threads(N)) {
+      const int set = e / N;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        uint16_t* const at = (p == 0 ? re : im) + 2 * N * set + swz(e % N);
+        uint16_t v[8];
+        ld16(v, at);
+        uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * scale[set],
+                              bits_to_float<S>(v[2 * j + 1]) * scale[set]);
+        }
+        std::memcpy(v, h, 16);
+        st16(at, v);
+      }
+    }
+  }
+}
+
+// Where the inverse transform's y goes: y's real part + eps to row o0 and its imaginary part
+// + eps to o1 (where `two`), times scale, rounded to S; t < T. emit: times t and t + 1 (t
+// even) as floats; copy: 8 times from e on, already scaled and rounded (the planes' staging).
+template <typename S>
+struct PairSink {
+  uint16_t* o0;
+  uint16_t* o1;
+  bool two;
+  int T;
+  float scale, eps;
+  bool pairs, vec;  // 4-byte and 16-byte stores: T even / T % 8 == 0 and the rows aligned
+  TIMEX_FFT_DEVICE PairSink(uint16_t* a, uint16_t* b, bool two_rows, int t, float s, float e,
+                            const uint16_t* base)
+      : o0(a), o1(b), two(two_rows), T(t), scale(s), eps(e),
+        pairs(t % 2 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0),
+        vec(t % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0) {}
+  TIMEX_FFT_DEVICE float re(float v) const { return std::fma(v, scale, eps); }
+  TIMEX_FFT_DEVICE float im(float v) const { return std::fma(v, scale, eps); }
+  TIMEX_FFT_DEVICE void emit(int t, float r0, float i0, float r1, float i1) const {
+    if (t >= T) return;
+    r0 = re(r0), r1 = re(r1), i0 = im(i0), i1 = im(i1);
+    if (pairs) {
+      st32(o0 + t, pack2<S>(r0, r1));
+      if (two) st32(o1 + t, pack2<S>(i0, i1));
+    } else {
+      o0[t] = to_bits<S>(r0);
+      if (two) o1[t] = to_bits<S>(i0);
+      if (t + 1 < T) {
+        o0[t + 1] = to_bits<S>(r1);
+        if (two) o1[t + 1] = to_bits<S>(i1);
+      }
+    }
+  }
+  TIMEX_FFT_DEVICE void copy(int e, const uint16_t (&yr)[8], const uint16_t (&yi)[8]) const {
+    if (vec) {
+      st16(o0 + e, yr);
+      if (two) st16(o1 + e, yi);
+    } else {
+      for (int j = 0; j < 8 && e + j < T; ++j) {
+        o0[e + j] = yr[j];
+        if (two) o1[e + j] = yi[j];
+      }
+    }
+  }
+};
+
+// grad_w's row: o[T-1-t] = Re y[t] times scale, rounded to S, for t < T (the imaginary part
+// is not wanted).
+template <typename S>
+struct ReversedRealSink {
+  uint16_t* o;
+  int T;
+  float scale;
+  TIMEX_FFT_DEVICE float re(float v) const { return v * scale; }
+  TIMEX_FFT_DEVICE float im(float) const { return 0.f; }
+  TIMEX_FFT_DEVICE void emit(int t, float r0, float, float r1, float) const {
+    if (t < T) o[T - 1 - t] = to_bits<S>(re(r0));
+    if (t + 1 < T) o[T - 2 - t] = to_bits<S>(re(r1));
+  }
+  TIMEX_FFT_DEVICE void copy(int e, const uint16_t (&yr)[8], const uint16_t (&)[8]) const {
+    for (int j = 0; j < 8 && e + j < T; ++j) o[T - 1 - e - j] = yr[j];
+  }
+};
+
+}  // namespace fft_tc
+}  // namespace rwkv

@@ -1,0 +1,154 @@
+"""TimeX's FFT convolution on tensor cores ("fft_tc": csrc/rwkv/timex_fft_tc*.cuh, bfloat16 and
+float16, T <= 8192) on the GPU, forced through RWKV_TIMEX_ALGO: against float64 on the same
+rounded inputs at lengths across every transform length N (2048 to 16384) and each outer
+radix, odd and prime T, B = C = 1, odd B (a pair of one row); every work split of its backward;
+determinism, CUDA graph capture, torch.compile, the spectra kept from forward to backward, and
+auto's choice. tests/test_rwkv_fft_tc_emulation.py runs the same kernels on the CPU."""
+
+import pytest
+import torch
+from conftest import rel_err
+
+import rwkv_ops
+from rwkv_ops.reference import timex_conv1d, timex_fftconv
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+HALF = [torch.bfloat16, torch.float16]
+HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
+# (B, C, T): N = 2048 (outer radix 8) up to T = 1024, 4096 (16) to 2048, 8192 (2) to 4096,
+# 16384 (4) to 8192; each at its longest T and past the last, odd and prime T, B = C = 1.
+SHAPES = [(1, 1, 1), (2, 3, 7), (3, 5, 300), (2, 4, 1024), (1, 1, 1025), (4, 3, 2048),
+          (5, 2, 2053), (2, 3, 4096), (3, 2, 4099), (1, 2, 7919), (2, 2, 8192)]
+
+
+@pytest.fixture
+def tc(monkeypatch):
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_tc")
+
+
+def make(B, C, T, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed + B * 1000003 + C * 1009 + T)
+    w = torch.randn(C, T, generator=gen, dtype=torch.float64) / T**0.5
+    k = torch.randn(B, C, T, generator=gen, dtype=torch.float64)
+    g = torch.randn(B, C, T, generator=gen, dtype=torch.float64)
+    return [t.to("cuda", dtype) for t in (w, k, g)]
+
+
+def ours(w, k, g, eps):
+    return [torch.ops.rwkv_ops.timex_forward(w, k, eps),
+            *torch.ops.rwkv_ops.timex_backward(g, w, k)]
+
+
+def grads_of(fn, w, k, g, eps):
+    w, k = (t.detach().clone().requires_grad_() for t in (w, k))
+    out = fn(w, k, eps)
+    return [out.detach(), *torch.autograd.grad(out, [w, k], g.to(out.dtype))]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_against_float64(tc, dtype, shape):
+    """out, grad_w, grad_k within the dtype's bound of float64 on the same rounded inputs and
+    within 2x the error of plain PyTorch in that dtype (conv1d, +1e-3 as the direct kernels'
+    test allows); bitwise the same on a second call."""
+    w, k, g = make(*shape, dtype)
+    assert rwkv_ops.timex_algorithm(k) == "fft_tc"
+    got = ours(w, k, g, 0.3)
+    want = grads_of(timex_conv1d if shape[2] <= 4096 else timex_fftconv,
+                    w.double(), k.double(), g.double(), 0.3)
+    plain = grads_of(timex_conv1d, w, k, g, 0.3)
+    for name, a, p, b in zip(["out", "grad_w", "grad_k"], got, plain, want):
+        assert a.dtype == dtype and a.shape == b.shape, name
+        err = rel_err(a, b)
+        assert err < HALF_TOL[dtype], (name, shape, err)
+        assert err <= 2 * rel_err(p, b) + 1e-3, (name, shape, err, rel_err(p, b))
+    for a, b in zip(ours(w, k, g, 0.3), got):
+        assert torch.equal(a, b)
+
+
+# (dtype, scale of k, of w, of g): every output within the dtype's normal range.
+MAGNITUDES = [(torch.bfloat16, 1e-30, 1.0, 1e30), (torch.bfloat16, 1e30, 1e-20, 1e-10),
+              (torch.bfloat16, 1e20, 1e10, 1e-25), (torch.float16, 1e-3, 1.0, 1e3),
+              (torch.float16, 10.0, 1.0, 10.0)]
+
+
+@pytest.mark.parametrize("dtype,sk,sw,sg", MAGNITUDES)
+def test_input_magnitudes(tc, dtype, sk, sw, sg):
+    """The planes are float16 for both types: each row pair, W's spectrum and grad_w's sum are
+    scaled by powers of two, so inputs far outside float16's range (bfloat16 from 1e-30 to
+    1e30) keep their accuracy: nothing overflows or flushes to zero on the way."""
+    w, k, g = make(2, 2, 3000, torch.float64)
+    w, k, g = (w * sw).to(dtype), (k * sk).to(dtype), (g * sg).to(dtype)
+    got = ours(w, k, g, 0.0)
+    want = grads_of(timex_fftconv, w.double(), k.double(), g.double(), 0.0)
+    for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+        assert torch.isfinite(a).all(), name
+        assert rel_err(a, b) < HALF_TOL[dtype], (name, rel_err(a, b))
+
+
+@pytest.mark.parametrize("shape", [(9, 2, 2048), (7, 1, 8192), (2, 3000, 500), (40, 1, 1000),
+                                   (1, 700, 8192)])
+def test_backward_work_splits(tc, shape):
+    """The backward kernel's work splits: a channel's pairs in several items (partial sums, the
+    reduce launch; an odd B leaves a pair of one row), more channels than resident CTAs (each
+    CTA loops over channels), one pair per channel: grads within bfloat16's bound and
+    deterministic."""
+    w, k, g = make(*shape, torch.bfloat16)
+    got = ours(w, k, g, 0.1)
+    want = grads_of(timex_fftconv, w.double(), k.double(), g.double(), 0.1)
+    for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+        assert rel_err(a, b) < HALF_TOL[torch.bfloat16], (shape, name, rel_err(a, b))
+    for a, b in zip(ours(w, k, g, 0.1), got):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_graph_capture(tc, dtype):
+    """Captured in a CUDA graph and replayed on new inputs: the eager call's bits."""
+    w, k, g = make(3, 4, 5000, dtype)
+    ours(w, k, g, 0.1)  # warm-up outside the capture
+    static = [t.clone() for t in (w, k, g)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = ours(*static, 0.1)
+    for t, src in zip(static, make(3, 4, 5000, dtype, seed=1)):
+        t.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, ours(*static, 0.1)):
+        assert torch.equal(a, b)
+
+
+def test_kept_spectra_and_compile(tc):
+    """Eager training keeps W's spectra (wz: (C, N) complex64) and exponents (kz: (C,) int32)
+    from the forward for the backward: the ops' bits; kept tensors of the wrong shape raise
+    ValueError; torch.compile(fullgraph) gives the same results."""
+    w, k, g = make(3, 5, 1500, torch.bfloat16)
+    want = ours(w, k, g, 0.3)
+    wg, kg = (t.clone().requires_grad_() for t in (w, k))
+    out = rwkv_ops.timex(wg, kg, 0.3)
+    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], want):
+        assert torch.equal(a, b)
+    out, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)
+    assert kz.shape == (5,) and kz.dtype == torch.int32
+    assert wz.shape == (5, 4096) and wz.dtype == torch.complex64
+    for a, b in zip(torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz), want[1:]):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="spectra and exponents that timex_forward_keep"):
+        torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz[1:])
+    with pytest.raises(ValueError, match="spectra and exponents that timex_forward_keep"):
+        torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz[1:], wz)
+    torch._dynamo.reset()
+    step = torch.compile(lambda w, k: rwkv_ops.timex(w, k, 0.3), fullgraph=True)
+    wg, kg = (t.clone().requires_grad_() for t in (w, k))
+    out = step(wg, kg)
+    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], want):
+        assert torch.equal(a, b)
+
+
+def test_forced_where_it_cannot_run(tc):
+    """Forced past its reach (float32, float64, T > 8192) the op runs the fastest other FFT."""
+    for dtype, T in ((torch.float32, 1000), (torch.float64, 1000), (torch.bfloat16, 8193)):
+        k = torch.empty(2, 3, T, device="cuda", dtype=dtype)
+        assert rwkv_ops.timex_algorithm(k) != "fft_tc", (dtype, T)

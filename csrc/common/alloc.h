@@ -28,6 +28,7 @@ inline int32_t aoti_dtype(ScalarType t) {
     case ScalarType::ComplexFloat: return aoti_torch_dtype_complex64();
     case ScalarType::ComplexDouble: return aoti_torch_dtype_complex128();
     case ScalarType::Byte: return aoti_torch_dtype_uint8();
+    case ScalarType::Int: return aoti_torch_dtype_int32();
     default: break;
   }
   raise<std::runtime_error>("torch-fused-ops: no allocation path for dtype ",

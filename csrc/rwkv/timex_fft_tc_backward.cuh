@@ -37,14 +37,14 @@ TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
   return (N >= 16384 ? 1 : 2) * 256 / threads(N);
 }
 
-// grad_w of channel c from its spectrum sum acc (middle layout), whose largest |entry|^2 in
-// every thread is m2: acc scaled into float16's range, the inverse DFT_16 and passes, the
+// grad_w of channel c from its spectrum sum acc (middle layout), whose largest |component| in
+// every thread is amax: acc scaled into float16's range, the inverse DFT_16 and passes, the
 // real part reversed to grad_w's row. Starts and ends with a barrier's worth of ordering: the
 // caller syncs before (acc's entries written by other threads, the planes free).
 template <typename S, int N>
-TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float m2,
+TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
                                      uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
-  const int e = scale_exponent(std::sqrt(m2));
+  const int e = scale_exponent(amax);
   middle_from_spectrum<Plane, N>(re, im, acc, std::ldexp(1.f, 1 - e));
   TIMEX_FFT_SYNC();
   // The planes hold IDFT_u(acc) 2^(1-e) (unitary); acc = Z_u conj(X_u) of the unitary
@@ -73,15 +73,15 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
   if (reduce) {  // channel blockIdx.x's partial sums, in s order, into its first
     const int c = static_cast<int>(blockIdx.x);
     cf32* part = acc_all + int64_t(c) * splits * N;
-    float m2 = 0.f;
+    float amax = 0.f;
     for (int i = tid; i < N; i += threads(N)) {
       cf32 a = part[i];
       for (int s = 1; s < splits; ++s) a = a + part[int64_t(s) * N + i];
       part[i] = a;
-      m2 = std::fmax(m2, norm2(a));
+      amax = std::fmax(amax, norm_inf(a));
     }
-    m2 = block_max<N>(m2, slots);  // its barrier also orders the sums before their readers
-    grad_w_inverse<S, N>(re, im, part, m2, grad_w + int64_t(c) * T, T, f16);
+    amax = block_max<N>(amax, slots);  // its barrier also orders the sums before their readers
+    grad_w_inverse<S, N>(re, im, part, amax, grad_w + int64_t(c) * T, T, f16);
     return;
   }
   const int pairs = (B + 1) / 2, items = C * splits;
@@ -94,7 +94,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     const int p1 = static_cast<int>(int64_t(s + 1) * pairs / splits);
     cf32* acc = acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
     const cf32* wrow = wz + int64_t(c) * N;
-    float m2 = 0.f;
+    float amax = 0.f;
     for (int p = p0; p < p1; ++p) {
       const int b0 = 2 * p, b1 = b0 + 1;
       const bool two = b1 < B;
@@ -110,7 +110,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       TIMEX_FFT_SYNC();
       forward_transform<N, 2>(re, im, f16);
       // Z_u = Z's planes 2^(ez-1), X_u likewise (the unitary transforms of z and x).
-      m2 = middle_backward<Plane, N>(re, im, wrow, acc, p == p0, std::ldexp(1.f, ez + ex - 2));
+      amax = middle_backward<Plane, N>(re, im, wrow, acc, p == p0, std::ldexp(1.f, ez + ex - 2));
       TIMEX_FFT_SYNC();
       inverse_out<S, N>(re, im, f16,
                         PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
@@ -118,8 +118,8 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
-      m2 = block_max<N>(m2, slots);
-      grad_w_inverse<S, N>(re, im, acc, m2, grad_w + int64_t(c) * T, T, f16);
+      amax = block_max<N>(amax, slots);
+      grad_w_inverse<S, N>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
     }
   }
 }

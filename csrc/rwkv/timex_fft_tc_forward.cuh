@@ -29,7 +29,7 @@ TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFra
 
 // W's spectra, one CTA per channel c: wz[c] (N complex floats, the middle's layout) = the
 // unnormalised DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its
-// largest magnitude below 1 (what the conv kernel's middle needs to keep its products within
+// largest component below 1 (what the conv kernel's middle needs to keep its products within
 // float16: the top of timex_fft_tc.cuh). w: (C, T) contiguous of S.
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N))
@@ -41,7 +41,8 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
   const int tid = static_cast<int>(threadIdx.x), c = static_cast<int>(blockIdx.x);
-  const float amax = load_rows<S, N>(re, im, w + int64_t(c) * T, nullptr, T, false,
+  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
+  const float amax = load_rows<S, N>(re, im, w + int64_t(c) * T, nullptr, T, vec,
                                      /*reversed=*/true, slots);
   const int ex = scale_exponent(amax);
   const float scale[1] = {std::ldexp(1.f, 1 - ex)};
@@ -50,19 +51,12 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
   f16.init(tid % 32);
   TIMEX_FFT_SYNC();
   forward_transform<N>(re, im, f16);
-  // The planes hold DFT(h) 2^(1-ex) / sqrt(N) (every pass unitary).
-  cf32* row = wz + int64_t(c) * N;
-  const float m2 = middle_spectrum<Plane, N>(re, im, row, std::sqrt(float(N)) * std::ldexp(1.f, ex - 1));
-  const int we = scale_exponent(std::sqrt(block_max<N>(m2, slots)));
-  // Each lane rescales the entries it wrote (middle_spectrum's layout).
-  const float down = std::ldexp(1.f, -we);
-  const int lane = tid % 32;
-  for (int it = tid / 32; it < N / 256; it += warps(N)) {
-    for (int j = 0; j < 8; ++j) {
-      cf32& v = row[256 * it + 8 * lane + j];
-      v = {v.x * down, v.y * down};
-    }
-  }
+  // The planes hold DFT(h) 2^(1-ex) / sqrt(N) (every pass unitary): the largest component of
+  // DFT(h) first, then the spectrum stored times 2^-we.
+  const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, ex - 1);
+  const float amax_w = middle_spectrum<Plane, N, false>(re, im, nullptr, unscale);
+  const int we = scale_exponent(block_max<N>(amax_w, slots));
+  middle_spectrum<Plane, N, true>(re, im, wz + int64_t(c) * N, unscale * std::ldexp(1.f, -we));
   if (tid == 0) wexp[c] = we;
 }
 
@@ -80,7 +74,10 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
   const int tid = static_cast<int>(threadIdx.x);
-  const int c = static_cast<int>(blockIdx.x) % C, pair = static_cast<int>(blockIdx.x) / C;
+  // Channel-major: a channel's pairs run together, so that its spectrum (8 N bytes, 64 MiB
+  // over 1024 channels at N = 8192: more than L2) is read from memory once.
+  const int pairs = (B + 1) / 2;
+  const int c = static_cast<int>(blockIdx.x) / pairs, pair = static_cast<int>(blockIdx.x) % pairs;
   const int b0 = 2 * pair, b1 = b0 + 1;
   const bool two = b1 < B;
   const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;

@@ -161,7 +161,8 @@ TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)
 #endif
 }
 
-TIMEX_FFT_DEVICE float norm2(cf32 v) { return v.x * v.x + v.y * v.y; }
+// The larger of |re| and |im| (within sqrt 2 of |v|; a squared norm would overflow float first).
+TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::fabs(v.y)); }
 
 // The middle of the convolution: X DFT_16, times W's spectrum wrow (conjugated where CONJ:
 // grad_k's correlation), times conj(DFT_16), on tensor cores; the products stay in registers.
@@ -186,15 +187,17 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
   }
 }
 
-// The spectrum alone (the W-spectrum kernel): X DFT_16 times `scale` to `row` (N complex
-// floats, middle layout). Returns the largest |entry|^2 that this lane wrote.
-template <typename S, int N>
+// The spectrum alone (the W-spectrum kernel): X DFT_16 times `scale`; to `row` (N complex
+// floats, middle layout) where STORE. Returns the largest |component| of this lane's entries
+// (the kernel runs it twice: for the largest, then to store with the scale that it implies,
+// rather than rescaling its stores in place).
+template <typename S, int N, bool STORE>
 TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
                                        float scale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
   m.init(lane);
-  float m2 = 0.f;
+  float amax = 0.f;
   for (int it = warp; it < N / 256; it += warps(N)) {
     uint32_t xr[4], xi[4];
     m.load(re, im, it, xr, xi);
@@ -205,25 +208,26 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         y[e] = {y[e].x * scale, y[e].y * scale};
-        m2 = std::fmax(m2, norm2(y[e]));
+        amax = std::fmax(amax, norm_inf(y[e]));
       }
-      store4(row, it, lane, t, y);
+      if constexpr (STORE) store4(row, it, lane, t, y);
     }
   }
-  return m2;
+  return amax;
 }
 
 // The backward's middle, over two plane sets: Z (g's pair) at re, im and X (k's pair) at
 // re + 2N, im + 2N. acc (N complex floats, middle layout, this lane's entries its own) gets
 // Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through conj(DFT_16)
-// to Z's planes (grad_k's correlation). Returns the largest |acc entry|^2 that this lane wrote.
+// to Z's planes (grad_k's correlation). Returns the largest |component| of the acc entries
+// that this lane wrote.
 template <typename S, int N>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
                                        cf32* acc, bool first, float pscale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
   m.init(lane);
-  float m2 = 0.f;
+  float amax = 0.f;
   for (int it = warp; it < N / 256; it += warps(N)) {
     uint32_t zr[4], zi[4], xr[4], xi[4];
     m.load(re, im, it, zr, zi);
@@ -241,14 +245,14 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* _
         const cf32 v = cmul(z[e], fft::conj(x[e]));
         const cf32 s{v.x * pscale, v.y * pscale};
         a[e] = first ? s : cf32{a[e].x + s.x, a[e].y + s.y};
-        m2 = std::fmax(m2, norm2(a[e]));
+        amax = std::fmax(amax, norm_inf(a[e]));
         p[t][e] = cmul(z[e], fft::conj(w[e]));
       }
       store4(acc, it, lane, t, a);
     }
     m.inverse_store(re, im, it, p);
   }
-  return m2;
+  return amax;
 }
 
 // The inverse DFT_16 of a spectrum in float (grad_w's sum, acc: middle layout, this lane's

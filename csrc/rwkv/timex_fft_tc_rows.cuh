@@ -34,8 +34,9 @@ TIMEX_FFT_DEVICE int scale_exponent(float m) {
 
 // Rows r0 + i r1 (r1 null: zeros), zero from T on, into the planes re, im as S's bits in
 // natural order, read reversed (r[T-1-t]) where asked; 16-byte loads where `vec` (T % 8 == 0,
-// 16-byte aligned rows, not reversed). Returns the largest magnitude of the pair in every
-// thread (block_max over slots).
+// 16-byte aligned rows: a reversed chunk is the aligned chunk at T - 8 - e, its elements in
+// reverse order). Returns the largest magnitude of the pair in every thread (block_max over
+// slots).
 template <typename S, int N>
 TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
                                  const uint16_t* r1, int T, bool vec, bool reversed,
@@ -45,11 +46,19 @@ TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
   for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
     uint16_t xr[8], xi[8];
     if (vec && e + 8 <= T) {
-      ldg16(xr, r0 + e);
+      const int at = reversed ? T - 8 - e : e;
+      ldg16(xr, r0 + at);
       if (r1 != nullptr) {
-        ldg16(xi, r1 + e);
+        ldg16(xi, r1 + at);
       } else {
         for (int j = 0; j < 8; ++j) xi[j] = 0;
+      }
+      if (reversed) {
+        for (int j = 0; j < 4; ++j) {
+          const uint16_t r = xr[j], i = xi[j];
+          xr[j] = xr[7 - j], xi[j] = xi[7 - j];
+          xr[7 - j] = r, xi[7 - j] = i;
+        }
       }
     } else {
       for (int j = 0; j < 8; ++j) {

@@ -1,10 +1,11 @@
-"""Issue 29's probe: the TimeX forward with its FFT passes on tensor cores
-(csrc/rwkv/timex_fft_tc.cuh, bfloat16/float16 mma.sync) against the op's on-chip FMA FFT
-kernels (RWKV_TIMEX_ALGO=fft_fused; the fused W-spectrum and conv kernels) and the FFT
-convolution, forward only, on the GPU. The probe kernel is not part of the op: this script
-builds it with torch.utils.cpp_extension.load_inline (a CUDA machine with nvcc) and gives
-it W's spectrum in its storage order, made here with torch.fft in float64 (not timed: the
-fused path's W-spectrum kernel is listed apart). Per shape: the conv kernels' GPU time
+"""Issue 29's probe: the TimeX conv kernel with its FFT passes on tensor cores
+(csrc/rwkv/timex_fft_tc_forward.cuh, bfloat16/float16 mma.sync) against the op's on-chip FMA
+FFT kernels (RWKV_TIMEX_ALGO=fft_fused; the fused W-spectrum and conv kernels) and the FFT
+convolution, forward only, on the GPU, at transform lengths up to 32768 (the op's "fft_tc"
+runs the same kernel up to 16384). This script builds the kernel alone with
+torch.utils.cpp_extension.load_inline (a CUDA machine with nvcc) and gives it W's spectrum in
+its storage order, made here with torch.fft in float64 (not timed: the fused path's
+W-spectrum kernel is listed apart). Per shape: the conv kernels' GPU time
 (profiler, per call), the forward's wall time (CUDA events, medians of alternating rounds),
 and each forward's error against float64 on the same rounded inputs (max|err| / max|ref|).
 Built for sm_90a (an H100). Usage: python -m benchmarks.timex_tc_fft_probe [--out FILE]
@@ -24,7 +25,7 @@ SHAPES = [(4, 1024, 1024), (4, 1024, 2048), (4, 1024, 4096), (2, 768, 6000), (2,
 SOURCE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
-#include "rwkv/timex_fft_tc.cuh"
+#include "rwkv/timex_fft_tc_forward.cuh"
 
 using namespace rwkv::fft_tc;
 

@@ -152,3 +152,17 @@ def test_forced_where_it_cannot_run(tc):
     for dtype, T in ((torch.float32, 1000), (torch.float64, 1000), (torch.bfloat16, 8193)):
         k = torch.empty(2, 3, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) != "fft_tc", (dtype, T)
+
+
+def test_auto_choice(monkeypatch):
+    """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for the half types from B = 16 up
+    to T = 8192 past the direct kernels' reach (1536 there); the fused kernels below B = 16,
+    past T = 8192, and for float32."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"), (torch.float16, 32, 8192,
+                              "fft_tc"), (torch.bfloat16, 16, 8193, "fft_fused"),
+                              (torch.bfloat16, 15, 4096, "fft_fused"),
+                              (torch.bfloat16, 16, 1536, "direct"),
+                              (torch.float32, 16, 4096, "fft_fused")]:
+        k = torch.empty(B, 2, T, device="cuda", dtype=dtype)
+        assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, T)

@@ -1,4 +1,4 @@
-"""The tensor-core FFT convolution probe (csrc/rwkv/timex_fft_tc*.cuh: mma.sync m16n8k16 DFT
+"""The tensor-core FFT convolution (csrc/rwkv/timex_fft_tc*.cuh: mma.sync m16n8k16 DFT
 passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
 (tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
 float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without

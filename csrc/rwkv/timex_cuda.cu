@@ -192,10 +192,15 @@ constexpr int64_t kF64DirectMaxT = 256;
 // at T = 22050, 32768, 44100, 49152 and 65536 1.3x to 2.5x faster (benchmarks/results/
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
-// bfloat16 and float16 up to T = 8192: the tensor-core kernels (timex_fft_tc.h) where they
-// run. [measured: see below]
+// bfloat16 and float16 up to T = 8192 from B = kHalfBatch (16) on: the tensor-core kernels
+// (timex_fft_tc.h). Measured on the H100, forward + backward op time, bfloat16 (benchmarks/
+// results/timex_crossover_tc_h100.md): with B = 16 and 32 they beat the fused kernels from
+// T = 2048 to 8192 by 9-16% (e.g. (16, 512, 8192) 2.109 against 2.392 ms); with B = 4 they are
+// level (-9% to +2%), with B = 1 to 3 slower (up to 1.9x at B = 1): W's spectrum, a full-length
+// transform and 8 N bytes per channel, is shared by B / 2 pairs, and an odd B leaves a pair
+// half empty.
 fft::Kernel fastest_fft(const Tensor& k) {
-  if (fft::tc_supported(k)) return fft::Kernel::kFftTc;
+  if (k.size(0) >= kHalfBatch && fft::tc_supported(k)) return fft::Kernel::kFftTc;
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;
   if (k.size(2) > fft::kFusedMaxT && fft::cluster_supported(k)) return fft::Kernel::kFftCluster;
   return fft::Kernel::kFftLibrary;

@@ -1,11 +1,10 @@
 // RWKV TimeX, the FFT convolution's transforms on tensor cores (bfloat16 and float16 inputs):
-// a probe of issue 29's design: the forward, and with W's spectrum conjugated grad_k (h
-// reversed: a correlation); grad_w, a sum over the batch, is not built. Not launched by the
-// op; benchmarks/timex_tc_fft_probe.py builds it on the GPU and times it against the on-chip
-// FMA kernels (timex_fft_kernels.cuh), and tests/test_rwkv_fft_tc_emulation.py checks it on
-// the CPU.
+// the passes, and the inverse transform's output. The op's algorithm "fft_tc" (timex_fft_tc.h)
+// launches the kernels built from them: W's spectra and the convolution
+// (timex_fft_tc_forward.cuh), both gradients (timex_fft_tc_backward.cuh).
+// tests/test_rwkv_fft_tc_emulation.py checks them on the CPU.
 //
-// One CTA per channel c and pair of batch rows (b, b + 1): the complex row
+// The convolution, one CTA per channel c and pair of batch rows (b, b + 1): the complex row
 // x = k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two, 2048 to 32768), is
 // convolved circularly with the real kernel h[s] = w[c, T-1-s]: since h is real,
 // y = x * h = k[b, c] * h + i k[b + 1, c] * h, and out[b, c, t] = Re y[t] + eps,
@@ -38,10 +37,11 @@
 // 4 N bytes (128 KiB at N = 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an
 // ldmatrix, L_j elements apart, fall in 8 distinct bank groups for any L_j.
 //
-// Measured on the H100 (benchmarks/results/issue29_runs/run20_tc_probe.md): 2-31% faster than
-// the FMA conv kernel at the same shapes (N = 2048 to 32768), bfloat16 within 1.2x of the
-// FFT convolution's error, float16 1.6-2.3x (within 1.7x with TIMEX_TC_DFT_SPLIT, 8-23%
-// slower); the op does not use it.
+// Measured on the H100 (benchmarks/results/issue29_runs/run20_tc_probe.md, the conv kernel
+// given W's spectrum): 2-31% faster than the FMA conv kernel at the same shapes (N = 2048 to
+// 32768), bfloat16 within 1.2x of the FFT convolution's error, float16 1.6-2.3x (within 1.7x
+// with TIMEX_TC_DFT_SPLIT, 8-23% slower). The op path: benchmarks/results/
+// timex_fft_tc_h100.md.
 #pragma once
 
 #include <cstdint>

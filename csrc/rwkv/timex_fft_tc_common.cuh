@@ -1,4 +1,4 @@
-// RWKV TimeX, the tensor-core FFT probe (timex_fft_tc.cuh): its constants, the swizzled
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): its constants, the swizzled
 // plane layout, the half-type conversions, loads and stores, the twiddles and the DFT
 // matrices' MMA fragments.
 #pragma once
@@ -55,8 +55,8 @@ TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N + 4 * warps(N); }
 // the error that each pass's rounding adds. It cannot overflow: the kernel scales the row pair
 // by a power of two so that its largest magnitude lies in [1, 2), every pass is unitary (no
 // element exceeds 2 sqrt(N), 362 at N = 32768), and W's spectrum comes scaled by a power of
-// two to at most 1 in magnitude (conv_tc_kernel's wexp), so the middle's products stay
-// below 2 sqrt(N) too; the last pass multiplies by both powers back.
+// two to components of at most 1 (conv_tc_kernel's wexp), so the middle's products stay
+// below 2 sqrt(2 N); the last pass multiplies by both powers back.
 using Plane = c10::Half;
 
 // A bfloat16 / float16 element's bits as a float.
@@ -188,8 +188,9 @@ TIMEX_FFT_DEVICE float cos16(int j) { return kCos16[j & 15]; }
 // misses (two MMAs per product), so that their own rounding, about as large as a pass's
 // rounding of the data, leaves the error. Measured (run20_tc_probe.md): float16 inputs'
 // error 4.3-6.4e-4 against 6.3-9.5e-4 without (the FFT convolution's 3.8-4.2e-4), bfloat16's
-// 3.1-3.5e-3 against 3.1-3.7e-3 (its output rounding dominates), for 8-23% more time. Off
-// by default: the probe's speed is the question it answers.
+// 3.1-3.5e-3 against 3.1-3.7e-3 (its output rounding dominates), for 8-23% more time. Off:
+// without it the op's float16 errors (fft_tc, W's spectrum from the tensor cores too) are
+// 0.9-1.1e-3, within issue 29's 2e-3 (benchmarks/results/timex_fft_tc_h100.md).
 #ifndef TIMEX_TC_DFT_SPLIT
 #define TIMEX_TC_DFT_SPLIT 0
 #endif

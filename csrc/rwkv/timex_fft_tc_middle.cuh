@@ -1,4 +1,4 @@
-// RWKV TimeX, the tensor-core FFT probe (timex_fft_tc.cuh): the middle, the innermost
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the middle, the innermost
 // DFT_16 of every block of 16 contiguous elements, the product with W's spectrum and the
 // inverse DFT_16, as MMAs whose accumulators feed the next product in registers.
 #pragma once

@@ -1,4 +1,4 @@
-// RWKV TimeX, the tensor-core FFT probe (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at
 // stride L = N / R1) on the CUDA cores, fused with the load (forward) and with the store
 // (inverse). Both sides of it are half empty: x is zero from T <= N / 2 on, so only the first
 // R1 / 2 inputs of each column are nonzero; and only the times t < T <= N / 2 of y are

@@ -193,12 +193,12 @@ constexpr int64_t kF64DirectMaxT = 256;
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
 // bfloat16 and float16 up to T = 8192 from B = kHalfBatch (16) on: the tensor-core kernels
-// (timex_fft_tc.h). Measured on the H100, forward + backward op time, bfloat16 (benchmarks/
-// results/timex_crossover_tc_h100.md): with B = 16 and 32 they beat the fused kernels from
-// T = 2048 to 8192 by 9-16% (e.g. (16, 512, 8192) 2.109 against 2.392 ms); with B = 4 they are
-// level (-9% to +2%), with B = 1 to 3 slower (up to 1.9x at B = 1): W's spectrum, a full-length
-// transform and 8 N bytes per channel, is shared by B / 2 pairs, and an odd B leaves a pair
-// half empty.
+// (timex_fft_tc.h). Measured on the H100, forward + backward op time, both half types
+// (benchmarks/results/timex_crossover_tc_h100.md): with B = 16 and 32 they beat the fused
+// kernels at every T from 2048 to 8192, by 2-16% and 11-24% (e.g. (16, 512, 8192) bfloat16
+// 2.096 against 2.387 ms); with B = 8 by -5% to +11%, with B = 4 by -15% to +1%, with B = 2
+// they take up to 1.36x the fused kernels' time: W's spectrum, a full-length transform and
+// 8 N bytes per channel, is shared by B / 2 pairs, and an odd B leaves a pair half empty.
 fft::Kernel fastest_fft(const Tensor& k) {
   if (k.size(0) >= kHalfBatch && fft::tc_supported(k)) return fft::Kernel::kFftTc;
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;

@@ -119,6 +119,17 @@ inline cudaError_t raise_shared_memory_limit(const void* kernel, int bytes) {
   return e;
 }
 
+// Raises the kernel's dynamic shared memory limit where needed (once per device and size) and
+// launches it; the launch's error, or the limit's.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_smem(Kernel kernel, int grid, int threads, int smem, cudaStream_t stream,
+                             Args... args) {
+  const cudaError_t e = raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // Blocks of up to 256 threads along a row (x) and one block row per array row (y, looped

@@ -321,8 +321,10 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 // (bytes, at most 1.4 MiB) and W's spectra (their frequency order) as wz: C M complex floats
 // (M = the power of two >= T for the fused kernels, 24576, 32768, 49152 or 65536 for the
 // cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward to the
-// backward, which then skips their transforms and the tables' allocation and launch; else an
-// empty tensor as both (one allocation fewer: short calls are bound by host time).
+// backward, which then skips their transforms and the tables' allocation and launch; where the
+// tensor-core kernels run, W's spectra (C, N) complex float as wz and their exponents (C,)
+// int32 as kz; else an empty tensor as both (one allocation fewer: short calls are bound by
+// host time).
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
@@ -355,6 +357,20 @@ std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double 
   return {out, std::get<0>(keep), std::get<1>(keep)};
 }
 
+// timex_backward_kept's set-up where it uses the kept tensors kz, wz: they must be on k's
+// device; then fn(g, w, k made contiguous, k's stream) on k's device.
+template <typename Fn>
+std::tuple<Tensor, Tensor> run_kept(const Tensor& grad_out, const Tensor& w, const Tensor& k,
+                                    const Tensor& kz, const Tensor& wz, Fn&& fn) {
+  FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),
+                  "timex_backward_kept: kz and wz must be on k's device");
+  fused_ops::check_kernel_image(k);
+  const fused_ops::DeviceGuard guard(k.get_device_index());
+  const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
+  const Tensor kc = fused_ops::as_contiguous(k);
+  return fn(gc, wc, kc, fused_ops::current_stream(k));
+}
+
 std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor k, Tensor kz,
                                               Tensor wz) {
   check_timex_grad(grad_out, w, k);
@@ -371,14 +387,10 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   // their shapes), else recomputed.
   const bool tc_kept = kz.scalar_type() == torch::headeronly::ScalarType::Int;
   if (tc_kept && algo == fft::Kernel::kFftTc) {
-    FUSED_OPS_CHECK(fused_ops::same_device(wz, k) && fused_ops::same_device(kz, k),
-                    "timex_backward_kept: kz and wz must be on k's device");
-    fused_ops::check_kernel_image(k);
-    const fused_ops::DeviceGuard guard(k.get_device_index());
-    const cudaStream_t stream = fused_ops::current_stream(k);
-    const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
-    const Tensor kc = fused_ops::as_contiguous(k);
-    return fft::tc_backward(gc, wc, kc, stream, &wz, &kz);
+    return run_kept(grad_out, w, k, kz, wz, [&](const Tensor& gc, const Tensor& wc,
+                                                const Tensor& kc, cudaStream_t stream) {
+      return fft::tc_backward(gc, wc, kc, stream, &wz, &kz);
+    });
   }
   if (tc_kept || algo == fft::Kernel::kFftTc) return backward_checked(grad_out, w, k, algo);
   const bool on_chip_kept =
@@ -418,20 +430,16 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   if (k.numel() == 0 || !fft::check_kept(kz, wz, k, ctype)) {
     return backward_checked(grad_out, w, k, algo);
   }
-  FUSED_OPS_CHECK(fused_ops::same_device(kz, k) && fused_ops::same_device(wz, k),
-                  "timex_backward_kept: kz and wz must be on k's device");
-  fused_ops::check_kernel_image(k);
-  const fused_ops::DeviceGuard guard(k.get_device_index());
-  const cudaStream_t stream = fused_ops::current_stream(k);
-  const Tensor gc = fused_ops::as_contiguous(grad_out), wc = fused_ops::as_contiguous(w);
-  const Tensor kc = fused_ops::as_contiguous(k);
-  const std::tuple<Tensor, Tensor> kept{kz, wz};
-  std::tuple<Tensor, Tensor> grads;
-  FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_kept_cuda", [&] {
-    grads = fft::backward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream}, gc,
-                                    wc, kc, &kept);
+  return run_kept(grad_out, w, k, kz, wz, [&](const Tensor& gc, const Tensor& wc,
+                                              const Tensor& kc, cudaStream_t stream) {
+    const std::tuple<Tensor, Tensor> kept{kz, wz};
+    std::tuple<Tensor, Tensor> grads;
+    FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_backward_kept_cuda", [&] {
+      grads = fft::backward<scalar_t>(fft::CudaBackend<fused_ops::opmath_t<scalar_t>>{stream},
+                                      gc, wc, kc, &kept);
+    });
+    return grads;
   });
-  return grads;
 }
 
 }  // namespace

@@ -171,11 +171,13 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     const auto kernel = backward_kernel<scalar_t, Sh, true>;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     cf32* acc = scratch + plan.gs_elems;
-    err = detail::launch(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k,
-                         grad_w, b, c, t, plan.splits, false, scratch, acc, tw);
+    err = fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k,
+                                      spec, grad_k, grad_w, b, c, t, plan.splits, false,
+                                      scratch, acc, tw);
     if (err == cudaSuccess && plan.splits > 1) {
-      err = detail::launch(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k, grad_w,
-                           b, c, t, plan.splits, true, scratch, acc, tw);
+      err = fused_ops::launch_with_smem(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec,
+                                        grad_k, grad_w, b, c, t, plan.splits, true, scratch,
+                                        acc, tw);
     }
   });
   return err;

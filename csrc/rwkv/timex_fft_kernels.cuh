@@ -200,19 +200,6 @@ inline cudaError_t launch_twiddles(int64_t T, cf32* tw, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-namespace detail {
-// Raises the kernel's dynamic shared memory limit where needed (once per device) and launches.
-template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, int grid, int threads, int smem, cudaStream_t stream,
-                   Args... args) {
-  const cudaError_t e =
-      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, threads, smem, stream>>>(args...);
-  return cudaGetLastError();
-}
-}  // namespace detail
-
 // spec (rows, M) = spectra of x (rows, T), read reversed where asked (W = w flipped: pass w
 // with reversed = true).
 template <typename scalar_t>
@@ -223,8 +210,9 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, bool rev
   cudaError_t err = cudaErrorInvalidValue;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    err = detail::launch(spectrum_kernel<scalar_t, Sh, true>, static_cast<int>(rows), Sh::THREADS,
-                         Sh::SMEM, stream, x, static_cast<int>(T), reversed, spec, tw);
+    err = fused_ops::launch_with_smem(spectrum_kernel<scalar_t, Sh, true>,
+                                      static_cast<int>(rows), Sh::THREADS, Sh::SMEM, stream, x,
+                                      static_cast<int>(T), reversed, spec, tw);
   });
   return err;
 }
@@ -239,9 +227,9 @@ cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int6
   cudaError_t err = cudaErrorInvalidValue;
   with_length(fft_length(T), [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    err = detail::launch(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C), Sh::THREADS,
-                         Sh::SMEM, stream, k, spec, out, static_cast<int>(C),
-                         static_cast<int>(T), eps, tw);
+    err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
+                                      Sh::THREADS, Sh::SMEM, stream, k, spec, out,
+                                      static_cast<int>(C), static_cast<int>(T), eps, tw);
   });
   return err;
 }

@@ -32,25 +32,12 @@ void with_length(int64_t T, Fn&& fn) {
   }
 }
 
-// Raises the kernel's dynamic shared memory limit where needed (once per device) and launches.
-template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, int grid, int threads, int smem, cudaStream_t stream,
-                   Args... args) {
-  const cudaError_t e =
-      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, threads, smem, stream>>>(args...);
-  return cudaGetLastError();
-}
-
 template <typename T>
 T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
-template <typename T>
-const uint16_t* bits(const Tensor& t) {
-  return static_cast<const uint16_t*>(t.const_data_ptr());
-}
+// A half-type tensor's elements as their 16-bit patterns (the kernels' view).
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.const_data_ptr()); }
 uint16_t* bits_out(const Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 
 // W's spectra and their exponents.
@@ -61,9 +48,9 @@ std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
   Tensor wexp = fused_ops::empty({C}, ScalarType::Int, w);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
-    FUSED_OPS_CUDA_CHECK(launch(tc::spectrum_tc_kernel<S, kN>, static_cast<int>(C),
-                                tc::threads(kN), tc::smem_bytes(kN), stream, bits<S>(w),
-                                static_cast<int>(T), as<tc::cf32>(wz), as<int>(wexp)));
+    FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
+        tc::spectrum_tc_kernel<S, kN>, static_cast<int>(C), tc::threads(kN), tc::smem_bytes(kN),
+        stream, bits(w), static_cast<int>(T), as<tc::cf32>(wz), as<int>(wexp)));
   });
   return {wz, wexp};
 }
@@ -78,11 +65,11 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
-    FUSED_OPS_CUDA_CHECK(launch(tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C),
-                                tc::threads(kN), tc::smem_bytes(kN), stream, bits<S>(k),
-                                as<const tc::cf32>(wz), as<const int>(wexp), bits_out(out),
-                                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
-                                static_cast<float>(eps)));
+    FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
+        tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C), tc::threads(kN),
+        tc::smem_bytes(kN), stream, bits(k), as<const tc::cf32>(wz), as<const int>(wexp),
+        bits_out(out), static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
+        static_cast<float>(eps)));
   });
   if (keep_wz != nullptr) *keep_wz = wz;
   if (keep_wexp != nullptr) *keep_wexp = wexp;
@@ -144,17 +131,16 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     const auto kernel = tc::backward_tc_kernel<S, kN>;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     const int sp = static_cast<int>(splits);
-    FUSED_OPS_CUDA_CHECK(launch(kernel, static_cast<int>(ctas), tc::threads(kN),
-                                tc::backward_smem_bytes(kN), stream, bits<S>(g), bits<S>(k),
-                                as<const tc::cf32>(spectra.first), as<const int>(spectra.second),
-                                bits_out(grad_k), bits_out(grad_w), b, c, t, sp, false,
-                                as<tc::cf32>(acc)));
-    if (splits > 1) {
-      FUSED_OPS_CUDA_CHECK(launch(kernel, c, tc::threads(kN), tc::backward_smem_bytes(kN),
-                                  stream, bits<S>(g), bits<S>(k),
-                                  as<const tc::cf32>(spectra.first),
-                                  as<const int>(spectra.second), bits_out(grad_k),
-                                  bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc)));
+    const int smem = tc::backward_smem_bytes(kN);
+    FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
+        kernel, static_cast<int>(ctas), tc::threads(kN), smem, stream, bits(g), bits(k),
+        as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
+        bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc)));
+    if (splits > 1) {  // the reduce launch: a CTA per channel
+      FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
+          kernel, c, tc::threads(kN), smem, stream, bits(g), bits(k),
+          as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
+          bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc)));
     }
   });
   return {grad_w, grad_k};

@@ -39,8 +39,8 @@ TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
 
 // grad_w of channel c from its spectrum sum acc (middle layout), whose largest |component| in
 // every thread is amax: acc scaled into float16's range, the inverse DFT_16 and passes, the
-// real part reversed to grad_w's row. Starts and ends with a barrier's worth of ordering: the
-// caller syncs before (acc's entries written by other threads, the planes free).
+// real part reversed to grad_w's row. The caller syncs before the call: acc's entries may have
+// been written by other threads, and the planes must be free.
 template <typename S, int N>
 TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
                                      uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
@@ -49,8 +49,8 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
   TIMEX_FFT_SYNC();
   // The planes hold IDFT_u(acc) 2^(1-e) (unitary); acc = Z_u conj(X_u) of the unitary
   // transforms, and IDFT(Z conj X) = sqrt(N) IDFT_u(Z_u conj(X_u)).
-  inverse_out<S, N>(re, im, f16,
-                    ReversedRealSink<S>{grad_w_row, T, std::sqrt(float(N)) * std::ldexp(1.f, e - 1)});
+  const float scale = std::sqrt(float(N)) * std::ldexp(1.f, e - 1);
+  inverse_out<S, N>(re, im, f16, ReversedRealSink<S>{grad_w_row, T, scale});
 }
 
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w

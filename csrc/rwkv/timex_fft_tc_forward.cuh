@@ -27,6 +27,22 @@ TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFra
   forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16, SETS>(re, im, f16);
 }
 
+// Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, scaled by a power of two into
+// float16's range, then transformed: returns the exponent ex of the pair's largest magnitude
+// (the planes hold the unitary transform times 2^(1-ex)). f16: initialised here.
+template <typename S, int N>
+TIMEX_FFT_DEVICE int load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
+                                        const uint16_t* r1, int T, bool vec, bool reversed,
+                                        float* slots, DftFrags<Plane>& f16) {
+  const int ex = scale_exponent(load_rows<S, N>(re, im, r0, r1, T, vec, reversed, slots));
+  const float scale[1] = {std::ldexp(1.f, 1 - ex)};
+  scale_sets<S, N, 1>(re, im, scale);
+  f16.init(static_cast<int>(threadIdx.x) % 32);
+  TIMEX_FFT_SYNC();
+  forward_transform<N>(re, im, f16);
+  return ex;
+}
+
 // W's spectra, one CTA per channel c: wz[c] (N complex floats, the middle's layout) = the
 // unnormalised DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its
 // largest component below 1 (what the conv kernel's middle needs to keep its products within
@@ -42,15 +58,9 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
   float* slots = reinterpret_cast<float*>(im + N);
   const int tid = static_cast<int>(threadIdx.x), c = static_cast<int>(blockIdx.x);
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
-  const float amax = load_rows<S, N>(re, im, w + int64_t(c) * T, nullptr, T, vec,
-                                     /*reversed=*/true, slots);
-  const int ex = scale_exponent(amax);
-  const float scale[1] = {std::ldexp(1.f, 1 - ex)};
-  scale_sets<S, N, 1>(re, im, scale);
   DftFrags<Plane> f16;
-  f16.init(tid % 32);
-  TIMEX_FFT_SYNC();
-  forward_transform<N>(re, im, f16);
+  const int ex = load_and_transform<S, N>(re, im, w + int64_t(c) * T, nullptr, T, vec,
+                                          /*reversed=*/true, slots, f16);
   // The planes hold DFT(h) 2^(1-ex) / sqrt(N) (every pass unitary): the largest component of
   // DFT(h) first, then the spectrum stored times 2^-we.
   const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, ex - 1);
@@ -73,7 +83,6 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
-  const int tid = static_cast<int>(threadIdx.x);
   // Channel-major: a channel's pairs run together, so that its spectrum (8 N bytes, 64 MiB
   // over 1024 channels at N = 8192: more than L2) is read from memory once.
   const int pairs = (B + 1) / 2;
@@ -83,13 +92,8 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
   const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : nullptr;
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
-  const int ex = scale_exponent(load_rows<S, N>(re, im, k0, k1, T, vec, false, slots));
-  const float scale[1] = {std::ldexp(1.f, 1 - ex)};
-  scale_sets<S, N, 1>(re, im, scale);
   DftFrags<Plane> f16;
-  f16.init(tid % 32);
-  TIMEX_FFT_SYNC();
-  forward_transform<N>(re, im, f16);
+  const int ex = load_and_transform<S, N>(re, im, k0, k1, T, vec, false, slots, f16);
   middle<Plane, N, CONJ>(re, im, wz + int64_t(c) * N);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;

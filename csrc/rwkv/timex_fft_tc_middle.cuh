@@ -69,7 +69,8 @@ TIMEX_FFT_HD constexpr int middle_position(int i) {
 template <typename S, int N>
 struct MiddleLane {
   MiddleFrags<S> f;
-  int ld_sw;  // this lane's ldmatrix row: block lane % 8 + 8 ((lane / 8) % 2), elements 8 (lane / 16) on
+  // This lane's ldmatrix row: block lane % 8 + 8 ((lane / 8) % 2), elements 8 (lane / 16) on.
+  int ld_sw;
   // The lane's stores: position 256 it + a(t, h), a = 16 (g + 8h) + 8t + 2q, and their inverse
   // twiddles, the conjugates of pass (16, 16)'s: k1 = g + 8h, n2 = 8t + 2q + e, the same at
   // every step it.

@@ -199,13 +199,13 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol) {
   const int pairs = (B + 1) / 2, items = C * splits;
   const int grid = splits > 1 ? items : ctas;
   std::vector<cf32> acc(size_t(splits > 1 ? items : grid) * N);
-  launch(grid, threads(N), backward_smem_bytes(N), [&] {
+  launch(grid, backward_threads(N), backward_smem_bytes(N), [&] {
     backward_tc_kernel<S, N>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
                              u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, false,
                              acc.data());
   });
   if (splits > 1) {
-    launch(C, threads(N), backward_smem_bytes(N), [&] {
+    launch(C, backward_threads(N), backward_smem_bytes(N), [&] {
       backward_tc_kernel<S, N>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
                                u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, true,
                                acc.data());

@@ -88,7 +88,7 @@ int64_t resident_ctas(int64_t T, const Tensor& k) {
       const auto kernel = tc::backward_tc_kernel<S, kN>;
       if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel),
                                                tc::backward_smem_bytes(kN)) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tc::threads(kN),
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tc::backward_threads(kN),
                                                         tc::backward_smem_bytes(kN)) !=
               cudaSuccess) {
         (void)cudaGetLastError();
@@ -133,12 +133,12 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     const int sp = static_cast<int>(splits);
     const int smem = tc::backward_smem_bytes(kN);
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        kernel, static_cast<int>(ctas), tc::threads(kN), smem, stream, bits(g), bits(k),
+        kernel, static_cast<int>(ctas), tc::backward_threads(kN), smem, stream, bits(g), bits(k),
         as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
         bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc)));
     if (splits > 1) {  // the reduce launch: a CTA per channel
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-          kernel, c, tc::threads(kN), smem, stream, bits(g), bits(k),
+          kernel, c, tc::backward_threads(kN), smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
           bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc)));
     }

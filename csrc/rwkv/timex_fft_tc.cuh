@@ -93,10 +93,12 @@ TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags
 //
 // SETS: how many row pairs' planes the pass runs over at once, set s's at re + 2 N s and
 // im + 2 N s (the backward transforms g's and k's pairs together: one barrier per pass, and
-// twice the tiles per warp over which to spread its set-up).
-template <typename S, int N, int L, bool FORWARD, int ROUT, int LOUT, int SETS = 1>
+// twice the tiles per warp over which to spread its set-up). TH: the CTA's threads (threads(N)
+// but for the backward at N = 16384), as in every function of these files that takes it.
+template <typename S, int N, int L, bool FORWARD, int ROUT, int LOUT, int SETS = 1,
+          int TH = threads(N)>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) {
-  constexpr int kTilesPerBlock = L / 8, kWarps = warps(N);
+  constexpr int kTilesPerBlock = L / 8, kWarps = TH / 32;
   static_assert(L >= 16 && (FORWARD || LOUT == 16 * L), "a pass at stride L >= 16");
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
@@ -170,20 +172,20 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
 
 // The forward radix-16 passes from stride L down to stride 16 (the first at L = N / 16
 // where R1 = 16; after first_pass_fma at L = N / (16 R1) otherwise).
-template <typename S, int N, int L, int SETS = 1>
+template <typename S, int N, int L, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<S>& f16) {
-  tc_pass<S, N, L, true, 0, 0, SETS>(re, im, f16);
+  tc_pass<S, N, L, true, 0, 0, SETS, TH>(re, im, f16);
   TIMEX_FFT_SYNC();
-  if constexpr (L > 16) forward_passes<S, N, L / 16, SETS>(re, im, f16);
+  if constexpr (L > 16) forward_passes<S, N, L / 16, SETS, TH>(re, im, f16);
 }
 
 // The last inverse pass where R1 = 16 (radix 16 at stride N / 16): no twiddle after it; its
 // outputs go to `out` (out(swz(t), re_t, im_t, re_t+1, im_t+1): two consecutive times, t
 // even), which may write them back to the planes (each tile's reads precede its writes).
-template <typename S, int N, typename Out>
+template <typename S, int N, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im, const DftFrags<S>& f,
                                 const Out& out) {
-  constexpr int L = N / 16, kTilesPerBlock = L / 8, kWarps = warps(N);
+  constexpr int L = N / 16, kTilesPerBlock = L / 8, kWarps = TH / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
   const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
@@ -205,18 +207,20 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im, const Df
 // The inverse radix-16 passes from stride L = 16 outwards, each ending with the conjugated
 // twiddles of the pass outside it; where R1 = 16 the last, at N / 16, hands its results to
 // `out` (last_pass); otherwise they stop before the outer pass (last_pass_fma).
-template <typename S, int N, int L, typename Out>
+template <typename S, int N, int L, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S>& f16,
                                      const Out& out) {
   constexpr int R1 = radix1(N);
   if constexpr (R1 == 16 && L == N / 16) {
-    last_pass<S, N>(re, im, f16, out);
+    last_pass<S, N, TH>(re, im, f16, out);
   } else {
     // The pass outside: radix R1 at N / R1, or 16 at 16 L.
     constexpr int ROUT = 16 * L == N / R1 ? R1 : 16;
-    tc_pass<S, N, L, false, ROUT, 16 * L>(re, im, f16);
+    tc_pass<S, N, L, false, ROUT, 16 * L, 1, TH>(re, im, f16);
     TIMEX_FFT_SYNC();
-    if constexpr (16 * L < N / R1 || R1 == 16) inverse_passes<S, N, 16 * L>(re, im, f16, out);
+    if constexpr (16 * L < N / R1 || R1 == 16) {
+      inverse_passes<S, N, 16 * L, TH>(re, im, f16, out);
+    }
   }
 }
 
@@ -224,23 +228,23 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
 // where the outer radix is below 16 the last pass hands it times t, t + 1 < N / 2 as floats;
 // else the last pass stages y, scaled and rounded to S, in the planes in natural order, and
 // the sink copies 8 times at a time (16-byte stores where the rows allow).
-template <typename S, int N, typename Sink>
+template <typename S, int N, int TH = threads(N), typename Sink>
 TIMEX_FFT_DEVICE void inverse_out(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16,
                                   const Sink& sink) {
   if constexpr (radix1(N) < 16) {
     const auto emit = [&](int t, float r0, float i0, float r1, float i1) {
       sink.emit(t, r0, i0, r1, i1);
     };
-    inverse_passes<Plane, N, 16>(re, im, f16, emit);  // (emit unused: the outer pass has it)
-    last_pass_fma<N>(re, im, emit);
+    inverse_passes<Plane, N, 16, TH>(re, im, f16, emit);  // (emit unused: the outer pass has it)
+    last_pass_fma<N, TH>(re, im, emit);
   } else {
     const auto stage = [&](int a, float r0, float i0, float r1, float i1) {
       st32(re + a, pack2<S>(sink.re(r0), sink.re(r1)));
       st32(im + a, pack2<S>(sink.im(i0), sink.im(i1)));
     };
-    inverse_passes<Plane, N, 16>(re, im, f16, stage);
+    inverse_passes<Plane, N, 16, TH>(re, im, f16, stage);
     TIMEX_FFT_SYNC();
-    for (int e = 8 * static_cast<int>(threadIdx.x); e < sink.T; e += 8 * threads(N)) {
+    for (int e = 8 * static_cast<int>(threadIdx.x); e < sink.T; e += 8 * TH) {
       uint16_t yr[8], yi[8];
       ld16(yr, re + swz(e));
       ld16(yi, im + swz(e));

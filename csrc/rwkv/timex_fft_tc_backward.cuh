@@ -29,44 +29,48 @@ namespace fft_tc {
 // The longest transform of the backward kernel: its two plane sets, 8 N bytes, within sm_90's
 // 227 KiB per block.
 constexpr int kMaxBackwardN = 16384;
-TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) { return 8 * N + 8 * warps(N); }
-// The register cap, in CTAs of 256 threads per SM: 2 (128 registers a thread; 1 at N = 16384,
-// where the 128 KiB of planes keep one CTA per SM anyway). At the conv kernel's 3 (80
-// registers) the two sets' fragments and the running sum spill about 300 bytes a thread.
+// Threads per CTA: threads(N), but 512 at N = 16384, where the 128 KiB of planes keep one CTA
+// per SM: [measured below].
+TIMEX_FFT_HD constexpr int backward_threads(int N) { return N >= 16384 ? 512 : threads(N); }
+TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) { return 8 * N + 8 * (backward_threads(N) / 32); }
+// The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512 at
+// N = 16384). At the conv kernel's 80 the two sets' fragments and the running sum spill about
+// 300 bytes a thread.
 TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
-  return (N >= 16384 ? 1 : 2) * 256 / threads(N);
+  return N >= 16384 ? 1 : 2 * 256 / threads(N);
 }
 
 // grad_w of channel c from its spectrum sum acc (middle layout), whose largest |component| in
 // every thread is amax: acc scaled into float16's range, the inverse DFT_16 and passes, the
 // real part reversed to grad_w's row. The caller syncs before the call: acc's entries may have
 // been written by other threads, and the planes must be free.
-template <typename S, int N>
+template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
                                      uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
   const int e = scale_exponent(amax);
-  middle_from_spectrum<Plane, N>(re, im, acc, std::ldexp(1.f, 1 - e));
+  middle_from_spectrum<Plane, N, TH>(re, im, acc, std::ldexp(1.f, 1 - e));
   TIMEX_FFT_SYNC();
   // The planes hold IDFT_u(acc) 2^(1-e) (unitary); acc = Z_u conj(X_u) of the unitary
   // transforms, and IDFT(Z conj X) = sqrt(N) IDFT_u(Z_u conj(X_u)).
   const float scale = std::sqrt(float(N)) * std::ldexp(1.f, e - 1);
-  inverse_out<S, N>(re, im, f16, ReversedRealSink<S>{grad_w_row, T, scale});
+  inverse_out<S, N, TH>(re, im, f16, ReversedRealSink<S>{grad_w_row, T, scale});
 }
 
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
 // (C, T). acc_all: N complex floats per CTA (splits = 1) or per item (splits > 1: read by the
 // reduce launch, one CTA per channel).
 template <typename S, int N>
-TIMEX_FFT_TC_KERNEL(threads(N), backward_min_blocks(N))
+TIMEX_FFT_TC_KERNEL(backward_threads(N), backward_min_blocks(N))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const cf32* __restrict__ wz, const int* __restrict__ wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all) {
   static_assert(N >= kMinN && N <= kMaxBackwardN && (N & (N - 1)) == 0, "N: a power of two");
+  constexpr int TH = backward_threads(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N
   uint16_t* im = re + N;
-  float* slots = reinterpret_cast<float*>(re + 4 * N);  // two sets of warps(N)
+  float* slots = reinterpret_cast<float*>(re + 4 * N);  // two sets of TH / 32
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   DftFrags<Plane> f16;
   f16.init(lane);
@@ -74,14 +78,14 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     const int c = static_cast<int>(blockIdx.x);
     cf32* part = acc_all + int64_t(c) * splits * N;
     float amax = 0.f;
-    for (int i = tid; i < N; i += threads(N)) {
+    for (int i = tid; i < N; i += TH) {
       cf32 a = part[i];
       for (int s = 1; s < splits; ++s) a = a + part[int64_t(s) * N + i];
       part[i] = a;
       amax = std::fmax(amax, norm_inf(a));
     }
-    amax = block_max<N>(amax, slots);  // its barrier also orders the sums before their readers
-    grad_w_inverse<S, N>(re, im, part, amax, grad_w + int64_t(c) * T, T, f16);
+    amax = block_max<N, TH>(amax, slots);  // its barrier also orders the sums before their readers
+    grad_w_inverse<S, N, TH>(re, im, part, amax, grad_w + int64_t(c) * T, T, f16);
     return;
   }
   const int pairs = (B + 1) / 2, items = C * splits;
@@ -101,25 +105,26 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       const int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
       TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
       const int ez = scale_exponent(
-          load_rows<S, N>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots));
-      const int ex = scale_exponent(load_rows<S, N>(re + 2 * N, im + 2 * N, k + r0,
-                                                    two ? k + r1 : nullptr, T, vec, false,
-                                                    slots + warps(N)));
+          load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots));
+      const int ex = scale_exponent(load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0,
+                                                        two ? k + r1 : nullptr, T, vec, false,
+                                                        slots + TH / 32));
       const float scale[2] = {std::ldexp(1.f, 1 - ez), std::ldexp(1.f, 1 - ex)};
-      scale_sets<S, N, 2>(re, im, scale);
+      scale_sets<S, N, 2, TH>(re, im, scale);
       TIMEX_FFT_SYNC();
-      forward_transform<N, 2>(re, im, f16);
+      forward_transform<N, 2, TH>(re, im, f16);
       // Z_u = Z's planes 2^(ez-1), X_u likewise (the unitary transforms of z and x).
-      amax = middle_backward<Plane, N>(re, im, wrow, acc, p == p0, std::ldexp(1.f, ez + ex - 2));
+      amax = middle_backward<Plane, N, TH>(re, im, wrow, acc, p == p0,
+                                           std::ldexp(1.f, ez + ex - 2));
       TIMEX_FFT_SYNC();
-      inverse_out<S, N>(re, im, f16,
+      inverse_out<S, N, TH>(re, im, f16,
                         PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
                                     std::ldexp(1.f, ez - 1 + wexp[c]), 0.f, grad_k));
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
-      amax = block_max<N>(amax, slots);
-      grad_w_inverse<S, N>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
+      amax = block_max<N, TH>(amax, slots);
+      grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
     }
   }
 }

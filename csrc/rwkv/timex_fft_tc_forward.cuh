@@ -21,10 +21,10 @@ TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
 
 // The forward passes of the planes' SETS sets: the first at stride N / 16 where the outer
 // radix is 16, else after scale_sets' first pass at N / R1.
-template <int N, int SETS = 1>
+template <int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16) {
   constexpr int R1 = radix1(N);
-  forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16, SETS>(re, im, f16);
+  forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16, SETS, TH>(re, im, f16);
 }
 
 // Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, scaled by a power of two into

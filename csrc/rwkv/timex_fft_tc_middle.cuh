@@ -167,12 +167,12 @@ TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::
 
 // The middle of the convolution: X DFT_16, times W's spectrum wrow (conjugated where CONJ:
 // grad_k's correlation), times conj(DFT_16), on tensor cores; the products stay in registers.
-template <typename S, int N, bool CONJ = false>
+template <typename S, int N, bool CONJ = false, int TH = threads(N)>
 TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
   m.init(lane);
-  for (int it = warp; it < N / 256; it += warps(N)) {
+  for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t xr[4], xi[4];
     m.load(re, im, it, xr, xi);
     cf32 p[2][4];
@@ -192,14 +192,14 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 // floats, middle layout) where STORE. Returns the largest |component| of this lane's entries
 // (the kernel runs it twice: for the largest, then to store with the scale that it implies,
 // rather than rescaling its stores in place).
-template <typename S, int N, bool STORE>
+template <typename S, int N, bool STORE, int TH = threads(N)>
 TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
                                        float scale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
   m.init(lane);
   float amax = 0.f;
-  for (int it = warp; it < N / 256; it += warps(N)) {
+  for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t xr[4], xi[4];
     m.load(re, im, it, xr, xi);
 #pragma unroll
@@ -222,14 +222,14 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
 // Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through conj(DFT_16)
 // to Z's planes (grad_k's correlation). Returns the largest |component| of the acc entries
 // that this lane wrote.
-template <typename S, int N>
+template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
                                        cf32* acc, bool first, float pscale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
   m.init(lane);
   float amax = 0.f;
-  for (int it = warp; it < N / 256; it += warps(N)) {
+  for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t zr[4], zi[4], xr[4], xi[4];
     m.load(re, im, it, zr, zi);
     m.load(re + 2 * N, im + 2 * N, it, xr, xi);
@@ -258,13 +258,13 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* _
 
 // The inverse DFT_16 of a spectrum in float (grad_w's sum, acc: middle layout, this lane's
 // entries written by this lane or before a barrier), times `scale`, to the planes.
-template <typename S, int N>
+template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf32* acc,
                                            float scale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
   m.init(lane);
-  for (int it = warp; it < N / 256; it += warps(N)) {
+  for (int it = warp; it < N / 256; it += TH / 32) {
     cf32 p[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {

@@ -71,12 +71,12 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
 // twiddle W_N^(k1 n2) and `scale`, at L k1 + n2 (the MMA passes' definition, tc_pass). The
 // twiddles are powers of W_N^n2, one __sincosf per column. SETS row pairs' planes (tc_pass),
 // set s scaled by scale[s].
-template <typename S, int N, int SETS = 1>
+template <typename S, int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
                                      const float (&scale)[SETS]) {
   constexpr int R = radix1(N), L = N / R, H = R / 2;
   static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
-  for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * threads(N)) {
+  for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * TH) {
     const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
     uint16_t* const re = re_all + 2 * N * set;
     uint16_t* const im = im_all + 2 * N * set;
@@ -102,12 +102,12 @@ TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
 // The last inverse pass from the planes (float16, its inputs already times the conjugated
 // twiddles), for k1 < R1 / 2: y[L k1 + n2] = sum_{n1 < R1} conj(W_R1^(n1 k1)) z[L n1 + n2] /
 // sqrt(R1), handed to out(t, re_t, im_t, re_t+1, im_t+1) for t = L k1 + n2 (even).
-template <int N, typename Out>
+template <int N, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
   constexpr int R = radix1(N), L = N / R;
   static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
   constexpr float f = inv_sqrt_radix(R);
-  for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * threads(N)) {
+  for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * TH) {
     cf32 z[R][2];
     load_columns<Plane, L>(re, im, n2, z);
 #pragma unroll

@@ -12,15 +12,15 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The largest of every thread's v, in every thread; slots: warps(N) floats of shared memory
+// The largest of every thread's v, in every thread; slots: TH / 32 floats of shared memory
 // that no other call uses until every thread has returned (the caller's next barrier).
-template <int N>
+template <int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE float block_max(float v, float* slots) {
   const int tid = static_cast<int>(threadIdx.x);
   for (int m = 16; m > 0; m /= 2) v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, m));
   if (tid % 32 == 0) slots[tid / 32] = v;
   TIMEX_FFT_SYNC();
-  for (int w = 0; w < warps(N); ++w) v = std::fmax(v, slots[w]);
+  for (int w = 0; w < TH / 32; ++w) v = std::fmax(v, slots[w]);
   return v;
 }
 
@@ -37,13 +37,13 @@ TIMEX_FFT_DEVICE int scale_exponent(float m) {
 // 16-byte aligned rows: a reversed chunk is the aligned chunk at T - 8 - e, its elements in
 // reverse order). Returns the largest magnitude of the pair in every thread (block_max over
 // slots).
-template <typename S, int N>
+template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
                                  const uint16_t* r1, int T, bool vec, bool reversed,
                                  float* slots) {
   const int tid = static_cast<int>(threadIdx.x);
   float amax = 0.f;
-  for (int e = 8 * tid; e < N; e += 8 * threads(N)) {
+  for (int e = 8 * tid; e < N; e += 8 * TH) {
     uint16_t xr[8], xi[8];
     if (vec && e + 8 <= T) {
       const int at = reversed ? T - 8 - e : e;
@@ -74,19 +74,19 @@ TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
     st16(re + swz(e), xr);
     st16(im + swz(e), xi);
   }
-  return block_max<N>(amax, slots);
+  return block_max<N, TH>(amax, slots);
 }
 
 // The loaded sets (S's bits, set s at re + 2 N s) times scale[s], as float16: the first
 // forward pass where the outer radix is below 16 (first_pass_fma), else in place. The caller
 // syncs before the passes.
-template <typename S, int N, int SETS>
+template <typename S, int N, int SETS, int TH = threads(N)>
 TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale)[SETS]) {
   if constexpr (radix1(N) < 16) {
-    first_pass_fma<S, N, SETS>(re, im, scale);
+    first_pass_fma<S, N, SETS, TH>(re, im, scale);
   } else {  // each thread rescales the chunks it stored
     const int tid = static_cast<int>(threadIdx.x);
-    for (int e = 8 * tid; e < SETS * N; e += 8 * threads(N)) {
+    for (int e = 8 * tid; e < SETS * N; e += 8 * TH) {
       const int set = e / N;
 #pragma unroll
       for (int p = 0; p < 2; ++p) {

@@ -195,8 +195,8 @@ constexpr int64_t kF64DirectMaxT = 256;
 // bfloat16 up to T = 8192 from B = kHalfBatch (16) on: the tensor-core kernels
 // (timex_fft_tc.h). Measured on the H100, forward + backward op time (benchmarks/results/
 // timex_crossover_tc_h100.md): with B = 16 and 32 they beat the fused kernels at every T from
-// 2048 to 8192, by 2-16% and 11-24% (e.g. (16, 512, 8192) bfloat16 2.096 against 2.387 ms);
-// with B = 8 by -5% to +11%, with B = 4 by -15% to +1%, with B = 2 they take up to 1.36x the
+// 2048 to 8192, by 2-20% and 11-24% (e.g. (16, 512, 8192) bfloat16 1.875 against 2.335 ms);
+// with B = 8 by -5% to +13%, with B = 4 by -15% to +3%, with B = 2 they take up to 1.36x the
 // fused kernels' time: W's spectrum, a full-length transform and 8 N bytes per channel, is
 // shared by B / 2 pairs, and an odd B leaves a pair half empty. Not float16, though as fast:
 // their float16 planes round every pass, which bfloat16's output rounding hides (errors

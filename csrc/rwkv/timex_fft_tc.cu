@@ -86,10 +86,11 @@ int64_t resident_ctas(int64_t T, const Tensor& k) {
     with_length(T, [&](auto n) {
       constexpr int kN = decltype(n)::value;
       const auto kernel = tc::backward_tc_kernel<S, kN>;
-      if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel),
-                                               tc::backward_smem_bytes(kN)) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tc::backward_threads(kN),
-                                                        tc::backward_smem_bytes(kN)) !=
+      const int smem = tc::backward_smem_bytes(kN);
+      if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem) !=
+              cudaSuccess ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                        tc::backward_threads(kN), smem) !=
               cudaSuccess) {
         (void)cudaGetLastError();
         per_sm = 1;
@@ -132,13 +133,14 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     const int sp = static_cast<int>(splits);
     const int smem = tc::backward_smem_bytes(kN);
+    const int threads = tc::backward_threads(kN);
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        kernel, static_cast<int>(ctas), tc::backward_threads(kN), smem, stream, bits(g), bits(k),
+        kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
         as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
         bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc)));
     if (splits > 1) {  // the reduce launch: a CTA per channel
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-          kernel, c, tc::backward_threads(kN), smem, stream, bits(g), bits(k),
+          kernel, c, threads, smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
           bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc)));
     }

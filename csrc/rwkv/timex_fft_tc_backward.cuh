@@ -33,7 +33,9 @@ constexpr int kMaxBackwardN = 16384;
 // per SM: with 256 (8 warps an SM) the kernel took 385 µs at (8, 256, 8192) bfloat16 and 435 at
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
 TIMEX_FFT_HD constexpr int backward_threads(int N) { return N >= 16384 ? 512 : threads(N); }
-TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) { return 8 * N + 8 * (backward_threads(N) / 32); }
+TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {
+  return 8 * N + 8 * (backward_threads(N) / 32);
+}
 // The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512 at
 // N = 16384). At the conv kernel's 80 the two sets' fragments and the running sum spill about
 // 300 bytes a thread.
@@ -85,7 +87,8 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       part[i] = a;
       amax = std::fmax(amax, norm_inf(a));
     }
-    amax = block_max<N, TH>(amax, slots);  // its barrier also orders the sums before their readers
+    // block_max's barrier also orders the sums before their readers.
+    amax = block_max<N, TH>(amax, slots);
     grad_w_inverse<S, N, TH>(re, im, part, amax, grad_w + int64_t(c) * T, T, f16);
     return;
   }

@@ -150,10 +150,6 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
 
 }  // namespace
 
-int64_t tc_spectrum_length(int64_t T) {
-  return T >= 1 && T <= kTcMaxT ? tc::transform_length(T) : 0;
-}
-
 bool tc_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.scalar_type() != ScalarType::BFloat16 && k.scalar_type() != ScalarType::Half) return false;

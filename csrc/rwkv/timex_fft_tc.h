@@ -16,15 +16,13 @@ namespace rwkv::fft {
 constexpr int64_t kTcMaxT = 8192;
 
 // Whether the tensor-core kernels run k's shape, dtype and device: bfloat16 or float16,
-// 1 <= T <= 8192, B * C < 2^31, compute capability 8.0 or newer with this build's code for it,
-// and the backward's shared memory within the device's per-block limit.
+// 1 <= T <= 8192, B * C < 2^31, compute capability 8.0 or newer, and the backward's shared
+// memory within the device's per-block limit.
 bool tc_supported(const fused_ops::Tensor& k);
 
-// The transform length N of rows of T (0 past kTcMaxT): W's kept spectra are (C, N).
-int64_t tc_spectrum_length(int64_t T);
-
 // out = eps + the causal convolution; w, k contiguous, tc_supported(k). keep_wz, keep_wexp:
-// where not null, receive W's spectra ((C, N) complex float, the kernels' layout, scaled) and
+// where not null, receive W's spectra ((C, N) complex float, N the transform length, 2 T
+// rounded up to a power of two and at least 2048; the kernels' layout, scaled) and
 // their exponents ((C,) int32), for tc_backward's kept.
 fused_ops::Tensor tc_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k, double eps,
                              cudaStream_t stream, fused_ops::Tensor* keep_wz = nullptr,

@@ -71,9 +71,9 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
 }
 
 // The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
-// wz, wexp: spectrum_tc_kernel's. CONJ: W's spectrum conjugated, the correlation of k with h
-// (given g: TimeX's grad_k; eps 0).
-template <typename S, int N, bool CONJ = false>
+// wz, wexp: spectrum_tc_kernel's (given W's spectrum conjugated and g, eps 0, it computes
+// TimeX's grad_k, the correlation of g with h: the emulation test checks it so).
+template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(threads(N), min_blocks(N))
 conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
                const int* __restrict__ wexp, uint16_t* __restrict__ out, int B, int C, int T,
@@ -94,7 +94,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
   DftFrags<Plane> f16;
   const int ex = load_and_transform<S, N>(re, im, k0, k1, T, vec, false, slots, f16);
-  middle<Plane, N, CONJ>(re, im, wz + int64_t(c) * N);
+  middle<Plane, N>(re, im, wz + int64_t(c) * N);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
   uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two

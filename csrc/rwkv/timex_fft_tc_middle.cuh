@@ -165,9 +165,9 @@ TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)
 // The larger of |re| and |im| (within sqrt 2 of |v|; a squared norm would overflow float first).
 TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::fabs(v.y)); }
 
-// The middle of the convolution: X DFT_16, times W's spectrum wrow (conjugated where CONJ:
-// grad_k's correlation), times conj(DFT_16), on tensor cores; the products stay in registers.
-template <typename S, int N, bool CONJ = false, int TH = threads(N)>
+// The middle of the convolution: X DFT_16, times W's spectrum wrow, times conj(DFT_16), on
+// tensor cores; the products stay in registers.
+template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
@@ -182,7 +182,7 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
       m.dft(xr, xi, t, y);
       load4(wrow, it, lane, t, w);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) p[t][e] = cmul(y[e], CONJ ? fft::conj(w[e]) : w[e]);
+      for (int e = 0; e < 4; ++e) p[t][e] = cmul(y[e], w[e]);
     }
     m.inverse_store(re, im, it, p);
   }

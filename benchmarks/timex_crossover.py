@@ -28,8 +28,8 @@ LONG = {"lengths": [12288, 16384, 16385, 24576, 32768, 49152, 65536], "rows": [(
         "dtypes": [torch.float32, torch.bfloat16, torch.float16],
         "algos": ["fft_fused", "fft_cluster", "fft_library"]}
 # --half: the bfloat16/float16 crossover (CUDA): the tensor-core direct kernels against the
-# one-CTA FFTs, on the CUDA cores (fft_fused) and on tensor cores (fft_tc, T <= 8192).
-HALF = {"lengths": [512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
+# one-CTA FFTs, on the CUDA cores (fft_fused) and on tensor cores (fft_tc).
+HALF = {"lengths": [512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384],
         "rows": [(1, 256), (4, 1024), (16, 512), (32, 1024)],
         "dtypes": [torch.bfloat16, torch.float16], "algos": ["direct", "fft_fused", "fft_tc"]}
 
@@ -57,6 +57,8 @@ def main(argv=None):
                         help="only these dtypes (e.g. float32), of those the sweep has")
     parser.add_argument("--rows", nargs="+", metavar="B,C", help="these (B, C) instead")
     parser.add_argument("--lengths", nargs="+", type=int, metavar="T", help="these T instead")
+    parser.add_argument("--algos", nargs="+", metavar="ALGO",
+                        help="only these algorithms, of those the sweep has")
     parser.add_argument("--reps", type=int, default=20,
                         help="timed calls per point (fewer where --budget runs out first)")
     args = parser.parse_args(argv)
@@ -73,6 +75,8 @@ def main(argv=None):
         ROWS[device] = [tuple(int(x) for x in r.split(",")) for r in args.rows]
     if args.lengths:
         LENGTHS[device] = args.lengths
+    if args.algos:
+        ALGOS[device] = [a for a in ALGOS[device] if a in args.algos]
     lines = [f"TimeX forward + backward op time, ms (median), {device}"
              + (f" {torch.cuda.get_device_name()}" if device == "cuda" else "")
              + f", torch {torch.__version__}", "",

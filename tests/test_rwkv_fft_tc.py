@@ -1,6 +1,6 @@
 """TimeX's FFT convolution on tensor cores ("fft_tc": csrc/rwkv/timex_fft_tc*.cuh, bfloat16 and
-float16, T <= 8192) on the GPU, forced through RWKV_TIMEX_ALGO: against float64 on the same
-rounded inputs at lengths across every transform length N (2048 to 16384) and each outer
+float16, T <= 16384) on the GPU, forced through RWKV_TIMEX_ALGO: against float64 on the same
+rounded inputs at lengths across every transform length N (2048 to 32768) and each outer
 radix, odd and prime T, B = C = 1, odd B (a pair of one row); every work split of its backward;
 determinism, CUDA graph capture, torch.compile, the spectra kept from forward to backward, and
 auto's choice. tests/test_rwkv_fft_tc_emulation.py runs the same kernels on the CPU."""
@@ -17,9 +17,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 HALF = [torch.bfloat16, torch.float16]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
 # (B, C, T): N = 2048 (outer radix 8) up to T = 1024, 4096 (16) to 2048, 8192 (2) to 4096,
-# 16384 (4) to 8192; each at its longest T and past the last, odd and prime T, B = C = 1.
+# 16384 (4) to 8192, 32768 (8; X's planes off chip in the backward) to 16384; each at its
+# longest T and past the last, odd and prime T, B = C = 1.
 SHAPES = [(1, 1, 1), (2, 3, 7), (3, 5, 300), (2, 4, 1024), (1, 1, 1025), (4, 3, 2048),
-          (5, 2, 2053), (2, 3, 4096), (3, 2, 4099), (1, 2, 7919), (2, 2, 8192)]
+          (5, 2, 2053), (2, 3, 4096), (3, 2, 4099), (1, 2, 7919), (2, 2, 8192), (1, 1, 8193),
+          (3, 2, 12289), (2, 2, 16384)]
 
 
 @pytest.fixture
@@ -98,12 +100,12 @@ def test_input_magnitudes(tc, dtype, sk, sw, sg):
 
 
 @pytest.mark.parametrize("shape", [(9, 2, 2048), (7, 1, 8192), (2, 3000, 500), (40, 1, 1000),
-                                   (1, 700, 8192)])
+                                   (1, 700, 8192), (9, 2, 16000), (3, 300, 12000)])
 def test_backward_work_splits(tc, shape):
     """The backward kernel's work splits: a channel's pairs in several items (partial sums, the
     reduce launch; an odd B leaves a pair of one row), more channels than resident CTAs (each
-    CTA loops over channels), one pair per channel: grads within bfloat16's bound and
-    deterministic."""
+    CTA loops over channels), one pair per channel; at N = 32768 (X's planes in each CTA's
+    scratch) split and looping: grads within bfloat16's bound and deterministic."""
     w, k, g = make(*shape, torch.bfloat16)
     got = ours(w, k, g, 0.1)
     want = grads_of(timex_fftconv, w.double(), k.double(), g.double(), 0.1)
@@ -158,23 +160,29 @@ def test_kept_spectra_and_compile(tc):
 
 
 def test_forced_where_it_cannot_run(tc):
-    """Forced past its reach (float32, float64, T > 8192) the op runs the fastest other FFT."""
-    for dtype, T in ((torch.float32, 1000), (torch.float64, 1000), (torch.bfloat16, 8193)):
+    """Forced past its reach (float32, float64, T > 16384) the op runs the fastest other FFT."""
+    for dtype, T in ((torch.float32, 1000), (torch.float64, 1000), (torch.bfloat16, 16385)):
         k = torch.empty(2, 3, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) != "fft_tc", (dtype, T)
 
 
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 from B = 16 up to
-    T = 8192 past the direct kernels' reach (1536 there); the fused kernels below B = 16, past
-    T = 8192, for float16 (their error is the FFT conv's) and for float32."""
+    T = 16384 past the direct kernels' reach (1536 there), and past T = 8192 from B = 8; the
+    fused kernels below, for float16 (their error is the FFT conv's) and for float32; past
+    T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),
+                              (torch.bfloat16, 16, 16384, "fft_tc"),
                               (torch.float16, 32, 8192, "fft_fused"),
-                              (torch.bfloat16, 16, 8193, "fft_fused"),
                               (torch.bfloat16, 15, 4096, "fft_fused"),
+                              (torch.bfloat16, 8, 8192, "fft_fused"),
+                              (torch.bfloat16, 8, 8193, "fft_tc"),
+                              (torch.bfloat16, 7, 12288, "fft_fused"),
                               (torch.bfloat16, 16, 1536, "direct"),
                               (torch.float32, 16, 4096, "fft_fused")]:
         k = torch.empty(B, 2, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, T)
+    k = torch.empty(16, 2, 16385, device="cuda", dtype=torch.bfloat16)
+    assert rwkv_ops.timex_algorithm(k) != "fft_tc"

@@ -28,7 +28,8 @@ void with_length(int64_t T, Fn&& fn) {
     case 2048: fn(std::integral_constant<int, 2048>{}); break;
     case 4096: fn(std::integral_constant<int, 4096>{}); break;
     case 8192: fn(std::integral_constant<int, 8192>{}); break;
-    default: fn(std::integral_constant<int, 16384>{}); break;
+    case 16384: fn(std::integral_constant<int, 16384>{}); break;
+    default: fn(std::integral_constant<int, 32768>{}); break;
   }
 }
 
@@ -49,8 +50,9 @@ std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        tc::spectrum_tc_kernel<S, kN>, static_cast<int>(C), tc::threads(kN), tc::smem_bytes(kN),
-        stream, bits(w), static_cast<int>(T), as<tc::cf32>(wz), as<int>(wexp)));
+        tc::spectrum_tc_kernel<S, kN>, static_cast<int>(C), tc::forward_threads(kN),
+        tc::forward_smem_bytes(kN), stream, bits(w), static_cast<int>(T), as<tc::cf32>(wz),
+        as<int>(wexp)));
   });
   return {wz, wexp};
 }
@@ -66,8 +68,8 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C), tc::threads(kN),
-        tc::smem_bytes(kN), stream, bits(k), as<const tc::cf32>(wz), as<const int>(wexp),
+        tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C), tc::forward_threads(kN),
+        tc::forward_smem_bytes(kN), stream, bits(k), as<const tc::cf32>(wz), as<const int>(wexp),
         bits_out(out), static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
         static_cast<float>(eps)));
   });
@@ -126,7 +128,10 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const int64_t pairs = (B + 1) / 2, resident = resident_ctas<S>(T, k);
   const int64_t splits = C >= resident ? 1 : std::max<int64_t>(1, std::min(pairs, resident / C));
   const int64_t items = C * splits, ctas = std::max<int64_t>(1, std::min(items, resident));
-  Tensor acc = fused_ops::empty({(splits > 1 ? items : ctas) * N}, ScalarType::ComplexFloat, k);
+  Tensor acc = fused_ops::empty({ctas * N}, ScalarType::ComplexFloat, k);  // ctas = items if split
+  // X's planes per CTA where they do not fit on chip with Z's (N = 32768).
+  const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N));
+  Tensor xs = fused_ops::empty({std::max<int64_t>(1, ctas * scratch)}, ScalarType::Byte, k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     const auto kernel = tc::backward_tc_kernel<S, kN>;
@@ -137,12 +142,13 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
         kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
         as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
-        bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc)));
+        bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc),
+        scratch > 0 ? as<uint16_t>(xs) : nullptr));
     if (splits > 1) {  // the reduce launch: a CTA per channel
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
           kernel, c, threads, smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
-          bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc)));
+          bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc), nullptr));
     }
   });
   return {grad_w, grad_k};

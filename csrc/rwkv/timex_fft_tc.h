@@ -11,12 +11,12 @@
 
 namespace rwkv::fft {
 
-// The longest row of the tensor-core kernels: the backward's transform, N = 2 T rounded up to
-// a power of two, is at most 16384 (its two plane sets fill 128 KiB of shared memory).
-constexpr int64_t kTcMaxT = 8192;
+// The longest row of the tensor-core kernels: T <= N / 2 with N = 32768, the longest transform
+// whose planes (4 N bytes) fit one CTA's shared memory.
+constexpr int64_t kTcMaxT = 16384;
 
 // Whether the tensor-core kernels run k's shape, dtype and device: bfloat16 or float16,
-// 1 <= T <= 8192, B * C < 2^31, compute capability 8.0 or newer, and the backward's shared
+// 1 <= T <= 16384, B * C < 2^31, compute capability 8.0 or newer, and the backward's shared
 // memory within the device's per-block limit.
 bool tc_supported(const fused_ops::Tensor& k);
 

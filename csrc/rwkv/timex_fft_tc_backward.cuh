@@ -4,9 +4,11 @@
 //   grad_k[b0, c] + i grad_k[b1, c] = IDFT(Z conj(W^))      (the correlation of z with h)
 //   grad_w[c, T-1-s] = Re sum_p IDFT(Z_p conj(X_p))[s]
 // The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the
-// pair's two rows of the batch sum at once. Z and X are transformed together (two plane sets,
-// 8 N bytes of shared memory: N <= kMaxBackwardN), so neither spectrum leaves the chip; the
-// middle adds Z conj(X) to the channel's running sum `acc` (N complex floats in global memory,
+// pair's two rows of the batch sum at once. Up to N = kMaxTwoSetN, Z and X are transformed
+// together (two plane sets, 8 N bytes of shared memory), so neither spectrum leaves the chip.
+// Past it (N = 32768: 256 KiB would not fit) X is transformed first and its planes copied to
+// the CTA's scratch in global memory (4 N bytes), then Z in the same shared memory, and the
+// middle reads X's fragments from the copy. Either way the middle adds Z conj(X) to the channel's running sum `acc` (N complex floats in global memory,
 // L2-resident, each entry read and written by one thread) and sends Z conj(W^) on to grad_k's
 // inverse. Per channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one
 // per channel, as the FMA backward (timex_fft_backward.cuh) has per row.
@@ -26,19 +28,24 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The longest transform of the backward kernel: its two plane sets, 8 N bytes, within sm_90's
-// 227 KiB per block.
-constexpr int kMaxBackwardN = 16384;
-// Threads per CTA: threads(N), but 512 at N = 16384, where the 128 KiB of planes keep one CTA
+// The longest transform whose two plane sets, 8 N bytes, fit sm_90's 227 KiB per block;
+// longer ones (up to kMaxN) keep X's planes in global scratch (x_off_chip).
+constexpr int kMaxTwoSetN = 16384;
+TIMEX_FFT_HD constexpr bool x_off_chip(int N) { return N > kMaxTwoSetN; }
+// Threads per CTA: threads(N), but 512 from N = 16384 on, where 128 KiB of planes keep one CTA
 // per SM: with 256 (8 warps an SM) the kernel took 385 µs at (8, 256, 8192) bfloat16 and 435 at
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
 TIMEX_FFT_HD constexpr int backward_threads(int N) { return N >= 16384 ? 512 : threads(N); }
 TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {
-  return 8 * N + 8 * (backward_threads(N) / 32);
+  return (x_off_chip(N) ? 4 : 8) * N + 8 * (backward_threads(N) / 32);
 }
-// The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512 at
-// N = 16384). At the conv kernel's 80 the two sets' fragments and the running sum spill about
-// 300 bytes a thread.
+// Global scratch per CTA for X's planes: 4 N bytes where x_off_chip(N), else none.
+TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
+  return x_off_chip(N) ? 4 * int64_t(N) : 0;
+}
+// The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512 from
+// N = 16384 on). At the conv kernel's 80 the two sets' fragments and the running sum spill
+// about 300 bytes a thread.
 TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
   return N >= 16384 ? 1 : 2 * 256 / threads(N);
 }
@@ -61,19 +68,26 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
 // (C, T). acc_all: N complex floats per CTA (splits = 1) or per item (splits > 1: read by the
-// reduce launch, one CTA per channel).
+// reduce launch, one CTA per channel). xs_all: backward_scratch_bytes(N) per CTA of the grid
+// (null where that is 0).
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(backward_threads(N), backward_min_blocks(N))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const cf32* __restrict__ wz, const int* __restrict__ wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
-                   int T, int splits, bool reduce, cf32* __restrict__ acc_all) {
-  static_assert(N >= kMinN && N <= kMaxBackwardN && (N & (N - 1)) == 0, "N: a power of two");
+                   int T, int splits, bool reduce, cf32* __restrict__ acc_all,
+                   uint16_t* __restrict__ xs_all) {
+  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
   constexpr int TH = backward_threads(N);
+  constexpr bool kOffChip = x_off_chip(N);
   TIMEX_FFT_SHARED(smem);
-  uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N
+  uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N on chip
   uint16_t* im = re + N;
-  float* slots = reinterpret_cast<float*>(re + 4 * N);  // two sets of TH / 32
+  float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // two sets of TH / 32
+  // X's planes: the second set, or the CTA's scratch (its re, then im, as on chip).
+  uint16_t* const xre =
+      kOffChip ? xs_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : re + 2 * N;
+  uint16_t* const xim = xre + N;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   DftFrags<Plane> f16;
   f16.init(lane);
@@ -108,18 +122,39 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       const bool two = b1 < B;
       const int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
       TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
-      const int ez = scale_exponent(
-          load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots));
-      const int ex = scale_exponent(load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0,
-                                                        two ? k + r1 : nullptr, T, vec, false,
-                                                        slots + TH / 32));
-      const float scale[2] = {std::ldexp(1.f, 1 - ez), std::ldexp(1.f, 1 - ex)};
-      scale_sets<S, N, 2, TH>(re, im, scale);
-      TIMEX_FFT_SYNC();
-      forward_transform<N, 2, TH>(re, im, f16);
+      int ez, ex;
+      if constexpr (kOffChip) {
+        ex = scale_exponent(load_rows<S, N, TH>(re, im, k + r0, two ? k + r1 : nullptr, T, vec,
+                                                false, slots));
+        const float xscale[1] = {std::ldexp(1.f, 1 - ex)};
+        scale_sets<S, N, 1, TH>(re, im, xscale);
+        TIMEX_FFT_SYNC();
+        forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
+        for (int e = 8 * tid; e < 2 * N; e += 8 * TH) {  // re, then im: 2 N contiguous
+          uint16_t v[8];
+          ld16(v, re + e);
+          st16(xre + e, v);
+        }
+        TIMEX_FFT_SYNC();  // the copy is done and visible to the block (global memory)
+        ez = scale_exponent(load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec,
+                                                false, slots + TH / 32));
+        const float zscale[1] = {std::ldexp(1.f, 1 - ez)};
+        scale_sets<S, N, 1, TH>(re, im, zscale);
+        TIMEX_FFT_SYNC();
+        forward_transform<N, 1, TH>(re, im, f16);
+      } else {
+        ez = scale_exponent(
+            load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots));
+        ex = scale_exponent(load_rows<S, N, TH>(xre, xim, k + r0, two ? k + r1 : nullptr, T, vec,
+                                                false, slots + TH / 32));
+        const float scale[2] = {std::ldexp(1.f, 1 - ez), std::ldexp(1.f, 1 - ex)};
+        scale_sets<S, N, 2, TH>(re, im, scale);
+        TIMEX_FFT_SYNC();
+        forward_transform<N, 2, TH>(re, im, f16);
+      }
       // Z_u = Z's planes 2^(ez-1), X_u likewise (the unitary transforms of z and x).
-      amax = middle_backward<Plane, N, TH>(re, im, wrow, acc, p == p0,
-                                           std::ldexp(1.f, ez + ex - 2));
+      amax = middle_backward<Plane, N, TH, kOffChip>(re, im, xre, xim, wrow, acc, p == p0,
+                                                     std::ldexp(1.f, ez + ex - 2));
       TIMEX_FFT_SYNC();
       inverse_out<S, N, TH>(re, im, f16,
                         PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,

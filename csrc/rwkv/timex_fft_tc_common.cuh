@@ -30,7 +30,6 @@ using fft::cf32;
 // Threads per CTA: N / 32 up to 256, so that each warp has at least 8 tiles per pass and 4
 // steps of the middle over which to spread its set-up (fragments, per-lane twiddles).
 TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; }
-TIMEX_FFT_HD constexpr int warps(int N) { return threads(N) / 32; }
 // The register cap, in CTAs of 256 threads per SM: 3 (80 registers a thread, 16 bytes
 // spilled), measured 1-12% faster than 2 (104-128 registers, no spills) at N = 2048-16384
 // and within 2% at 32768 (benchmarks/results/issue29_runs/run20_tc_probe.md); min_blocks(N)
@@ -47,9 +46,6 @@ TIMEX_FFT_HD constexpr int radix1(int N) {
   while (m > 16) m /= 16;
   return m;
 }
-// Shared memory: the two planes, 2 N 16-bit elements, then one float per warp (the block's
-// largest input magnitude).
-TIMEX_FFT_HD constexpr int smem_bytes(int N) { return 4 * N + 4 * warps(N); }
 
 // The planes' type, whatever the input's: float16, whose three more bits than bfloat16's halve
 // the error that each pass's rounding adds. It cannot overflow: the kernel scales the row pair
@@ -103,6 +99,18 @@ TIMEX_FFT_DEVICE void st32(uint16_t* p, uint32_t v) {
   std::memcpy(p, &v, 4);
 #else
   *reinterpret_cast<uint32_t*>(p) = v;
+#endif
+}
+
+// Two elements (4 bytes, 4-byte aligned) from shared or global memory (not the read-only
+// path: the backward reads back what it wrote).
+TIMEX_FFT_DEVICE uint32_t ld32(const uint16_t* p) {
+#ifdef TIMEX_EMULATE
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#else
+  return *reinterpret_cast<const uint32_t*>(p);
 #endif
 }
 

@@ -101,6 +101,20 @@ struct MiddleLane {
     fused_ops::ldmatrix_x4(xi, im + (sw ^ ld_sw));
   }
 
+  // The same fragments from a copy of the planes in global memory (swizzled as on chip): the
+  // lane's register j holds block 16 it + g + 8 (j % 2), elements 8 (j / 2) + 2q and 2q + 1.
+  TIMEX_FFT_DEVICE void load_global(const uint16_t* re, const uint16_t* im, int it,
+                                    uint32_t (&xr)[4], uint32_t (&xi)[4]) const {
+    const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+    const int sw = swz(256 * it);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int a = (sw ^ swz(16 * (g + 8 * (j & 1)) + 8 * (j >> 1))) + 2 * q;
+      xr[j] = ld32(re + a);
+      xi[j] = ld32(im + a);
+    }
+  }
+
   // n-tile t of X DFT_16 / 4: y[e] is entry 4 t + e of the lane's 8.
   TIMEX_FFT_DEVICE void dft(const uint32_t (&xr)[4], const uint32_t (&xi)[4], int t,
                             cf32 (&y)[4]) const {
@@ -217,13 +231,15 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
   return amax;
 }
 
-// The backward's middle, over two plane sets: Z (g's pair) at re, im and X (k's pair) at
-// re + 2N, im + 2N. acc (N complex floats, middle layout, this lane's entries its own) gets
+// The backward's middle: Z (g's pair) in the planes re, im and X (k's pair) in planes xre,
+// xim of the same layout, in shared memory (the second set) or, where X_GLOBAL, a copy in
+// global memory. acc (N complex floats, middle layout, this lane's entries its own) gets
 // Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through conj(DFT_16)
 // to Z's planes (grad_k's correlation). Returns the largest |component| of the acc entries
 // that this lane wrote.
-template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
+template <typename S, int N, int TH = threads(N), bool X_GLOBAL = false>
+TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* xre,
+                                       const uint16_t* xim, const cf32* __restrict__ wrow,
                                        cf32* acc, bool first, float pscale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   MiddleLane<S, N> m;
@@ -232,7 +248,11 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const cf32* _
   for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t zr[4], zi[4], xr[4], xi[4];
     m.load(re, im, it, zr, zi);
-    m.load(re + 2 * N, im + 2 * N, it, xr, xi);
+    if constexpr (X_GLOBAL) {
+      m.load_global(xre, xim, it, xr, xi);
+    } else {
+      m.load(xre, xim, it, xr, xi);
+    }
     cf32 p[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {

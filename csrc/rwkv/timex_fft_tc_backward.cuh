@@ -6,11 +6,13 @@
 // The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the
 // pair's two rows of the batch sum at once. Up to N = kMaxTwoSetN, Z and X are transformed
 // together (two plane sets, 8 N bytes of shared memory), so neither spectrum leaves the chip.
-// Past it (N = 32768: 256 KiB would not fit) X is transformed first and its planes copied to
-// the CTA's scratch in global memory (4 N bytes), then Z in the same shared memory, and the
-// middle reads X's fragments from the copy. Either way the middle adds Z conj(X) to the channel's running sum `acc` (N complex floats in global memory,
-// L2-resident, each entry read and written by one thread) and sends Z conj(W^) on to grad_k's
-// inverse. Per channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one
+// Past it (N = 32768: 256 KiB would not fit) Z is transformed first and its planes copied to
+// the CTA's scratch in global memory (4 N bytes), then X in the same shared memory, and the
+// middle reads Z's fragments from the copy. Either way the middle adds Z conj(X) to the
+// channel's running sum `acc` (N complex floats in global memory, L2-resident, each entry read
+// and written by one thread) and sends Z conj(W^) on to grad_k's inverse. Each row of z is
+// scaled by its own power of two, x's rows so that the pair's two terms keep one weight
+// (x_shifts). Per channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one
 // per channel, as the FMA backward (timex_fft_backward.cuh) has per row.
 //
 // Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
@@ -36,10 +38,10 @@ TIMEX_FFT_HD constexpr bool x_off_chip(int N) { return N > kMaxTwoSetN; }
 // per SM: with 256 (8 warps an SM) the kernel took 385 µs at (8, 256, 8192) bfloat16 and 435 at
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
 TIMEX_FFT_HD constexpr int backward_threads(int N) { return N >= 16384 ? 512 : threads(N); }
-TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {
-  return (x_off_chip(N) ? 4 : 8) * N + 8 * (backward_threads(N) / 32);
+TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {  // the planes, then 4 floats a warp
+  return (x_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32);
 }
-// Global scratch per CTA for X's planes: 4 N bytes where x_off_chip(N), else none.
+// Global scratch per CTA for Z's planes: 4 N bytes where x_off_chip(N), else none.
 TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
   return x_off_chip(N) ? 4 * int64_t(N) : 0;
 }
@@ -48,6 +50,31 @@ TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
 // about 300 bytes a thread.
 TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
   return N >= 16384 ? 1 : 2 * 256 / threads(N);
+}
+
+// The scales of x's rows (k's pair, xscale) given z's row shifts sz (g's pair): x's row j
+// times 2^(A - sz[j]), so that the two rows' products of scales are both 2^A and grad_w's
+// Re(z conj x) = 2^A (g[b0] * k[b0] + g[b1] * k[b1]) weighs the pair's terms alike. A takes the
+// row whose term is the larger (the larger k max against its g scale) into [1, 2); the other
+// is then at most 2, and as much smaller as its term is. At most 2^126 a row (A clamped: only
+// for rows near the ends of bfloat16's range). Rows whose g or k is zero add nothing: their x
+// row is scaled by 0 (a NaN stays NaN, as the largest magnitudes skip NaNs). Returns A.
+TIMEX_FFT_DEVICE int x_shifts(const float (&gmax)[2], const float (&kmax)[2], const int (&sz)[2],
+                              float (&xscale)[2]) {
+  bool any = false;
+  int best = 0, least_sz = 0;
+  for (int j = 0; j < 2; ++j) {
+    if (!(gmax[j] > 0.f && kmax[j] > 0.f)) continue;
+    const int v = scale_exponent(kmax[j]) - sz[j];
+    best = any ? std::max(best, v) : v;
+    least_sz = any ? std::min(least_sz, sz[j]) : sz[j];
+    any = true;
+  }
+  const int A = any ? std::min(1 - best, 126 + least_sz) : 0;
+  for (int j = 0; j < 2; ++j) {
+    xscale[j] = gmax[j] > 0.f && kmax[j] > 0.f ? std::ldexp(1.f, A - sz[j]) : 0.f;
+  }
+  return A;
 }
 
 // grad_w of channel c from its spectrum sum acc (middle layout), whose largest |component| in
@@ -68,26 +95,25 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
 // (C, T). acc_all: N complex floats per CTA (splits = 1) or per item (splits > 1: read by the
-// reduce launch, one CTA per channel). xs_all: backward_scratch_bytes(N) per CTA of the grid
-// (null where that is 0).
+// reduce launch, one CTA per channel). scratch_all: backward_scratch_bytes(N) per CTA of the
+// grid (null where that is 0).
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(backward_threads(N), backward_min_blocks(N))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const cf32* __restrict__ wz, const int* __restrict__ wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
-                   uint16_t* __restrict__ xs_all) {
+                   uint16_t* __restrict__ scratch_all) {
   static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
   constexpr int TH = backward_threads(N);
   constexpr bool kOffChip = x_off_chip(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N on chip
   uint16_t* im = re + N;
-  float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // two sets of TH / 32
-  // X's planes: the second set, or the CTA's scratch (its re, then im, as on chip).
-  uint16_t* const xre =
-      kOffChip ? xs_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : re + 2 * N;
-  uint16_t* const xim = xre + N;
+  float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // 2 x 2 TH / 32
+  // Where x_off_chip: the CTA's copy of Z's planes (its re, then im, as on chip).
+  uint16_t* const scratch =
+      kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : nullptr;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   DftFrags<Plane> f16;
   f16.init(lane);
@@ -122,43 +148,50 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       const bool two = b1 < B;
       const int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
       TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
-      int ez, ex;
-      if constexpr (kOffChip) {
-        ex = scale_exponent(load_rows<S, N, TH>(re, im, k + r0, two ? k + r1 : nullptr, T, vec,
-                                                false, slots));
-        const float xscale[1] = {std::ldexp(1.f, 1 - ex)};
-        scale_sets<S, N, 1, TH>(re, im, xscale);
+      // z: g's rows, each scaled by its own power of two (grad_k's rows keep their own
+      // accuracy); x: k's rows scaled to match (x_shifts).
+      float gmax[2], kmax[2], zscale[2], xscale[2];
+      load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots, gmax);
+      const int sz[2] = {scale_shift(gmax[0]), scale_shift(gmax[1])};
+      zscale[0] = std::ldexp(1.f, sz[0]), zscale[1] = std::ldexp(1.f, sz[1]);
+      int shift;
+      if constexpr (kOffChip) {  // Z first, its planes to the scratch, then X on chip
+        const float zs[1][2] = {{zscale[0], zscale[1]}};
+        scale_sets<S, N, 1, TH>(re, im, zs);
         TIMEX_FFT_SYNC();
         forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
         for (int e = 8 * tid; e < 2 * N; e += 8 * TH) {  // re, then im: 2 N contiguous
           uint16_t v[8];
           ld16(v, re + e);
-          st16(xre + e, v);
+          st16(scratch + e, v);
         }
         TIMEX_FFT_SYNC();  // the copy is done and visible to the block (global memory)
-        ez = scale_exponent(load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec,
-                                                false, slots + TH / 32));
-        const float zscale[1] = {std::ldexp(1.f, 1 - ez)};
-        scale_sets<S, N, 1, TH>(re, im, zscale);
+        load_rows<S, N, TH>(re, im, k + r0, two ? k + r1 : nullptr, T, vec, false,
+                            slots + 2 * (TH / 32), kmax);
+        shift = x_shifts(gmax, kmax, sz, xscale);
+        const float xs[1][2] = {{xscale[0], xscale[1]}};
+        scale_sets<S, N, 1, TH>(re, im, xs);
         TIMEX_FFT_SYNC();
         forward_transform<N, 1, TH>(re, im, f16);
-      } else {
-        ez = scale_exponent(
-            load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots));
-        ex = scale_exponent(load_rows<S, N, TH>(xre, xim, k + r0, two ? k + r1 : nullptr, T, vec,
-                                                false, slots + TH / 32));
-        const float scale[2] = {std::ldexp(1.f, 1 - ez), std::ldexp(1.f, 1 - ex)};
+        // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
+        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, scratch + N, re, im, wrow,
+                                                   acc, p == p0, std::ldexp(1.f, -shift));
+      } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
+        load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0, two ? k + r1 : nullptr, T, vec,
+                            false, slots + 2 * (TH / 32), kmax);
+        shift = x_shifts(gmax, kmax, sz, xscale);
+        const float scale[2][2] = {{zscale[0], zscale[1]}, {xscale[0], xscale[1]}};
         scale_sets<S, N, 2, TH>(re, im, scale);
         TIMEX_FFT_SYNC();
         forward_transform<N, 2, TH>(re, im, f16);
+        amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N, wrow,
+                                                    acc, p == p0, std::ldexp(1.f, -shift));
       }
-      // Z_u = Z's planes 2^(ez-1), X_u likewise (the unitary transforms of z and x).
-      amax = middle_backward<Plane, N, TH, kOffChip>(re, im, xre, xim, wrow, acc, p == p0,
-                                                     std::ldexp(1.f, ez + ex - 2));
       TIMEX_FFT_SYNC();
       inverse_out<S, N, TH>(re, im, f16,
-                        PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
-                                    std::ldexp(1.f, ez - 1 + wexp[c]), 0.f, grad_k));
+                            PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
+                                        std::ldexp(1.f, wexp[c] - sz[0]),
+                                        std::ldexp(1.f, wexp[c] - sz[1]), 0.f, grad_k));
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done

@@ -22,11 +22,11 @@ TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
 // The forward kernels' threads per CTA: threads(N), but 512 at N = 32768, where their 128 KiB
 // of planes keep one CTA per SM (8 warps an SM with 256); their register cap (min_blocks(N),
 // there one CTA of 512: 128 registers); their shared memory: the two planes, 2 N 16-bit
-// elements, then one float per warp (the block's largest magnitude).
+// elements, then two floats per warp (the block's largest magnitude of each row).
 TIMEX_FFT_HD constexpr int forward_threads(int N) { return N > 16384 ? 512 : threads(N); }
 TIMEX_FFT_HD constexpr int forward_min_blocks(int N) { return N > 16384 ? 1 : min_blocks(N); }
 TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
-  return 4 * N + 4 * (forward_threads(N) / 32);
+  return 4 * N + 8 * (forward_threads(N) / 32);
 }
 
 // The forward passes of the planes' SETS sets: the first at stride N / 16 where the outer
@@ -37,20 +37,22 @@ TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFra
   forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16, SETS, TH>(re, im, f16);
 }
 
-// Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, scaled by a power of two into
-// float16's range, then transformed: returns the exponent ex of the pair's largest magnitude
-// (the planes hold the unitary transform times 2^(1-ex)). f16: initialised here.
+// Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, each scaled by its own power of
+// two 2^sh[j] into float16's range (scale_shift: a row far smaller than its partner keeps its
+// own relative accuracy), then transformed: the planes hold the unitary transform of
+// r0 2^sh[0] + i r1 2^sh[1]. f16: initialised here.
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE int load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
-                                        const uint16_t* r1, int T, bool vec, bool reversed,
-                                        float* slots, DftFrags<Plane>& f16) {
-  const int ex = scale_exponent(load_rows<S, N, TH>(re, im, r0, r1, T, vec, reversed, slots));
-  const float scale[1] = {std::ldexp(1.f, 1 - ex)};
+TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
+                                         const uint16_t* r1, int T, bool vec, bool reversed,
+                                         float* slots, DftFrags<Plane>& f16, int (&sh)[2]) {
+  float amax[2];
+  load_rows<S, N, TH>(re, im, r0, r1, T, vec, reversed, slots, amax);
+  sh[0] = scale_shift(amax[0]), sh[1] = scale_shift(amax[1]);
+  const float scale[1][2] = {{std::ldexp(1.f, sh[0]), std::ldexp(1.f, sh[1])}};
   scale_sets<S, N, 1, TH>(re, im, scale);
   f16.init(static_cast<int>(threadIdx.x) % 32);
   TIMEX_FFT_SYNC();
   forward_transform<N, 1, TH>(re, im, f16);
-  return ex;
 }
 
 // W's spectra, one CTA per channel c: wz[c] (N complex floats, the middle's layout) = the
@@ -70,11 +72,12 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
   const int tid = static_cast<int>(threadIdx.x), c = static_cast<int>(blockIdx.x);
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
   DftFrags<Plane> f16;
-  const int ex = load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec,
-                                              /*reversed=*/true, slots, f16);
-  // The planes hold DFT(h) 2^(1-ex) / sqrt(N) (every pass unitary): the largest component of
+  int sh[2];
+  load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
+                               slots, f16, sh);
+  // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary): the largest component of
   // DFT(h) first, then the spectrum stored times 2^-we.
-  const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, ex - 1);
+  const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
   const float amax_w = middle_spectrum<Plane, N, false, TH>(re, im, nullptr, unscale);
   const int we = scale_exponent(block_max<N, TH>(amax_w, slots));
   middle_spectrum<Plane, N, true, TH>(re, im, wz + int64_t(c) * N,
@@ -106,13 +109,15 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : nullptr;
   const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
   DftFrags<Plane> f16;
-  const int ex = load_and_transform<S, N, TH>(re, im, k0, k1, T, vec, false, slots, f16);
+  int sh[2];
+  load_and_transform<S, N, TH>(re, im, k0, k1, T, vec, false, slots, f16, sh);
   middle<Plane, N, TH>(re, im, wz + int64_t(c) * N);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
   uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
   inverse_out<S, N, TH>(re, im, f16,
-                        PairSink<S>(o0, o1, two, T, std::ldexp(1.f, ex - 1 + wexp[c]), eps, out));
+                        PairSink<S>(o0, o1, two, T, std::ldexp(1.f, wexp[c] - sh[0]),
+                                    std::ldexp(1.f, wexp[c] - sh[1]), eps, out));
 }
 
 }  // namespace fft_tc

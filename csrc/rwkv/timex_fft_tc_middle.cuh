@@ -231,14 +231,15 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
   return amax;
 }
 
-// The backward's middle: Z (g's pair) in the planes re, im and X (k's pair) in planes xre,
-// xim of the same layout, in shared memory (the second set) or, where X_GLOBAL, a copy in
-// global memory. acc (N complex floats, middle layout, this lane's entries its own) gets
-// Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through conj(DFT_16)
-// to Z's planes (grad_k's correlation). Returns the largest |component| of the acc entries
-// that this lane wrote.
-template <typename S, int N, int TH = threads(N), bool X_GLOBAL = false>
-TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* xre,
+// The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim
+// of the same layout in shared memory; Z from a copy in global memory where Z_GLOBAL. acc (N
+// complex floats, middle layout, this lane's entries its own) gets Z conj(X) pscale (set where
+// `first`, else added); Z conj(W) goes on through conj(DFT_16) to the planes re, im (Z's or
+// X's: each warp's stores follow its loads of the same positions), grad_k's correlation.
+// Returns the largest |component| of the acc entries that this lane wrote.
+template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
+TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
+                                       const uint16_t* zim, const uint16_t* xre,
                                        const uint16_t* xim, const cf32* __restrict__ wrow,
                                        cf32* acc, bool first, float pscale) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -247,12 +248,12 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
   float amax = 0.f;
   for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t zr[4], zi[4], xr[4], xi[4];
-    m.load(re, im, it, zr, zi);
-    if constexpr (X_GLOBAL) {
-      m.load_global(xre, xim, it, xr, xi);
+    if constexpr (Z_GLOBAL) {
+      m.load_global(zre, zim, it, zr, zi);
     } else {
-      m.load(xre, xim, it, xr, xi);
+      m.load(zre, zim, it, zr, zi);
     }
+    m.load(xre, xim, it, xr, xi);
     cf32 p[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {

@@ -68,21 +68,29 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
 
 // The first forward pass from the stored row pair (S's bits, in natural order) to float16,
 // in place: Y[k1] = sum_{n1 < R1/2} W_R1^(n1 k1) x[L n1 + n2] / sqrt(R1), times the pass's
-// twiddle W_N^(k1 n2) and `scale`, at L k1 + n2 (the MMA passes' definition, tc_pass). The
-// twiddles are powers of W_N^n2, one __sincosf per column. SETS row pairs' planes (tc_pass),
-// set s scaled by scale[s].
+// twiddle W_N^(k1 n2), at L k1 + n2 (the MMA passes' definition, tc_pass), where x is the
+// row pair with its real part times scale[s][0] and its imaginary part times scale[s][1]
+// (set s of SETS row pairs' planes, as tc_pass's). The twiddles are powers of W_N^n2, one
+// __sincosf per column.
 template <typename S, int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
-                                     const float (&scale)[SETS]) {
+                                     const float (&scale)[SETS][2]) {
   constexpr int R = radix1(N), L = N / R, H = R / 2;
   static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
   for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * TH) {
     const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
     uint16_t* const re = re_all + 2 * N * set;
     uint16_t* const im = im_all + 2 * N * set;
-    const float f = scale[set] * inv_sqrt_radix(R);
+    constexpr float f = inv_sqrt_radix(R);
     cf32 x[H][2];
     load_columns<S, L>(re, im, n2, x);
+#pragma unroll
+    for (int n1 = 0; n1 < H; ++n1) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        x[n1][e] = {x[n1][e].x * scale[set][0], x[n1][e].y * scale[set][1]};
+      }
+    }
     const cf32 base[2] = {twiddle<N>(n2), twiddle<N>(n2 + 1)};
     cf32 tw[2] = {{f, 0.f}, {f, 0.f}};  // f W_N^(k1 n2), k1 = 0 first
 #pragma unroll

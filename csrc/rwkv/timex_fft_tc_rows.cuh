@@ -12,16 +12,29 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The largest of every thread's v, in every thread; slots: TH / 32 floats of shared memory
-// that no other call uses until every thread has returned (the caller's next barrier).
+// The largest of every thread's v[j], for each j < K, in every thread; slots: K TH / 32 floats
+// of shared memory that no other call uses until every thread has returned (the caller's next
+// barrier).
+template <int N, int TH = threads(N), int K>
+TIMEX_FFT_DEVICE void block_max_n(float (&v)[K], float* slots) {
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    for (int m = 16; m > 0; m /= 2) v[j] = std::fmax(v[j], __shfl_xor_sync(0xffffffffu, v[j], m));
+  }
+  if (tid % 32 == 0) {
+    for (int j = 0; j < K; ++j) slots[K * (tid / 32) + j] = v[j];
+  }
+  TIMEX_FFT_SYNC();
+  for (int w = 0; w < TH / 32; ++w) {
+    for (int j = 0; j < K; ++j) v[j] = std::fmax(v[j], slots[K * w + j]);
+  }
+}
 template <int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE float block_max(float v, float* slots) {
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int m = 16; m > 0; m /= 2) v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, m));
-  if (tid % 32 == 0) slots[tid / 32] = v;
-  TIMEX_FFT_SYNC();
-  for (int w = 0; w < TH / 32; ++w) v = std::fmax(v, slots[w]);
-  return v;
+  float a[1] = {v};
+  block_max_n<N, TH>(a, slots);
+  return a[0];
 }
 
 // The exponent ex of a largest magnitude m = f 2^ex (f in [0.5, 1)): 2^(1 - ex) takes m into
@@ -32,17 +45,22 @@ TIMEX_FFT_DEVICE int scale_exponent(float m) {
   return ex;
 }
 
+// The shift s of a row whose largest magnitude is m: 2^s takes it into [1, 2) (s = 1 - ex for
+// m = f 2^ex, f in [0.5, 1)), at most 126 (a float 2^127 and more would overflow: rows of
+// bfloat16 subnormals stay below 1, still normal in float16); 0 for zeros, inf or NaN.
+TIMEX_FFT_DEVICE int scale_shift(float m) { return std::min(1 - scale_exponent(m), 126); }
+
 // Rows r0 + i r1 (r1 null: zeros), zero from T on, into the planes re, im as S's bits in
 // natural order, read reversed (r[T-1-t]) where asked; 16-byte loads where `vec` (T % 8 == 0,
 // 16-byte aligned rows: a reversed chunk is the aligned chunk at T - 8 - e, its elements in
-// reverse order). Returns the largest magnitude of the pair in every thread (block_max over
-// slots).
+// reverse order). amax: the largest magnitude of each row (r0's, r1's) in every thread
+// (block_max_n over 2 TH / 32 slots; NaNs do not count).
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
-                                 const uint16_t* r1, int T, bool vec, bool reversed,
-                                 float* slots) {
+TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
+                                const uint16_t* r1, int T, bool vec, bool reversed, float* slots,
+                                float (&amax)[2]) {
   const int tid = static_cast<int>(threadIdx.x);
-  float amax = 0.f;
+  amax[0] = amax[1] = 0.f;
   for (int e = 8 * tid; e < N; e += 8 * TH) {
     uint16_t xr[8], xi[8];
     if (vec && e + 8 <= T) {
@@ -68,20 +86,22 @@ TIMEX_FFT_DEVICE float load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
       }
     }
     for (int j = 0; j < 8; ++j) {
-      amax = std::fmax(amax, std::fmax(std::fabs(bits_to_float<S>(xr[j])),
-                                       std::fabs(bits_to_float<S>(xi[j]))));
+      amax[0] = std::fmax(amax[0], std::fabs(bits_to_float<S>(xr[j])));
+      amax[1] = std::fmax(amax[1], std::fabs(bits_to_float<S>(xi[j])));
     }
     st16(re + swz(e), xr);
     st16(im + swz(e), xi);
   }
-  return block_max<N, TH>(amax, slots);
+  block_max_n<N, TH>(amax, slots);
 }
 
-// The loaded sets (S's bits, set s at re + 2 N s) times scale[s], as float16: the first
-// forward pass where the outer radix is below 16 (first_pass_fma), else in place. The caller
-// syncs before the passes.
+// The loaded sets (S's bits, set s at re + 2 N s) as float16, each plane times its own scale
+// (scale[s][0] the real plane's, scale[s][1] the imaginary one's: each row of a pair scaled
+// by its own power of two, so that a row far smaller than its partner keeps its own relative
+// accuracy): the first forward pass where the outer radix is below 16 (first_pass_fma), else
+// in place. The caller syncs before the passes.
 template <typename S, int N, int SETS, int TH = threads(N)>
-TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale)[SETS]) {
+TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale)[SETS][2]) {
   if constexpr (radix1(N) < 16) {
     first_pass_fma<S, N, SETS, TH>(re, im, scale);
   } else {  // each thread rescales the chunks it stored
@@ -96,8 +116,8 @@ TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale
         uint32_t h[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * scale[set],
-                              bits_to_float<S>(v[2 * j + 1]) * scale[set]);
+          h[j] = pack2<Plane>(bits_to_float<S>(v[2 * j]) * scale[set][p],
+                              bits_to_float<S>(v[2 * j + 1]) * scale[set][p]);
         }
         std::memcpy(v, h, 16);
         st16(at, v);
@@ -106,24 +126,25 @@ TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale
   }
 }
 
-// Where the inverse transform's y goes: y's real part + eps to row o0 and its imaginary part
-// + eps to o1 (where `two`), times scale, rounded to S; t < T. emit: times t and t + 1 (t
-// even) as floats; copy: 8 times from e on, already scaled and rounded (the planes' staging).
+// Where the inverse transform's y goes: y's real part times scale0 + eps to row o0 and its
+// imaginary part times scale1 + eps to o1 (where `two`), rounded to S; t < T. emit: times t
+// and t + 1 (t even) as floats; copy: 8 times from e on, already scaled and rounded (the
+// planes' staging).
 template <typename S>
 struct PairSink {
   uint16_t* o0;
   uint16_t* o1;
   bool two;
   int T;
-  float scale, eps;
+  float scale0, scale1, eps;
   bool pairs, vec;  // 4-byte and 16-byte stores: T even / T % 8 == 0 and the rows aligned
-  TIMEX_FFT_DEVICE PairSink(uint16_t* a, uint16_t* b, bool two_rows, int t, float s, float e,
-                            const uint16_t* base)
-      : o0(a), o1(b), two(two_rows), T(t), scale(s), eps(e),
+  TIMEX_FFT_DEVICE PairSink(uint16_t* a, uint16_t* b, bool two_rows, int t, float s0, float s1,
+                            float e, const uint16_t* base)
+      : o0(a), o1(b), two(two_rows), T(t), scale0(s0), scale1(s1), eps(e),
         pairs(t % 2 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0),
         vec(t % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0) {}
-  TIMEX_FFT_DEVICE float re(float v) const { return std::fma(v, scale, eps); }
-  TIMEX_FFT_DEVICE float im(float v) const { return std::fma(v, scale, eps); }
+  TIMEX_FFT_DEVICE float re(float v) const { return std::fma(v, scale0, eps); }
+  TIMEX_FFT_DEVICE float im(float v) const { return std::fma(v, scale1, eps); }
   TIMEX_FFT_DEVICE void emit(int t, float r0, float i0, float r1, float i1) const {
     if (t >= T) return;
     r0 = re(r0), r1 = re(r1), i0 = im(i0), i1 = im(i1);

@@ -81,6 +81,7 @@ def test_against_float64(tc, dtype, shape):
 
 # (dtype, scale of k, of w, of g): every output within the dtype's normal range.
 MAGNITUDES = [(torch.bfloat16, 1e-30, 1.0, 1e30), (torch.bfloat16, 1e30, 1e-20, 1e-10),
+              (torch.bfloat16, 1e-39, 1e10, 1e25),  # k all subnormal: its scale past 2^126
               (torch.bfloat16, 1e20, 1e10, 1e-25), (torch.float16, 1e-3, 1.0, 1e3),
               (torch.float16, 10.0, 1.0, 10.0)]
 
@@ -88,8 +89,8 @@ MAGNITUDES = [(torch.bfloat16, 1e-30, 1.0, 1e30), (torch.bfloat16, 1e30, 1e-20, 
 @pytest.mark.parametrize("dtype,sk,sw,sg", MAGNITUDES)
 def test_input_magnitudes(tc, dtype, sk, sw, sg):
     """The planes are float16 for both types: each row pair, W's spectrum and grad_w's sum are
-    scaled by powers of two, so inputs far outside float16's range (bfloat16 from 1e-30 to
-    1e30) keep their accuracy: nothing overflows or flushes to zero on the way."""
+    scaled by powers of two, so inputs far outside float16's range (bfloat16 from its
+    subnormals to 1e30) keep their accuracy: nothing overflows or flushes to zero on the way."""
     w, k, g = make(2, 2, 3000, torch.float64)
     w, k, g = (w * sw).to(dtype), (k * sk).to(dtype), (g * sg).to(dtype)
     got = ours(w, k, g, 0.0)

@@ -3,17 +3,17 @@
 //   z = g[b0, c] + i g[b1, c],  x = k[b0, c] + i k[b1, c]  (zeros for a missing b1)
 //   grad_k[b0, c] + i grad_k[b1, c] = IDFT(Z conj(W^))      (the correlation of z with h)
 //   grad_w[c, T-1-s] = Re sum_p IDFT(Z_p conj(X_p))[s]
-// The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the
-// pair's two rows of the batch sum at once. Up to N = kMaxTwoSetN, Z and X are transformed
-// together (two plane sets, 8 N bytes of shared memory), so neither spectrum leaves the chip.
-// Past it (N = 32768: 256 KiB would not fit) Z is transformed first and its planes copied to
-// the CTA's scratch in global memory (4 N bytes), then X in the same shared memory, and the
-// middle reads Z's fragments from the copy. Either way the middle adds Z conj(X) to the
-// channel's running sum `acc` (N complex floats in global memory, L2-resident, each entry read
-// and written by one thread) and sends Z conj(W^) on to grad_k's inverse. Each row of z is
-// scaled by its own power of two, x's rows so that the pair's two terms keep one weight
-// (x_shifts). Per channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one
-// per channel, as the FMA backward (timex_fft_backward.cuh) has per row.
+// The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the pair's
+// two rows of the batch sum at once. Up to N = kMaxTwoSetN (24576), Z and X are transformed
+// together (two plane sets, 8 N bytes of shared memory), so neither spectrum leaves the chip. Past
+// it (N = 32768: 256 KiB would not fit) Z is transformed first and its planes copied to the CTA's
+// scratch in global memory (4 N bytes), then X in the same shared memory, and the middle reads Z's
+// fragments from the copy. Either way the middle adds Z conj(X) to the channel's running sum `acc`
+// (N complex floats in global memory, L2-resident, each entry read and written by one thread) and
+// sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by its own power of two, x's
+// rows so that the pair's two terms keep one weight (x_shifts). Per channel one more inverse, of
+// acc, gives grad_w: 3 transforms per pair and one per channel, as the FMA backward
+// (timex_fft_backward.cuh) has per row.
 //
 // Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
 // item i = c splits + s. splits = 1: a CTA loops over its items and ends each channel with
@@ -31,19 +31,19 @@ namespace rwkv {
 namespace fft_tc {
 
 // The longest transform whose two plane sets, 8 N bytes, fit sm_90's 227 KiB per block;
-// longer ones (up to kMaxN) keep X's planes in global scratch (x_off_chip).
-constexpr int kMaxTwoSetN = 16384;
-TIMEX_FFT_HD constexpr bool x_off_chip(int N) { return N > kMaxTwoSetN; }
+// longer ones (kMaxN) keep Z's planes in global scratch (z_off_chip).
+constexpr int kMaxTwoSetN = 24576;
+TIMEX_FFT_HD constexpr bool z_off_chip(int N) { return N > kMaxTwoSetN; }
 // Threads per CTA: threads(N), but 512 from N = 16384 on, where 128 KiB of planes keep one CTA
 // per SM: with 256 (8 warps an SM) the kernel took 385 µs at (8, 256, 8192) bfloat16 and 435 at
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
 TIMEX_FFT_HD constexpr int backward_threads(int N) { return N >= 16384 ? 512 : threads(N); }
 TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {  // the planes, then 4 floats a warp
-  return (x_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32);
+  return (z_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32);
 }
-// Global scratch per CTA for Z's planes: 4 N bytes where x_off_chip(N), else none.
+// Global scratch per CTA for Z's planes: 4 N bytes where z_off_chip(N), else none.
 TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
-  return x_off_chip(N) ? 4 * int64_t(N) : 0;
+  return z_off_chip(N) ? 4 * int64_t(N) : 0;
 }
 // The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512 from
 // N = 16384 on). At the conv kernel's 80 the two sets' fragments and the running sum spill
@@ -104,14 +104,14 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
                    uint16_t* __restrict__ scratch_all) {
-  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
+  static_assert(valid_length(N), "N: a transform length (valid_length)");
   constexpr int TH = backward_threads(N);
-  constexpr bool kOffChip = x_off_chip(N);
+  constexpr bool kOffChip = z_off_chip(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N on chip
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // 2 x 2 TH / 32
-  // Where x_off_chip: the CTA's copy of Z's planes (its re, then im, as on chip).
+  // Where z_off_chip: the CTA's copy of Z's planes (its re, then im, as on chip).
   uint16_t* const scratch =
       kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : nullptr;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;

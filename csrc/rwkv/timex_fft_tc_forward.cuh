@@ -11,20 +11,21 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The length of the transform for rows of T: the power of two >= 2 T, at least kMinN (N >= 2T:
-// the circular products of the zero-padded rows are linear).
+// The length of the transform for rows of T: the shortest valid_length N >= 2 T (the circular
+// products of the zero-padded rows are then linear).
 TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
   int64_t n = kMinN;
   while (n < 2 * T) n *= 2;
-  return n;
+  return n == 32768 && 2 * T <= 24576 ? 24576 : n;
 }
 
 // The forward kernels' threads per CTA: threads(N), but 512 at N = 32768, where their 128 KiB
-// of planes keep one CTA per SM (8 warps an SM with 256); their register cap (min_blocks(N),
-// there one CTA of 512: 128 registers); their shared memory: the two planes, 2 N 16-bit
-// elements, then two floats per warp (the block's largest magnitude of each row).
-TIMEX_FFT_HD constexpr int forward_threads(int N) { return N > 16384 ? 512 : threads(N); }
-TIMEX_FFT_HD constexpr int forward_min_blocks(int N) { return N > 16384 ? 1 : min_blocks(N); }
+// of planes keep one CTA per SM (8 warps an SM with 256; at 24576, 96 KiB, two of 256 fit);
+// their register cap (min_blocks(N), there one CTA of 512: 128 registers); their shared
+// memory: the two planes, 2 N 16-bit elements, then two floats per warp (the block's largest
+// magnitude of each row).
+TIMEX_FFT_HD constexpr int forward_threads(int N) { return N > 24576 ? 512 : threads(N); }
+TIMEX_FFT_HD constexpr int forward_min_blocks(int N) { return N > 24576 ? 1 : min_blocks(N); }
 TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
   return 4 * N + 8 * (forward_threads(N) / 32);
 }
@@ -63,7 +64,7 @@ template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
 spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
                    int* __restrict__ wexp) {
-  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
+  static_assert(valid_length(N), "N: a transform length (valid_length)");
   constexpr int TH = forward_threads(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
@@ -93,7 +94,7 @@ TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
 conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
                const int* __restrict__ wexp, uint16_t* __restrict__ out, int B, int C, int T,
                float eps) {
-  static_assert(N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0, "N: a power of two");
+  static_assert(valid_length(N), "N: a transform length (valid_length)");
   constexpr int TH = forward_threads(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);

@@ -1,11 +1,11 @@
-// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at
-// stride L = N / R1) on the CUDA cores, fused with the load (forward) and with the store
-// (inverse). Both sides of it are half empty: x is zero from T <= N / 2 on, so only the first
-// R1 / 2 inputs of each column are nonzero; and only the times t < T <= N / 2 of y are
-// wanted, the first R1 / 2 outputs of each column. A pass on tensor cores would spend a whole
-// MMA pass (conversions, twiddles, stores) on it; here each output is a sum of R1 / 2 or R1
-// terms with constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns
-// per thread and step; a thread reads and writes only the positions of its columns.
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at stride L
+// = N / R1: 2, 4, 8, or 6 at N = 24576) on the CUDA cores, fused with the load (forward) and with
+// the store (inverse). Both sides of it are half empty: x is zero from T <= N / 2 on, so only the
+// first R1 / 2 inputs of each column are nonzero; and only the times t < T <= N / 2 of y are
+// wanted, the first R1 / 2 outputs of each column. A pass on tensor cores would spend a whole MMA
+// pass (conversions, twiddles, stores) on it; here each output is a sum of R1 / 2 or R1 terms with
+// constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns per thread and
+// step; a thread reads and writes only the positions of its columns.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +31,24 @@ TIMEX_FFT_DEVICE cf32 times_root8(cf32 x, int j) {
   }
 }
 
-// 1 / sqrt(R) for the outer radices R = 2, 4, 8.
+// x W_6^j, W_6 = exp(-2 pi i / 6) = 1/2 - i sqrt(3)/2: signs and swaps for j = 0, 3, four
+// multiplies for the others.
+TIMEX_FFT_DEVICE cf32 times_root6(cf32 x, int j) {
+  constexpr float r = 0.866025403784439f;  // sqrt(3) / 2
+  switch (j % 6) {
+    case 0: return x;
+    case 1: return {0.5f * x.x + r * x.y, 0.5f * x.y - r * x.x};
+    case 2: return {-0.5f * x.x + r * x.y, -0.5f * x.y - r * x.x};
+    case 3: return {-x.x, -x.y};
+    case 4: return {-0.5f * x.x - r * x.y, -0.5f * x.y + r * x.x};
+    default: return {0.5f * x.x - r * x.y, 0.5f * x.y + r * x.x};
+  }
+}
+
+// 1 / sqrt(R) for the outer radices R = 2, 4, 6, 8.
 TIMEX_FFT_HD constexpr float inv_sqrt_radix(int R) {
-  return R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : 0.353553390593274f;
+  return R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : R == 6 ? 0.408248290463863f
+                                                               : 0.353553390593274f;
 }
 
 // Columns n2 and n2 + 1 (n2 even) of the first M rows (stride L) of the planes, as floats
@@ -59,8 +74,14 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
   cf32 a = x[0][e];
 #pragma unroll
   for (int n1 = 1; n1 < M; ++n1) {
-    const int j = k1 * n1 * (8 / R) % 8;
-    const cf32 v = times_root8(x[n1][e], CONJ ? 8 - j : j);
+    cf32 v;
+    if constexpr (R == 6) {
+      const int j = k1 * n1 % 6;
+      v = times_root6(x[n1][e], CONJ ? 6 - j : j);
+    } else {
+      const int j = k1 * n1 * (8 / R) % 8;
+      v = times_root8(x[n1][e], CONJ ? 8 - j : j);
+    }
     a = {a.x + v.x, a.y + v.y};
   }
   return a;
@@ -76,7 +97,7 @@ template <typename S, int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
                                      const float (&scale)[SETS][2]) {
   constexpr int R = radix1(N), L = N / R, H = R / 2;
-  static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
+  static_assert(R == 2 || R == 4 || R == 6 || R == 8, "the outer radix on the CUDA cores");
   for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * TH) {
     const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
     uint16_t* const re = re_all + 2 * N * set;
@@ -113,7 +134,7 @@ TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
 template <int N, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
   constexpr int R = radix1(N), L = N / R;
-  static_assert(R == 2 || R == 4 || R == 8, "the outer radix on the CUDA cores");
+  static_assert(R == 2 || R == 4 || R == 6 || R == 8, "the outer radix on the CUDA cores");
   constexpr float f = inv_sqrt_radix(R);
   for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * TH) {
     cf32 z[R][2];

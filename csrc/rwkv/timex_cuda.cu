@@ -192,24 +192,25 @@ constexpr int64_t kF64DirectMaxT = 256;
 // at T = 22050, 32768, 44100, 49152 and 65536 1.3x to 2.5x faster (benchmarks/results/
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
-// bfloat16 from B = kHalfBatch (16) on, and past T = 8192 from B = kTcLongBatch (8) on: the
-// tensor-core kernels (timex_fft_tc.h, T <= 16384). Measured on the H100, forward + backward
-// op time (benchmarks/results/timex_crossover_tc_h100.md): with B = 16 and 32 they beat the
-// fused kernels at every T from 2048 to 16384, by 2-20% and 11-24% up to 8192 (e.g.
-// (16, 512, 8192) bfloat16 1.875 against 2.335 ms) and 6-15% and 12-21% past it; with B = 8
-// by -5% to +13% up to 8192 and 0-9% past it, with B = 4 by -15% to +3% up to 8192 and -2% to
-// -10% past it, with B = 2 they take up to 1.36x the fused kernels' time: W's spectrum, a
-// full-length transform and 8 N bytes per channel, is shared by B / 2 pairs, and an odd B
-// leaves a pair half empty. Not float16, though as fast:
+// bfloat16 from B = tc_min_batch(T) on: the tensor-core kernels (timex_fft_tc.h, T <= 16384).
+// Measured forward + backward op time against the fused kernels (benchmarks/results/
+// timex_crossover_tc_h100.md): up to T = 8192 (H100) with B = 16 and 32 they win at every T
+// from 2048, by 2-20% and 11-24% (e.g. (16, 512, 8192) 1.875 against 2.335 ms); with B = 8 by
+// -5% to +13%, with B = 4 by -15% to +3%, with B = 2 they take up to 1.36x the fused kernels'
+// time: W's spectrum, a full-length transform and 8 N bytes per channel, is shared by B / 2
+// pairs, and an odd B leaves a pair half empty. For 8192 < T <= 12288 (N = 24576, both
+// backward sets on chip; H200) they win by 21-32% from B = 4. For 12288 < T <= 16384 (N =
+// 32768, the backward's Z planes through global scratch; H100) by 0-9% with B = 8, 6-15%
+// with 16, 12-21% with 32, and lose by 2-10% with 4. Not float16, though as fast:
 // their float16 planes round every pass, which bfloat16's output rounding hides (errors
 // 1.0-1.1x the FFT conv's) but float16's does not: up to 4.2x the error of conv1d in float16
 // (2-norm 6-9e-4 against 2.1-2.9e-4 from T = 1024), past the package's 2x; the fused
 // kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md, accuracy).
-constexpr int64_t kTcLongBatch = 8;
+int64_t tc_min_batch(int64_t T) { return T <= 8192 ? kHalfBatch : T <= 12288 ? 4 : 8; }
+
 fft::Kernel fastest_fft(const Tensor& k) {
-  const int64_t tc_batch = k.size(2) > 8192 ? kTcLongBatch : kHalfBatch;
-  if (k.scalar_type() == torch::headeronly::ScalarType::BFloat16 && k.size(0) >= tc_batch &&
-      fft::tc_supported(k)) {
+  if (k.scalar_type() == torch::headeronly::ScalarType::BFloat16 &&
+      k.size(0) >= tc_min_batch(k.size(2)) && fft::tc_supported(k)) {
     return fft::Kernel::kFftTc;
   }
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;

@@ -199,10 +199,10 @@ constexpr int64_t kF64DirectMaxT = 256;
 // -5% to +13%, with B = 4 by -15% to +3%, with B = 2 they take up to 1.36x the fused kernels'
 // time: W's spectrum, a full-length transform and 8 N bytes per channel, is shared by B / 2
 // pairs, and an odd B leaves a pair half empty. For 8192 < T <= 12288 (N = 24576, both
-// backward sets on chip) they win from B = 2: by 11-15% with B = 2, 23-27% with 4, 31-34% with
-// 8 (H100). For 12288 < T <= 16384 (N = 32768, the backward's Z planes through global
-// scratch) by 4-10% with B = 8, 6-15% with 16, 12-21% with 32, and lose by 2-26% with 4 and
-// 2 (H100). Not float16, though as fast:
+// backward sets on chip) they take less time from B = 2: 11-15% less with B = 2, 23-27% with
+// 4, 31-34% with 8 (H100). For 12288 < T <= 16384 (N = 32768, the backward's Z planes
+// through global scratch) 4-9% less with B = 8, 6-15% with 16, 12-21% with 32, but 2-6% more
+// with B = 4 and 26% more with 2 (H100). Not float16, though as fast:
 // their float16 planes round every pass, which bfloat16's output rounding hides (errors
 // 1.0-1.1x the FFT conv's) but float16's does not: up to 4.2x the error of conv1d in float16
 // (2-norm 6-9e-4 against 2.1-2.9e-4 from T = 1024), past the package's 2x; the fused

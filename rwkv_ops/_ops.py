@@ -160,7 +160,7 @@ def timex_algorithm(k):
     on-chip FFT kernels, one CTA per row, CUDA, T <= 16384), "fft_cluster" (the on-chip
     FFT kernels with a row per thread-block cluster, sm_90, T <= 65536) or "fft_tc" (the
     on-chip FFT on tensor cores, a CTA per pair of batch rows, bfloat16 and float16, sm_80,
-    T <= 8192). RWKV_TIMEX_ALGO=direct|fft|fft_library|fft_fused|fft_cluster|fft_tc|auto
+    T <= 16384). RWKV_TIMEX_ALGO=direct|fft|fft_library|fft_fused|fft_cluster|fft_tc|auto
     forces it."""
     return _ALGORITHMS[torch.ops.rwkv_ops.timex_algorithm(k)]
 

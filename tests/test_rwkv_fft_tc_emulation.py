@@ -3,10 +3,10 @@ passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
 (tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
 float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
 a GPU: the forward, and grad_k (the same kernel given W's spectrum conjugated); every outer
-radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 16384: 4, 24576: 6; below
-16 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the kernel's
-input spectrum, is made here in float64 by a direct DFT in the kernel's storage order and the
-middle's layout (middle_position)."""
+radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 12288: 3, 16384: 4,
+24576: 6; below 16 on the CUDA cores), odd T and B, and inputs far outside float16's range.
+wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's
+storage order and the middle's layout (middle_position)."""
 
 import pytest
 from conftest import emulation_test, run_emulator
@@ -134,6 +134,8 @@ int main() {
   check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
   check<H, 8192>(3, 1, 3001, 0.25, 2e-3);
   check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
+  check<BF, 12288>(2, 1, 6144, 0.0, 1e-2);               // outer radix 3
+  check<H, 12288>(3, 1, 4097, 0.25, 2e-3);
   check<BF, 24576>(2, 1, 12288, 0.0, 1e-2);              // outer radix 6
   check<H, 24576>(3, 1, 8193, 0.25, 2e-3);
   check<H, 4096>(2, 1, 2048, 0.0, 2e-3, 2000.0, 2.0);   // |k| to about 1e4
@@ -252,6 +254,9 @@ int main() {
   // scratch reused), then pairs split with the reduce launch, odd B, odd T, misaligned rows
   check<BF, 32768>(3, 3, 16384, 1, 2, 0, 1e-2);
   check<H, 32768>(3, 1, 16383, 2, 0, 1, 2e-3);
+  // outer radix 3 at N = 12288: looping, split
+  check<BF, 12288>(3, 3, 6144, 1, 2, 0, 1e-2);
+  check<H, 12288>(4, 1, 5001, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 6 at N = 24576 (both sets on chip, 512 threads): looping, split
   check<BF, 24576>(3, 3, 12288, 1, 2, 0, 1e-2);
   check<H, 24576>(5, 1, 8193, 2, 0, 1, 2e-3);

@@ -28,6 +28,7 @@ void with_length(int64_t T, Fn&& fn) {
     case 2048: fn(std::integral_constant<int, 2048>{}); break;
     case 4096: fn(std::integral_constant<int, 4096>{}); break;
     case 8192: fn(std::integral_constant<int, 8192>{}); break;
+    case 12288: fn(std::integral_constant<int, 12288>{}); break;
     case 16384: fn(std::integral_constant<int, 16384>{}); break;
     case 24576: fn(std::integral_constant<int, 24576>{}); break;
     default: fn(std::integral_constant<int, 32768>{}); break;

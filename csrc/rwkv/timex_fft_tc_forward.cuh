@@ -16,7 +16,7 @@ namespace fft_tc {
 TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
   int64_t n = kMinN;
   while (n < 2 * T) n *= 2;
-  return n == 32768 && 2 * T <= 24576 ? 24576 : n;
+  return (n == 16384 || n == 32768) && 2 * T <= n / 4 * 3 ? n / 4 * 3 : n;
 }
 
 // The forward kernels' threads per CTA: threads(N), but 512 at N = 32768, where their 128 KiB

@@ -1,11 +1,12 @@
-// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at stride L
-// = N / R1: 2, 4, 8, or 6 at N = 24576) on the CUDA cores, fused with the load (forward) and with
-// the store (inverse). Both sides of it are half empty: x is zero from T <= N / 2 on, so only the
-// first R1 / 2 inputs of each column are nonzero; and only the times t < T <= N / 2 of y are
-// wanted, the first R1 / 2 outputs of each column. A pass on tensor cores would spend a whole MMA
-// pass (conversions, twiddles, stores) on it; here each output is a sum of R1 / 2 or R1 terms with
-// constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns per thread and
-// step; a thread reads and writes only the positions of its columns.
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at
+// stride L = N / R1: 2, 4 or 8, and 3 at N = 12288, 6 at 24576) on the CUDA cores, fused with
+// the load (forward) and with the store (inverse). Both sides of it are half empty: x is zero
+// from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each column can be nonzero; and
+// only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2) outputs of each column
+// (times past T dropped by the sink). A pass on tensor cores would spend a whole MMA pass
+// (conversions, twiddles, stores) on it; here each output is a sum of ceil(R1 / 2) or R1 terms
+// with constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns per
+// thread and step; a thread reads and writes only the positions of its columns.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +46,13 @@ TIMEX_FFT_DEVICE cf32 times_root6(cf32 x, int j) {
   }
 }
 
-// 1 / sqrt(R) for the outer radices R = 2, 4, 6, 8.
+// 1 / sqrt(R) for the outer radices R = 2, 3, 4, 6, 8.
 TIMEX_FFT_HD constexpr float inv_sqrt_radix(int R) {
-  return R == 2 ? 0.707106781186548f : R == 4 ? 0.5f : R == 6 ? 0.408248290463863f
-                                                               : 0.353553390593274f;
+  return R == 2   ? 0.707106781186548f
+         : R == 3 ? 0.577350269189626f
+         : R == 4 ? 0.5f
+         : R == 6 ? 0.408248290463863f
+                  : 0.353553390593274f;
 }
 
 // Columns n2 and n2 + 1 (n2 even) of the first M rows (stride L) of the planes, as floats
@@ -75,8 +79,8 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
 #pragma unroll
   for (int n1 = 1; n1 < M; ++n1) {
     cf32 v;
-    if constexpr (R == 6) {
-      const int j = k1 * n1 % 6;
+    if constexpr (R == 3 || R == 6) {  // W_3 = W_6^2
+      const int j = k1 * n1 * (6 / R) % 6;
       v = times_root6(x[n1][e], CONJ ? 6 - j : j);
     } else {
       const int j = k1 * n1 * (8 / R) % 8;
@@ -96,8 +100,8 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
 template <typename S, int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
                                      const float (&scale)[SETS][2]) {
-  constexpr int R = radix1(N), L = N / R, H = R / 2;
-  static_assert(R == 2 || R == 4 || R == 6 || R == 8, "the outer radix on the CUDA cores");
+  constexpr int R = radix1(N), L = N / R, H = (R + 1) / 2;  // the rows below N / 2
+  static_assert(R == 2 || R == 3 || R == 4 || R == 6 || R == 8, "an outer radix of this file");
   for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * TH) {
     const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
     uint16_t* const re = re_all + 2 * N * set;
@@ -129,18 +133,18 @@ TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
 }
 
 // The last inverse pass from the planes (float16, its inputs already times the conjugated
-// twiddles), for k1 < R1 / 2: y[L k1 + n2] = sum_{n1 < R1} conj(W_R1^(n1 k1)) z[L n1 + n2] /
+// twiddles), for k1 < ceil(R1 / 2): y[L k1 + n2] = sum_{n1 < R1} conj(W_R1^(n1 k1)) z[L n1 + n2] /
 // sqrt(R1), handed to out(t, re_t, im_t, re_t+1, im_t+1) for t = L k1 + n2 (even).
 template <int N, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
   constexpr int R = radix1(N), L = N / R;
-  static_assert(R == 2 || R == 4 || R == 6 || R == 8, "the outer radix on the CUDA cores");
+  static_assert(R == 2 || R == 3 || R == 4 || R == 6 || R == 8, "an outer radix of this file");
   constexpr float f = inv_sqrt_radix(R);
   for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * TH) {
     cf32 z[R][2];
     load_columns<Plane, L>(re, im, n2, z);
 #pragma unroll
-    for (int k1 = 0; k1 < R / 2; ++k1) {
+    for (int k1 = 0; k1 < (R + 1) / 2; ++k1) {
       cf32 y[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {

@@ -131,9 +131,9 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const int64_t splits = C >= resident ? 1 : std::max<int64_t>(1, std::min(pairs, resident / C));
   const int64_t items = C * splits, ctas = std::max<int64_t>(1, std::min(items, resident));
   Tensor acc = fused_ops::empty({ctas * N}, ScalarType::ComplexFloat, k);  // ctas = items if split
-  // X's planes per CTA where they do not fit on chip with Z's (N = 32768).
+  // Z's planes per CTA where they do not fit on chip with X's (N = 32768).
   const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N));
-  Tensor xs = fused_ops::empty({std::max<int64_t>(1, ctas * scratch)}, ScalarType::Byte, k);
+  Tensor zs = fused_ops::empty({std::max<int64_t>(1, ctas * scratch)}, ScalarType::Byte, k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     const auto kernel = tc::backward_tc_kernel<S, kN>;
@@ -145,7 +145,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
         kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
         as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
         bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc),
-        scratch > 0 ? as<uint16_t>(xs) : nullptr));
+        scratch > 0 ? as<uint16_t>(zs) : nullptr));
     if (splits > 1) {  // the reduce launch: a CTA per channel
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
           kernel, c, threads, smem, stream, bits(g), bits(k),

@@ -54,11 +54,12 @@ TIMEX_FFT_HD constexpr int radix1(int N) {
 }
 
 // The planes' type, whatever the input's: float16, whose three more bits than bfloat16's halve
-// the error that each pass's rounding adds. It cannot overflow: the kernel scales the row pair
-// by a power of two so that its largest magnitude lies in [1, 2), every pass is unitary (no
-// element exceeds 2 sqrt(N), 362 at N = 32768), and W's spectrum comes scaled by a power of
-// two to components of at most 1 (conv_tc_kernel's wexp), so the middle's products stay
-// below 2 sqrt(2 N); the last pass multiplies by both powers back.
+// the error that each pass's rounding adds. It cannot overflow: the kernels scale each row of
+// a pair by a power of two so that its largest magnitude lies in [1, 2) (the backward's k rows
+// to at most 2: x_shifts), every pass is unitary (no element exceeds 2 sqrt(N), 362 at
+// N = 32768), and W's spectrum comes scaled by a power of two to components of at most 1
+// (conv_tc_kernel's wexp), so the middle's products stay below 2 sqrt(2 N); the last pass
+// multiplies by the powers back.
 using Plane = c10::Half;
 
 // A bfloat16 / float16 element's bits as a float.

@@ -92,7 +92,7 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
 }
 
 // The first forward pass from the stored row pair (S's bits, in natural order) to float16,
-// in place: Y[k1] = sum_{n1 < R1/2} W_R1^(n1 k1) x[L n1 + n2] / sqrt(R1), times the pass's
+// in place: Y[k1] = sum_{n1 < ceil(R1/2)} W_R1^(n1 k1) x[L n1 + n2] / sqrt(R1), times the pass's
 // twiddle W_N^(k1 n2), at L k1 + n2 (the MMA passes' definition, tc_pass), where x is the
 // row pair with its real part times scale[s][0] and its imaginary part times scale[s][1]
 // (set s of SETS row pairs' planes, as tc_pass's). The twiddles are powers of W_N^n2, one

@@ -34,8 +34,10 @@ void run(const torch::Tensor& k, const torch::Tensor& wz, const torch::Tensor& w
          torch::Tensor& out, double eps) {
   const int B = k.size(0), C = k.size(1), T = k.size(2);
   auto kernel = conv_tc_kernel<S, N>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(N));
-  kernel<<<C * ((B + 1) / 2), threads(N), smem_bytes(N), c10::cuda::getCurrentCUDAStream()>>>(
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       forward_smem_bytes(N));
+  kernel<<<C * ((B + 1) / 2), forward_threads(N), forward_smem_bytes(N),
+           c10::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const uint16_t*>(k.data_ptr()),
       reinterpret_cast<const rwkv::fft::cf32*>(wz.data_ptr()), wexp.data_ptr<int>(),
       reinterpret_cast<uint16_t*>(out.data_ptr()), B, C, T, float(eps));

@@ -124,7 +124,7 @@ def test_unbalanced_pairs(tc, dtype, T):
 def test_backward_work_splits(tc, shape):
     """The backward kernel's work splits: a channel's pairs in several items (partial sums, the
     reduce launch; an odd B leaves a pair of one row), more channels than resident CTAs (each
-    CTA loops over channels), one pair per channel; at N = 32768 (X's planes in each CTA's
+    CTA loops over channels), one pair per channel; at N = 32768 (Z's planes in each CTA's
     scratch) split and looping: grads within bfloat16's bound and deterministic."""
     w, k, g = make(*shape, torch.bfloat16)
     got = ours(w, k, g, 0.1)

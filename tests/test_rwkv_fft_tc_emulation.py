@@ -4,8 +4,8 @@ passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
 float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
 a GPU: the forward, and grad_k (the same kernel given W's spectrum conjugated); every outer
 radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 12288: 3, 16384: 4,
-24576: 6; below 16 on the CUDA cores), odd T and B, and inputs far outside float16's range.
-wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's
+20480: 5, 24576: 6, 28672: 7; below 16 on the CUDA cores), odd T and B, and inputs far outside
+float16's range. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's
 storage order and the middle's layout (middle_position)."""
 
 import pytest
@@ -137,7 +137,11 @@ int main() {
   check<BF, 12288>(2, 1, 6144, 0.0, 1e-2);               // outer radix 3
   check<H, 12288>(3, 1, 4097, 0.25, 2e-3);
   check<BF, 24576>(2, 1, 12288, 0.0, 1e-2);              // outer radix 6
-  check<H, 24576>(3, 1, 8193, 0.25, 2e-3);
+  check<H, 24576>(3, 1, 10241, 0.25, 2e-3);
+  check<BF, 20480>(2, 1, 10240, 0.0, 1e-2);              // outer radix 5
+  check<H, 20480>(3, 1, 8193, 0.25, 2e-3);
+  check<BF, 28672>(2, 1, 14336, 0.0, 1e-2);              // outer radix 7
+  check<H, 28672>(3, 1, 12289, 0.25, 2e-3);
   check<H, 4096>(2, 1, 2048, 0.0, 2e-3, 2000.0, 2.0);   // |k| to about 1e4
   check<BF, 4096>(2, 1, 2000, 0.0, 1e-2, 1e-20, 1e-10);  // far below float16's range
   check<BF, 2048>(2, 1, 1024, 0.0, 1e-2, 1e30, 1.0);     // far above it
@@ -259,14 +263,21 @@ int main() {
   check<H, 12288>(4, 1, 5001, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 6 at N = 24576 (both sets on chip, 512 threads): looping, split
   check<BF, 24576>(3, 3, 12288, 1, 2, 0, 1e-2);
-  check<H, 24576>(5, 1, 8193, 2, 0, 1, 2e-3);
+  check<H, 24576>(5, 1, 10241, 2, 0, 1, 2e-3);
+  // outer radix 5 at N = 20480 (both sets on chip, 512 threads): looping, split
+  check<BF, 20480>(3, 3, 10240, 1, 2, 0, 1e-2);
+  check<H, 20480>(5, 1, 8193, 2, 0, 1, 2e-3, 0x1p-12, 1.0);
+  // outer radix 7 at N = 28672 (Z's planes off chip): looping, split
+  check<BF, 28672>(3, 3, 14336, 1, 2, 0, 1e-2);
+  check<H, 28672>(3, 1, 12289, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // a pair's rows 2^10 to 2^40 apart (the error of the odd rows, relative to their own
   // values, was 0.36 in grad_k when a pair shared one scale); both ways round for grad_w
   check<BF, 4096>(4, 2, 2048, 1, 2, 0, 1e-2, 0x1p-10, 0x1p-10);
   check<H, 8192>(2, 1, 3001, 1, 1, 0, 2e-3, 1.0, 0x1p-12);
   check<BF, 32768>(2, 2, 12288, 1, 2, 0, 1e-2, 0x1p-40, 0x1p30);
   check<H, 32768>(3, 1, 16384, 2, 0, 0, 2e-3, 0x1p-12, 1.0);
-  check<BF, 24576>(2, 1, 10000, 1, 1, 0, 1e-2, 1.0, 0x1p-20);
+  check<BF, 24576>(2, 1, 12000, 1, 1, 0, 1e-2, 1.0, 0x1p-20);
+  check<BF, 20480>(2, 1, 10000, 1, 1, 0, 1e-2, 1.0, 0x1p-20);
   return failures != 0;
 }
 """

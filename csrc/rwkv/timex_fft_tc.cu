@@ -30,7 +30,9 @@ void with_length(int64_t T, Fn&& fn) {
     case 8192: fn(std::integral_constant<int, 8192>{}); break;
     case 12288: fn(std::integral_constant<int, 12288>{}); break;
     case 16384: fn(std::integral_constant<int, 16384>{}); break;
+    case 20480: fn(std::integral_constant<int, 20480>{}); break;
     case 24576: fn(std::integral_constant<int, 24576>{}); break;
+    case 28672: fn(std::integral_constant<int, 28672>{}); break;
     default: fn(std::integral_constant<int, 32768>{}); break;
   }
 }
@@ -131,7 +133,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const int64_t splits = C >= resident ? 1 : std::max<int64_t>(1, std::min(pairs, resident / C));
   const int64_t items = C * splits, ctas = std::max<int64_t>(1, std::min(items, resident));
   Tensor acc = fused_ops::empty({ctas * N}, ScalarType::ComplexFloat, k);  // ctas = items if split
-  // Z's planes per CTA where they do not fit on chip with X's (N = 32768).
+  // Z's planes per CTA where they do not fit on chip with X's (N = 28672 and 32768).
   const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N));
   Tensor zs = fused_ops::empty({std::max<int64_t>(1, ctas * scratch)}, ScalarType::Byte, k);
   with_length(T, [&](auto n) {

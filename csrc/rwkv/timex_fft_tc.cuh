@@ -6,12 +6,12 @@
 //
 // The convolution, one CTA per channel c and pair of batch rows (b, b + 1): the complex row
 // x = k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two from 2048 to 32768,
-// 12288 or 24576: transform_length), is convolved circularly with the real kernel
+// 12288, 20480, 24576 or 28672: transform_length), is convolved circularly with the real kernel
 // h[s] = w[c, T-1-s]: since h is real, y = x * h = k[b, c] * h + i k[b + 1, c] * h, and
 // out[b, c, t] = Re y[t] + eps, out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap:
 // N >= 2T - 1). No split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh).
 //
-// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, 3, 4, 6, 8, 16}): pass j has
+// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 16}: valid_length): pass j has
 // radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16 DFT
 // over 16 contiguous elements (the "middle", see middle()) follows. Pass j, for
 // every block of r_j L_j elements and every column n2 < L_j in it, does

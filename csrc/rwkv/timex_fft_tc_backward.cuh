@@ -6,14 +6,14 @@
 // The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the pair's
 // two rows of the batch sum at once. Up to N = kMaxTwoSetN (24576), Z and X are transformed
 // together (two plane sets, 8 N bytes of shared memory), so neither spectrum leaves the chip. Past
-// it (N = 32768: 256 KiB would not fit) Z is transformed first and its planes copied to the CTA's
-// scratch in global memory (4 N bytes), then X in the same shared memory, and the middle reads Z's
-// fragments from the copy. Either way the middle adds Z conj(X) to the channel's running sum `acc`
-// (N complex floats in global memory, L2-resident, each entry read and written by one thread) and
-// sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by its own power of two, x's
-// rows so that the pair's two terms keep one weight (x_shifts). Per channel one more inverse, of
-// acc, gives grad_w: 3 transforms per pair and one per channel, as the FMA backward
-// (timex_fft_backward.cuh) has per row.
+// it (N = 28672 and 32768: 224 and 256 KiB would not fit) Z is transformed first and its planes
+// copied to the CTA's scratch in global memory (4 N bytes), then X in the same shared memory, and
+// the middle reads Z's fragments from the copy. Either way the middle adds Z conj(X) to the
+// channel's running sum `acc` (N complex floats in global memory, L2-resident, each entry read and
+// written by one thread) and sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by
+// its own power of two, x's rows so that the pair's two terms keep one weight (x_shifts). Per
+// channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one per channel, as
+// the FMA backward (timex_fft_backward.cuh) has per row.
 //
 // Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
 // item i = c splits + s. splits = 1: a CTA loops over its items and ends each channel with

@@ -40,10 +40,12 @@ TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; 
 TIMEX_FFT_HD constexpr int min_blocks(int N) { return TIMEX_TC_MIN_BLOCKS * 256 / threads(N); }
 constexpr int kMinN = 2048, kMaxN = 32768;
 // The transform lengths: powers of two from kMinN to kMaxN (outer radix 2, 4, 8 or 16), and
-// 12288 = 3 16^3 and 24576 = 6 16^3 (outer radix 3 and 6): rows of 4096 < T <= 6144 and
-// 8192 < T <= 12288 padded to 3/4 of the next power of two.
+// 12288 = 3 16^3 (outer radix 3) and r 16^3 for r = 5, 6, 7 (20480, 24576, 28672): rows of
+// 4096 < T <= 6144 padded to 3/4 of the next power of two, of 8192 < T <= 14336 to the
+// shortest of 5/8, 6/8 and 7/8 of it (transform_length).
 TIMEX_FFT_HD constexpr bool valid_length(int N) {
-  return N == 12288 || N == 24576 || (N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0);
+  return N == 12288 || N == 20480 || N == 24576 || N == 28672 ||
+         (N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0);
 }
 
 TIMEX_FFT_HD constexpr int radix1(int N) {

@@ -16,11 +16,18 @@ namespace fft_tc {
 TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
   int64_t n = kMinN;
   while (n < 2 * T) n *= 2;
-  return (n == 16384 || n == 32768) && 2 * T <= n / 4 * 3 ? n / 4 * 3 : n;
+  if (n == 16384 && 2 * T <= 12288) return 12288;
+  if (n == 32768) {
+    for (int64_t m = 20480; m < n; m += 4096) {
+      if (2 * T <= m) return m;
+    }
+  }
+  return n;
 }
 
-// The forward kernels' threads per CTA: threads(N), but 512 at N = 32768, where their 128 KiB
-// of planes keep one CTA per SM (8 warps an SM with 256; at 24576, 96 KiB, two of 256 fit);
+// The forward kernels' threads per CTA: threads(N), but 512 at N = 28672 and 32768, where their
+// 112 and 128 KiB of planes keep one CTA per SM (8 warps an SM with 256; at 24576, 96 KiB, two
+// of 256 fit);
 // their register cap (min_blocks(N), there one CTA of 512: 128 registers); their shared
 // memory: the two planes, 2 N 16-bit elements, then two floats per warp (the block's largest
 // magnitude of each row).

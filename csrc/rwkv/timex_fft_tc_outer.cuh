@@ -1,11 +1,11 @@
-// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at
-// stride L = N / R1: 2, 4 or 8, and 3 at N = 12288, 6 at 24576) on the CUDA cores, fused with
-// the load (forward) and with the store (inverse). Both sides of it are half empty: x is zero
-// from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each column can be nonzero; and
-// only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2) outputs of each column
-// (times past T dropped by the sink). A pass on tensor cores would spend a whole MMA pass
-// (conversions, twiddles, stores) on it; here each output is a sum of ceil(R1 / 2) or R1 terms
-// with constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns per
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 < 16 at stride
+// L = N / R1: 2, 4 or 8, and 3 at N = 12288, 5 at 20480, 6 at 24576, 7 at 28672) on the CUDA
+// cores, fused with the load (forward) and with the store (inverse). Both sides of it are half
+// empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each column can be
+// nonzero; and only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2) outputs of
+// each column (times past T dropped by the sink). A pass on tensor cores would spend a whole MMA
+// pass (conversions, twiddles, stores) on it; here each output is a sum of ceil(R1 / 2) or R1
+// terms with constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns per
 // thread and step; a thread reads and writes only the positions of its columns.
 #pragma once
 
@@ -46,12 +46,32 @@ TIMEX_FFT_DEVICE cf32 times_root6(cf32 x, int j) {
   }
 }
 
-// 1 / sqrt(R) for the outer radices R = 2, 3, 4, 6, 8.
+// x W_R^j for the odd radices R = 5 and 7, W_R = exp(-2 pi i / R): four multiplies for
+// j != 0 (cos and sin of 2 pi m / R, m <= R / 2, as float constants; W_R^(R-m) is W_R^m
+// conjugated).
+template <int R>
+TIMEX_FFT_DEVICE cf32 times_root_odd(cf32 x, int j) {
+  static_assert(R == 5 || R == 7, "the odd outer radices");
+  constexpr float c5[3] = {1.f, 0.309016994374947f, -0.809016994374947f};
+  constexpr float s5[3] = {0.f, 0.951056516295154f, 0.587785252292473f};
+  constexpr float c7[4] = {1.f, 0.623489801858734f, -0.222520933956314f, -0.900968867902419f};
+  constexpr float s7[4] = {0.f, 0.781831482468030f, 0.974927912181824f, 0.433883739117558f};
+  j %= R;
+  if (j == 0) return x;
+  const int m = j <= R / 2 ? j : R - j;
+  const float c = R == 5 ? c5[m] : c7[m];
+  const float s = (R == 5 ? s5[m] : s7[m]) * (j <= R / 2 ? 1.f : -1.f);
+  return {c * x.x + s * x.y, c * x.y - s * x.x};
+}
+
+// 1 / sqrt(R) for the outer radices R = 2 to 8.
 TIMEX_FFT_HD constexpr float inv_sqrt_radix(int R) {
   return R == 2   ? 0.707106781186548f
          : R == 3 ? 0.577350269189626f
          : R == 4 ? 0.5f
+         : R == 5 ? 0.447213595499958f
          : R == 6 ? 0.408248290463863f
+         : R == 7 ? 0.377964473009227f
                   : 0.353553390593274f;
 }
 
@@ -82,6 +102,9 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
     if constexpr (R == 3 || R == 6) {  // W_3 = W_6^2
       const int j = k1 * n1 * (6 / R) % 6;
       v = times_root6(x[n1][e], CONJ ? 6 - j : j);
+    } else if constexpr (R == 5 || R == 7) {
+      const int j = k1 * n1 % R;
+      v = times_root_odd<R>(x[n1][e], CONJ ? R - j : j);
     } else {
       const int j = k1 * n1 * (8 / R) % 8;
       v = times_root8(x[n1][e], CONJ ? 8 - j : j);
@@ -101,7 +124,7 @@ template <typename S, int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
                                      const float (&scale)[SETS][2]) {
   constexpr int R = radix1(N), L = N / R, H = (R + 1) / 2;  // the rows below N / 2
-  static_assert(R == 2 || R == 3 || R == 4 || R == 6 || R == 8, "an outer radix of this file");
+  static_assert(R >= 2 && R <= 8, "an outer radix of this file");
   for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * TH) {
     const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
     uint16_t* const re = re_all + 2 * N * set;
@@ -138,7 +161,7 @@ TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
 template <int N, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
   constexpr int R = radix1(N), L = N / R;
-  static_assert(R == 2 || R == 3 || R == 4 || R == 6 || R == 8, "an outer radix of this file");
+  static_assert(R >= 2 && R <= 8, "an outer radix of this file");
   constexpr float f = inv_sqrt_radix(R);
   for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * TH) {
     cf32 z[R][2];

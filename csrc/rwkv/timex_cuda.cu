@@ -211,7 +211,8 @@ constexpr int64_t kF64DirectMaxT = 256;
 // 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 int64_t tc_min_batch(int64_t T) {
   if (T > 4096 && T <= 6144) return 4;
-  return T <= 8192 ? kHalfBatch : T <= 12288 ? 2 : 8;
+  if (T <= 8192) return kHalfBatch;
+  return T <= 12288 ? 2 : T <= 14336 ? 4 : 8;
 }
 
 fft::Kernel fastest_fft(const Tensor& k) {

@@ -1,12 +1,12 @@
-"""The tensor-core FFT convolution (csrc/rwkv/timex_fft_tc*.cuh: mma.sync m16n8k16 DFT
-passes, ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU
-(tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts) against the
-float64 definition, so that its pass, twiddle and storage-order arithmetic is checked without
-a GPU: the forward, and grad_k (the same kernel given W's spectrum conjugated); every outer
-radix (N = 2048 and 32768: 8, 4096: 16 on tensor cores, 8192: 2, 12288: 3, 16384: 4,
-20480: 5, 24576: 6, 28672: 7; below 16 on the CUDA cores), odd T and B, and inputs far outside
-float16's range. wz, the kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's
-storage order and the middle's layout (middle_position)."""
+"""The tensor-core FFT convolution (csrc/rwkv/timex_fft_tc*.cuh: mma.sync m16n8k16 DFT passes,
+ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU (tests/cuda_emulation.h
+emulates the warp operations with PTX's fragment layouts) against the float64 definition, so
+that its pass, twiddle and storage-order arithmetic is checked without a GPU: the forward, and
+grad_k (the same kernel given W's spectrum conjugated); every outer radix (N = 2048 and 32768:
+8, 4096: 16 on tensor cores, 6144: 24, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6, 28672:
+7; all but 16 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the
+kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's storage order
+and the middle's layout (middle_position)."""
 
 import pytest
 from conftest import emulation_test, run_emulator
@@ -134,6 +134,8 @@ int main() {
   check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
   check<H, 8192>(3, 1, 3001, 0.25, 2e-3);
   check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
+  check<BF, 6144>(2, 1, 3072, 0.0, 1e-2);                // outer radix 24
+  check<H, 6144>(3, 1, 2049, 0.25, 2e-3);
   check<BF, 12288>(2, 1, 6144, 0.0, 1e-2);               // outer radix 3
   check<H, 12288>(3, 1, 4097, 0.25, 2e-3);
   check<BF, 24576>(2, 1, 12288, 0.0, 1e-2);              // outer radix 6
@@ -147,6 +149,7 @@ int main() {
   check<BF, 2048>(2, 1, 1024, 0.0, 1e-2, 1e30, 1.0);     // far above it
   check<BF, 2048>(3, 2, 1001, 0.0, 1e-2, 1, 1, true);
   check<H, 8192>(2, 1, 4096, 0.0, 2e-3, 1, 1, true);
+  check<H, 6144>(2, 1, 3072, 0.0, 2e-3, 1, 1, true);
   return failures != 0;
 }
 """
@@ -258,6 +261,9 @@ int main() {
   // scratch reused), then pairs split with the reduce launch, odd B, odd T, misaligned rows
   check<BF, 32768>(3, 3, 16384, 1, 2, 0, 1e-2);
   check<H, 32768>(3, 1, 16383, 2, 0, 1, 2e-3);
+  // outer radix 24 at N = 6144 (a column per lane): looping, split
+  check<BF, 6144>(3, 3, 3072, 1, 2, 0, 1e-2);
+  check<H, 6144>(5, 1, 2500, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 3 at N = 12288: looping, split
   check<BF, 12288>(3, 3, 6144, 1, 2, 0, 1e-2);
   check<H, 12288>(4, 1, 5001, 2, 0, 1, 2e-3, 0x1p-10, 1.0);

@@ -27,6 +27,7 @@ void with_length(int64_t T, Fn&& fn) {
   switch (tc::transform_length(T)) {
     case 2048: fn(std::integral_constant<int, 2048>{}); break;
     case 4096: fn(std::integral_constant<int, 4096>{}); break;
+    case 6144: fn(std::integral_constant<int, 6144>{}); break;
     case 8192: fn(std::integral_constant<int, 8192>{}); break;
     case 12288: fn(std::integral_constant<int, 12288>{}); break;
     case 16384: fn(std::integral_constant<int, 16384>{}); break;

@@ -4,16 +4,16 @@
 // (timex_fft_tc_forward.cuh), both gradients (timex_fft_tc_backward.cuh).
 // tests/test_rwkv_fft_tc_emulation.py checks them on the CPU.
 //
-// The convolution, one CTA per channel c and pair of batch rows (b, b + 1): the complex row
-// x = k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two from 2048 to 32768,
+// The convolution, one CTA per channel c and pair of batch rows (b, b + 1): the complex row x =
+// k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two from 2048 to 32768, 6144,
 // 12288, 20480, 24576 or 28672: transform_length), is convolved circularly with the real kernel
-// h[s] = w[c, T-1-s]: since h is real, y = x * h = k[b, c] * h + i k[b + 1, c] * h, and
-// out[b, c, t] = Re y[t] + eps, out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap:
-// N >= 2T - 1). No split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh).
+// h[s] = w[c, T-1-s]: since h is real, y = x * h = k[b, c] * h + i k[b + 1, c] * h, and out[b,
+// c, t] = Re y[t] + eps, out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap: N >= 2T - 1). No
+// split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh).
 //
-// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 16}: valid_length): pass j has
-// radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16 DFT
-// over 16 contiguous elements (the "middle", see middle()) follows. Pass j, for
+// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 16, 24}: valid_length): pass
+// j has radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16
+// DFT over 16 contiguous elements (the "middle", see middle()) follows. Pass j, for
 // every block of r_j L_j elements and every column n2 < L_j in it, does
 //   Y[k1] = sum_{n1 < r_j} W_{r_j}^(n1 k1) x[L_j n1 + n2] / sqrt(r_j),
 // multiplies Y[k1] by the twiddle W_{r_j L_j}^(k1 n2), and stores it at L_j k1 + n2: in
@@ -29,7 +29,7 @@
 //
 // A radix-16 pass is one warp's mma.sync m16n8k16 per 16 x 8 tile: A = the 16 x 16 DFT matrix,
 // B = 16 rows (k = n1) of 8 contiguous columns n2 loaded with ldmatrix .trans from the real and
-// imaginary planes, 4 MMAs (C, S, -S: the cosine and sine parts). An outer radix r_1 < 16
+// imaginary planes, 4 MMAs (C, S, -S: the cosine and sine parts). An outer radix r_1 other than 16
 // runs on the CUDA cores, fused with the load and the store (timex_fft_tc_outer.cuh): half its
 // inputs are zeros and half its outputs unwanted. Data between passes are stored as float16
 // for either input type (Plane: the row pair and W's spectrum scaled by powers of two,
@@ -225,13 +225,13 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
 }
 
 // The inverse transform of the planes (after the middle) to `sink` (timex_fft_tc_rows.cuh):
-// where the outer radix is below 16 the last pass hands it times t, t + 1 < N / 2 as floats;
+// where the outer radix is not 16 the last pass hands it times t, t + 1 < N / 2 as floats;
 // else the last pass stages y, scaled and rounded to S, in the planes in natural order, and
 // the sink copies 8 times at a time (16-byte stores where the rows allow).
 template <typename S, int N, int TH = threads(N), typename Sink>
 TIMEX_FFT_DEVICE void inverse_out(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16,
                                   const Sink& sink) {
-  if constexpr (radix1(N) < 16) {
+  if constexpr (radix1(N) != 16) {
     const auto emit = [&](int t, float r0, float i0, float r1, float i1) {
       sink.emit(t, r0, i0, r1, i1);
     };

@@ -39,19 +39,19 @@ TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; 
 #endif
 TIMEX_FFT_HD constexpr int min_blocks(int N) { return TIMEX_TC_MIN_BLOCKS * 256 / threads(N); }
 constexpr int kMinN = 2048, kMaxN = 32768;
-// The transform lengths: powers of two from kMinN to kMaxN (outer radix 2, 4, 8 or 16), and
-// 12288 = 3 16^3 (outer radix 3) and r 16^3 for r = 5, 6, 7 (20480, 24576, 28672): rows of
-// 4096 < T <= 6144 padded to 3/4 of the next power of two, of 8192 < T <= 14336 to the
-// shortest of 5/8, 6/8 and 7/8 of it (transform_length).
+// The transform lengths: powers of two from kMinN to kMaxN (outer radix 2, 4, 8 or 16), 6144 =
+// 24 16^2 (outer radix 24), 12288 = 3 16^3 (3) and r 16^3 for r = 5, 6, 7 (20480, 24576,
+// 28672): rows of 2048 < T <= 3072 and 4096 < T <= 6144 padded to 3/4 of the next power of
+// two, of 8192 < T <= 14336 to the shortest of 5/8, 6/8 and 7/8 of it (transform_length).
 TIMEX_FFT_HD constexpr bool valid_length(int N) {
-  return N == 12288 || N == 20480 || N == 24576 || N == 28672 ||
+  return N == 6144 || N == 12288 || N == 20480 || N == 24576 || N == 28672 ||
          (N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0);
 }
 
 TIMEX_FFT_HD constexpr int radix1(int N) {
-  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s.
+  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s (24 at N = 6144).
   int m = N / 16;
-  while (m > 16) m /= 16;
+  while (m > 16 && m % 16 == 0) m /= 16;
   return m;
 }
 

@@ -16,7 +16,7 @@ namespace fft_tc {
 TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
   int64_t n = kMinN;
   while (n < 2 * T) n *= 2;
-  if (n == 16384 && 2 * T <= 12288) return 12288;
+  if ((n == 8192 || n == 16384) && 2 * T <= n / 4 * 3) return n / 4 * 3;
   if (n == 32768) {
     for (int64_t m = 20480; m < n; m += 4096) {
       if (2 * T <= m) return m;
@@ -42,7 +42,7 @@ TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
 template <int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16) {
   constexpr int R1 = radix1(N);
-  forward_passes<Plane, N, (R1 < 16 ? N / R1 : N) / 16, SETS, TH>(re, im, f16);
+  forward_passes<Plane, N, (R1 != 16 ? N / R1 : N) / 16, SETS, TH>(re, im, f16);
 }
 
 // Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, each scaled by its own power of

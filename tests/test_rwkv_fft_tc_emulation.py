@@ -162,6 +162,57 @@ def test_fft_tc_emulated(tmp_path, split):
     run_emulator(f"#define TIMEX_TC_DFT_SPLIT {split}\n" + EMULATOR, tmp_path)
 
 
+# The transform lengths (timex_fft_tc_common.cuh valid_length, timex_fft_tc_forward.cuh
+# transform_length): for every T <= 16384 the chosen N is a valid length of at least 2 T and no
+# valid length between 2 T and it is shorter; each valid N is radix1(N) 16^P with an outer
+# radix the passes have (2 to 8, 16 or 24). The kernels' arithmetic at each N is the other
+# tests'.
+LENGTHS = r"""
+#include <cstdio>
+
+#include "cuda_emulation.h"
+
+#define TIMEX_EMULATE
+#define TIMEX_FFT_DEVICE inline
+#define TIMEX_FFT_KERNEL(threads) void
+#define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
+#define TIMEX_FFT_SYNC() emu_syncthreads()
+#include "rwkv/timex_fft_tc_forward.cuh"
+
+using namespace rwkv::fft_tc;
+
+int main() {
+  int failures = 0, lengths = 0;
+  for (int N = 2; N <= kMaxN; N += 2) {
+    if (!valid_length(N)) continue;
+    ++lengths;
+    const int r = radix1(N);
+    int m = N / r;
+    while (m % 16 == 0) m /= 16;
+    const bool ok = m == 1 && N / r >= 256 && ((r >= 2 && r <= 8) || r == 16 || r == 24);
+    if (!ok) std::printf("FAIL N=%d: radix1 %d, N / radix1 not a power of 16 >= 256\n", N, r);
+    failures += !ok;
+  }
+  for (int T = 1; T <= 16384; ++T) {
+    const int N = static_cast<int>(transform_length(T));
+    int shortest = 0;
+    for (int n = 2 * T; n <= kMaxN && !shortest; ++n) shortest = valid_length(n) ? n : 0;
+    if (N != shortest || !valid_length(N)) {
+      std::printf("FAIL T=%d: N=%d, the shortest valid length >= 2T is %d\n", T, N, shortest);
+      ++failures;
+    }
+  }
+  std::printf("%s: %d valid lengths, T = 1..16384\n", failures ? "FAIL" : "ok", lengths);
+  return failures != 0;
+}
+"""
+
+
+@emulation_test
+def test_transform_lengths(tmp_path):
+    run_emulator(LENGTHS, tmp_path)
+
+
 # The op's path ("fft_tc"): W's spectra from spectrum_tc_kernel (not from float64), the conv
 # kernel on them, and backward_tc_kernel's grad_k and grad_w, against the float64 definition;
 # as timex_fft_tc.cu launches them: every batch split (one item per CTA with the reduce launch;

@@ -27,10 +27,9 @@ TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
 
 // The forward kernels' threads per CTA: threads(N), but 512 at N = 28672 and 32768, where their
 // 112 and 128 KiB of planes keep one CTA per SM (8 warps an SM with 256; at 24576, 96 KiB, two
-// of 256 fit);
-// their register cap (min_blocks(N), there one CTA of 512: 128 registers); their shared
-// memory: the two planes, 2 N 16-bit elements, then two floats per warp (the block's largest
-// magnitude of each row).
+// of 256 fit); their register cap (min_blocks(N), there one CTA of 512: 128 registers); their
+// shared memory: the two planes, 2 N 16-bit elements, then two floats per warp (the block's
+// largest magnitude of each row).
 TIMEX_FFT_HD constexpr int forward_threads(int N) { return N > 24576 ? 512 : threads(N); }
 TIMEX_FFT_HD constexpr int forward_min_blocks(int N) { return N > 24576 ? 1 : min_blocks(N); }
 TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {

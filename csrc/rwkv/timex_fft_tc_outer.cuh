@@ -2,12 +2,13 @@
 // at stride L = N / R1: 2, 4 or 8, and 24 at N = 6144, 3 at 12288, 5 at 20480, 6 at 24576, 7 at
 // 28672) on the CUDA cores, fused with the load (forward) and with the store (inverse). Both sides
 // of it are half empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of
-// each column can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first ceil(R1
-// / 2) outputs of each column (times past T dropped by the sink). A pass on tensor cores would
-// spend a whole MMA pass (conversions, twiddles, stores) on it; here each output is a sum of
-// ceil(R1 / 2) or R1 terms with constant factors (adds alone at R1 <= 4; at R1 = 24 the largest:
-// 12 or 24 terms), in float, rounded once. Two columns per thread and step; a thread reads and
-// writes only the positions of its columns.
+// each column can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first
+// ceil(R1 / 2) outputs of each column (times past T dropped by the sink). A pass on tensor cores
+// would spend a whole MMA pass (conversions, twiddles, stores) on it; here each output is a sum of
+// ceil(R1 / 2) or R1 terms with constant factors (adds alone at R1 <= 4; at R1 = 24 factored as
+// 3 x 8: first_pass_lanes), in float, rounded once. Two columns per thread and step (one per lane
+// at R1 = 24); a thread reads only the positions of its columns and writes only those of its own
+// or, at R1 = 24, its lane pair's.
 #pragma once
 
 #include <cstdint>
@@ -127,14 +128,13 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
   return a;
 }
 
-// The outer pass at R1 = 24 (N = 6144). Two columns per thread spilled 0.5-2 KB a thread at
-// the conv kernel's 80 registers (the 24 x 12 products of a direct sum, their common terms
-// kept live), so here: one column per lane, and DFT_24 as 3 DFT_8 (over n_b, n1 = n_a + 3 n_b),
-// twiddles W_24^(n_a k_b), then DFT_3 (over n_a, k1 = k_b + 8 k_a), the DFT_8 with
-// times_root8's adds. The lanes of a pair (n2 even, n2 + 1) trade one float per output
-// through a shuffle, so that each store and each out() call still covers two consecutive
-// columns. A warp's lanes take 32 consecutive columns (L and TH are multiples of 32, so all
-// lanes of a warp run the same steps: the shuffles see the whole warp).
+// The outer pass at R1 = 24 (N = 6144). Two columns per thread as direct sums spilled 0.5-2 KB a
+// thread at the conv kernel's 80 registers (ptxas -v), so here: one column per lane, and DFT_24 as
+// 3 DFT_8 (over n_b, n1 = n_a + 3 n_b), twiddles W_24^(n_a k_b), then DFT_3 (over n_a, k1 = k_b +
+// 8 k_a), the DFT_8 with times_root8's adds. The lanes of a pair (n2 even, n2 + 1) trade one float
+// per output through a shuffle, so that each store and each out() call still covers two
+// consecutive columns. A warp's lanes take 32 consecutive columns (L and TH are multiples of 32,
+// so all lanes of a warp run the same steps: the shuffles see the whole warp).
 
 // u[n_a][k_b] = W_24^(+-n_a k_b) sum_{n_b < M} W_8^(+-n_b k_b) x[n_a + 3 n_b] for one n_a
 // (the conjugate roots where CONJ); x[n_a + 3 n_b] from get(n_b).

@@ -59,24 +59,6 @@ namespace fft_tc {
 // a tile's part plus a lane's part with no bit in common, its swizzle is the XOR of theirs:
 // the passes swizzle each part once (the lanes' parts before the tile loop).
 
-// The complex product of a DFT_16 / 4 tile with the data (bre + i bim, the B operand):
-// re += C bre + X bim, im += Y bre + C bim, with X = S, Y = -S for DFT_16 = C - i S and
-// X = -S, Y = S for its conjugate; with kDftSplit, the matrices' lo parts too.
-template <typename S, bool FORWARD>
-TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags<S>& f,
-                                  const uint32_t (&bre)[2], const uint32_t (&bim)[2]) {
-  fused_ops::mma_16816<S>(re, f.c, bre);
-  fused_ops::mma_16816<S>(re, FORWARD ? f.s : f.ns, bim);
-  fused_ops::mma_16816<S>(im, FORWARD ? f.ns : f.s, bre);
-  fused_ops::mma_16816<S>(im, f.c, bim);
-  if constexpr (kDftSplit) {
-    fused_ops::mma_16816<S>(re, f.cl, bre);
-    fused_ops::mma_16816<S>(re, FORWARD ? f.sl : f.nsl, bim);
-    fused_ops::mma_16816<S>(im, FORWARD ? f.nsl : f.sl, bre);
-    fused_ops::mma_16816<S>(im, f.cl, bim);
-  }
-}
-
 // One radix-16 pass at stride L over the planes re, im (in place). FORWARD: the DFT, then
 // each output times W^(twiddle_exp<N, 16, L>); else the conjugated DFT, then each output
 // times the conjugated twiddle of the pass outside it (ROUT, LOUT = 16 L).
@@ -170,13 +152,14 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
   }
 }
 
-// The forward radix-16 passes from stride L down to stride 16 (the first at L = N / 16
-// where R1 = 16; after first_pass_fma at L = N / (16 R1) otherwise).
+// The forward radix-16 passes from stride L down to stride 256 (the first at L = N / 16 where
+// R1 = 16; after first_pass_fma at L = N / (16 R1) otherwise); the pass at stride 16 is the
+// middle's (MiddleLane::load).
 template <typename S, int N, int L, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void forward_passes(uint16_t* re, uint16_t* im, const DftFrags<S>& f16) {
   tc_pass<S, N, L, true, 0, 0, SETS, TH>(re, im, f16);
   TIMEX_FFT_SYNC();
-  if constexpr (L > 16) forward_passes<S, N, L / 16, SETS, TH>(re, im, f16);
+  if constexpr (L > 256) forward_passes<S, N, L / 16, SETS, TH>(re, im, f16);
 }
 
 // The last inverse pass where R1 = 16 (radix 16 at stride N / 16): no twiddle after it; its
@@ -204,9 +187,10 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im, const Df
   }
 }
 
-// The inverse radix-16 passes from stride L = 16 outwards, each ending with the conjugated
-// twiddles of the pass outside it; where R1 = 16 the last, at N / 16, hands its results to
-// `out` (last_pass); otherwise they stop before the outer pass (last_pass_fma).
+// The inverse radix-16 passes from stride L = 256 outwards (the middle ran the pass at 16), each
+// ending with the conjugated twiddles of the pass outside it; where R1 = 16 the last, at N / 16,
+// hands its results to `out` (last_pass); otherwise they stop before the outer pass
+// (last_pass_fma).
 template <typename S, int N, int L, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<S>& f16,
                                      const Out& out) {
@@ -224,6 +208,12 @@ TIMEX_FFT_DEVICE void inverse_passes(uint16_t* re, uint16_t* im, const DftFrags<
   }
 }
 
+// Whether a radix-16 pass at stride 256 exists (N >= 4096): the forward's first or the
+// inverse's outermost with R1 = 16.
+TIMEX_FFT_HD constexpr bool has_pass256(int N) {
+  return N / radix1(N) > 256 || radix1(N) == 16;
+}
+
 // The inverse transform of the planes (after the middle) to `sink` (timex_fft_tc_rows.cuh):
 // where the outer radix is not 16 the last pass hands it times t, t + 1 < N / 2 as floats;
 // else the last pass stages y, scaled and rounded to S, in the planes in natural order, and
@@ -235,14 +225,16 @@ TIMEX_FFT_DEVICE void inverse_out(uint16_t* re, uint16_t* im, const DftFrags<Pla
     const auto emit = [&](int t, float r0, float i0, float r1, float i1) {
       sink.emit(t, r0, i0, r1, i1);
     };
-    inverse_passes<Plane, N, 16, TH>(re, im, f16, emit);  // (emit unused: the outer pass has it)
+    if constexpr (has_pass256(N)) {  // (emit unused there: the outer pass has it)
+      inverse_passes<Plane, N, 256, TH>(re, im, f16, emit);
+    }
     last_pass_fma<N, TH>(re, im, emit);
   } else {
     const auto stage = [&](int a, float r0, float i0, float r1, float i1) {
       st32(re + a, pack2<S>(sink.re(r0), sink.re(r1)));
       st32(im + a, pack2<S>(sink.im(i0), sink.im(i1)));
     };
-    inverse_passes<Plane, N, 16, TH>(re, im, f16, stage);
+    inverse_passes<Plane, N, 256, TH>(re, im, f16, stage);
     TIMEX_FFT_SYNC();
     for (int e = 8 * static_cast<int>(threadIdx.x); e < sink.T; e += 8 * TH) {
       uint16_t yr[8], yi[8];

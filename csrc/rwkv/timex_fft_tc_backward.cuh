@@ -85,7 +85,7 @@ template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
                                      uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
   const int e = scale_exponent(amax);
-  middle_from_spectrum<Plane, N, TH>(re, im, acc, std::ldexp(1.f, 1 - e));
+  middle_from_spectrum<Plane, N, TH>(re, im, acc, std::ldexp(1.f, 1 - e), f16);
   TIMEX_FFT_SYNC();
   // The planes hold IDFT_u(acc) 2^(1-e) (unitary); acc = Z_u conj(X_u) of the unitary
   // transforms, and IDFT(Z conj X) = sqrt(N) IDFT_u(Z_u conj(X_u)).
@@ -160,12 +160,15 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         scale_sets<S, N, 1, TH>(re, im, zs);
         TIMEX_FFT_SYNC();
         forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
-        for (int e = 8 * tid; e < 2 * N; e += 8 * TH) {  // re, then im: 2 N contiguous
-          uint16_t v[8];
-          ld16(v, re + e);
-          st16(scratch + e, v);
+        {  // each warp copies the fragments of the middle's steps that it will run
+          const MiddleLane<Plane, N> m(f16, lane);
+          for (int it = tid / 32; it < N / 256; it += TH / 32) {
+            uint32_t b[2][4];
+            m.load_m(re, im, it, b);
+            m.save_m(scratch, it, b);
+          }
         }
-        TIMEX_FFT_SYNC();  // the copy is done and visible to the block (global memory)
+        TIMEX_FFT_SYNC();  // the planes are free for X
         load_rows<S, N, TH>(re, im, k + r0, two ? k + r1 : nullptr, T, vec, false,
                             slots + 2 * (TH / 32), kmax);
         shift = x_shifts(gmax, kmax, sz, xscale);
@@ -174,8 +177,8 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         TIMEX_FFT_SYNC();
         forward_transform<N, 1, TH>(re, im, f16);
         // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
-        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, scratch + N, re, im, wrow,
-                                                   acc, p == p0, std::ldexp(1.f, -shift));
+        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im, wrow, acc,
+                                                   p == p0, std::ldexp(1.f, -shift), f16);
       } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
         load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0, two ? k + r1 : nullptr, T, vec,
                             false, slots + 2 * (TH / 32), kmax);
@@ -185,7 +188,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         TIMEX_FFT_SYNC();
         forward_transform<N, 2, TH>(re, im, f16);
         amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N, wrow,
-                                                    acc, p == p0, std::ldexp(1.f, -shift));
+                                                    acc, p == p0, std::ldexp(1.f, -shift), f16);
       }
       TIMEX_FFT_SYNC();
       inverse_out<S, N, TH>(re, im, f16,

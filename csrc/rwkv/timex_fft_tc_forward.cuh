@@ -36,12 +36,15 @@ TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
   return 4 * N + 8 * (forward_threads(N) / 32);
 }
 
-// The forward passes of the planes' SETS sets: the first at stride N / 16 where the outer
-// radix is 16, else after scale_sets' first pass at N / R1.
+// The forward passes of the planes' SETS sets down to stride 256 (the middle runs the one at
+// 16): the first at stride N / 16 where the outer radix is 16, else after scale_sets' first
+// pass at N / R1. None where that pass leaves blocks of 256 (N = 2048, 6144).
 template <int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16) {
   constexpr int R1 = radix1(N);
-  forward_passes<Plane, N, (R1 != 16 ? N / R1 : N) / 16, SETS, TH>(re, im, f16);
+  if constexpr (has_pass256(N)) {
+    forward_passes<Plane, N, (R1 != 16 ? N / R1 : N) / 16, SETS, TH>(re, im, f16);
+  }
 }
 
 // Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, each scaled by its own power of
@@ -85,10 +88,10 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
   // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary): the largest component of
   // DFT(h) first, then the spectrum stored times 2^-we.
   const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
-  const float amax_w = middle_spectrum<Plane, N, false, TH>(re, im, nullptr, unscale);
+  const float amax_w = middle_spectrum<Plane, N, false, TH>(re, im, nullptr, unscale, f16);
   const int we = scale_exponent(block_max<N, TH>(amax_w, slots));
   middle_spectrum<Plane, N, true, TH>(re, im, wz + int64_t(c) * N,
-                                      unscale * std::ldexp(1.f, -we));
+                                      unscale * std::ldexp(1.f, -we), f16);
   if (tid == 0) wexp[c] = we;
 }
 
@@ -118,7 +121,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   DftFrags<Plane> f16;
   int sh[2];
   load_and_transform<S, N, TH>(re, im, k0, k1, T, vec, false, slots, f16, sh);
-  middle<Plane, N, TH>(re, im, wz + int64_t(c) * N);
+  middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
   uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two

@@ -1,6 +1,9 @@
-// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the middle, the innermost
-// DFT_16 of every block of 16 contiguous elements, the product with W's spectrum and the
-// inverse DFT_16, as MMAs whose accumulators feed the next product in registers.
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the middle, the innermost radix-16
+// pass (stride 16) and the innermost DFT_16 of every block of 16 contiguous elements, the
+// product with W's spectrum, and the inverse DFT_16 and inverse pass at stride 16, as MMAs
+// whose accumulators feed the next product in registers: a warp takes 256 contiguous elements
+// from the planes and writes them back once, where separate passes took three round trips
+// through shared memory and two barriers.
 #pragma once
 
 #include <cstdint>
@@ -10,45 +13,54 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The B fragments (mma_16816's col layout: b = B[2q..][g], B[2q+8..][g]) of DFT_16 / 4,
-// B[k][n] = W_16^(k n), as two 16 x 8 tiles (n < 8, n >= 8): cos, sin and -sin parts, each as
-// hi and lo (split2, kDftSplit).
-template <typename S>
-struct MiddleFrags {
-  uint32_t c[2][2], s[2][2], ns[2][2], cl[2][2], sl[2][2], nsl[2][2];
-  TIMEX_FFT_DEVICE void init(int lane) {
-    const int g = lane / 4, q = lane % 4;
-    for (int t = 0; t < 2; ++t) {
-      for (int r = 0; r < 2; ++r) {
-        float cv[2], sv[2];
-        for (int h = 0; h < 2; ++h) {
-          const int j = (2 * q + h + 8 * r) * (g + 8 * t);
-          cv[h] = 0.25f * cos16(j);
-          sv[h] = 0.25f * cos16(j + 12);
-        }
-        split2<S>(cv[0], cv[1], c[t][r], cl[t][r]);
-        split2<S>(sv[0], sv[1], s[t][r], sl[t][r]);
-        split2<S>(-sv[0], -sv[1], ns[t][r], nsl[t][r]);
-      }
-    }
+// The complex product of a DFT_16 / 4 tile with the data (bre + i bim, the B operand):
+// re += C bre + X bim, im += Y bre + C bim, with X = S, Y = -S for DFT_16 = C - i S and
+// X = -S, Y = S for its conjugate; with kDftSplit, the matrices' lo parts too.
+template <typename S, bool FORWARD>
+TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags<S>& f,
+                                  const uint32_t (&bre)[2], const uint32_t (&bim)[2]) {
+  fused_ops::mma_16816<S>(re, f.c, bre);
+  fused_ops::mma_16816<S>(re, FORWARD ? f.s : f.ns, bim);
+  fused_ops::mma_16816<S>(im, FORWARD ? f.ns : f.s, bre);
+  fused_ops::mma_16816<S>(im, f.c, bim);
+  if constexpr (kDftSplit) {
+    fused_ops::mma_16816<S>(re, f.cl, bre);
+    fused_ops::mma_16816<S>(re, FORWARD ? f.sl : f.nsl, bim);
+    fused_ops::mma_16816<S>(im, FORWARD ? f.nsl : f.sl, bre);
+    fused_ops::mma_16816<S>(im, f.cl, bim);
   }
-};
+}
+
+// n-tile t (columns 8 t ..) of DFT_16 / 4 as the B operand (b = B[2q..][g], B[2q+8..][g]),
+// from its A fragments: the matrix is symmetric, so B[k][8 t + g] = A[8 t + g][k], fragments
+// t and t + 2.
+TIMEX_FFT_DEVICE void b_tile(const uint32_t (&a)[4], int t, uint32_t (&b)[2]) {
+  b[0] = a[t];
+  b[1] = a[t + 2];
+}
 
 // The complex product of the data (ar + i ai, the A operand) with n-tile t of DFT_16 / 4
 // (FORWARD) or of its conjugate, as four MMAs (eight with kDftSplit): re += ar C + ai X,
-// im += ar Y + ai C; DFT_16 = C - i S: X = S, Y = -S; its conjugate: X = -S, Y = S.
+// im += ar Y + ai C, X and Y as in dft_product.
 template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void complex_product(float (&re)[4], float (&im)[4], const uint32_t (&ar)[4],
-                                      const uint32_t (&ai)[4], const MiddleFrags<S>& f, int t) {
-  fused_ops::mma_16816<S>(re, ar, f.c[t]);
-  fused_ops::mma_16816<S>(re, ai, FORWARD ? f.s[t] : f.ns[t]);
-  fused_ops::mma_16816<S>(im, ar, FORWARD ? f.ns[t] : f.s[t]);
-  fused_ops::mma_16816<S>(im, ai, f.c[t]);
+                                      const uint32_t (&ai)[4], const DftFrags<S>& f, int t) {
+  uint32_t c[2], x[2], y[2];
+  b_tile(f.c, t, c);
+  b_tile(FORWARD ? f.s : f.ns, t, x);
+  b_tile(FORWARD ? f.ns : f.s, t, y);
+  fused_ops::mma_16816<S>(re, ar, c);
+  fused_ops::mma_16816<S>(re, ai, x);
+  fused_ops::mma_16816<S>(im, ar, y);
+  fused_ops::mma_16816<S>(im, ai, c);
   if constexpr (kDftSplit) {
-    fused_ops::mma_16816<S>(re, ar, f.cl[t]);
-    fused_ops::mma_16816<S>(re, ai, FORWARD ? f.sl[t] : f.nsl[t]);
-    fused_ops::mma_16816<S>(im, ar, FORWARD ? f.nsl[t] : f.sl[t]);
-    fused_ops::mma_16816<S>(im, ai, f.cl[t]);
+    b_tile(f.cl, t, c);
+    b_tile(FORWARD ? f.sl : f.nsl, t, x);
+    b_tile(FORWARD ? f.nsl : f.sl, t, y);
+    fused_ops::mma_16816<S>(re, ar, c);
+    fused_ops::mma_16816<S>(re, ai, x);
+    fused_ops::mma_16816<S>(im, ar, y);
+    fused_ops::mma_16816<S>(im, ai, c);
   }
 }
 
@@ -60,62 +72,106 @@ TIMEX_FFT_HD constexpr int middle_position(int i) {
   return 16 * (16 * it + lane / 4 + 8 * (e / 2)) + 8 * t + 2 * (lane % 4) + e % 2;
 }
 
-// A lane's part of the middle: the DFT_16 fragments, its ldmatrix row, its stores and their
-// twiddles, and the two halves of a step: dft (X times DFT_16 / 4) and inverse_store (the
-// product P times conj(DFT_16) / 4, times the innermost pass's twiddles conjugated, back to
-// the planes). Step `it` covers 16 blocks of 16 contiguous elements; the lane's 8 values of it
-// are entries 256 it + 8 lane + 4 t + e of a spectrum in the middle's layout (middle_position:
-// n-tile t, accumulator e).
+// A lane's part of the middle. Step `it` covers the 256 elements from 256 it, a 16 x 16 matrix
+// M[n1][n2] (position 256 it + 16 n1 + n2; the planes as the pass at stride 256, or the outer
+// pass, left them). load: the pass at stride 16, Y = DFT_16 M / 4 (A = DFT_16, B = M through
+// ldmatrix .trans, as tc_pass), times its twiddles W_256^(k1 n2); Y's accumulators, rounded to
+// S, are the A operand of Y DFT_16 / 4 (dft: the DFT over n2 of each row k1). The lane's 8
+// values of that are entries 256 it + 8 lane + 4 t + e of a spectrum in the middle's layout
+// (middle_position: n-tile t, accumulator e). inverse_store: from a product P in that layout,
+// G = P conj(DFT_16) / 4 as G^T = conj(DFT_16) P^T / 4 (P's accumulators are the B fragments
+// of P^T as they stand), times the twiddles conjugated, then M' = conj(DFT_16) G' / 4 (G'^T's
+// accumulators are the B fragments of G'), times the conjugated twiddles of the pass outside
+// (radix ROUT at stride 256), stored at M's positions: the inverse pass at stride 16.
 template <typename S, int N>
 struct MiddleLane {
-  MiddleFrags<S> f;
-  // This lane's ldmatrix row: block lane % 8 + 8 ((lane / 8) % 2), elements 8 (lane / 16) on.
-  int ld_sw;
-  // The lane's stores: position 256 it + a(t, h), a = 16 (g + 8h) + 8t + 2q, and their inverse
-  // twiddles, the conjugates of pass (16, 16)'s: k1 = g + 8h, n2 = 8t + 2q + e, the same at
-  // every step it.
+  const DftFrags<S>& f;
+  // This lane's ldmatrix rows: n1 = 8 ((lane / 8) % 2) + lane % 8 of n-tile j (n2 = 8 j on),
+  // from the real plane for lanes < 16, else the imaginary.
+  int ld_sw[2];
+  bool ld_im;
+  // The lane's stores: position 256 it + a(t, h), a = 16 (g + 8h) + 8t + 2q, and the twiddles
+  // of the pass at stride 16, W_256^(k1 n2) for k1 = g + 8h, n2 = 8t + 2q + e: those of Y's
+  // accumulators and, with k1 and n2 swapped (the same products), of G^T's.
   int st_sw[2][2];
   cf32 tw[2][2][2];
 
-  TIMEX_FFT_DEVICE void init(int lane) {
+  TIMEX_FFT_DEVICE MiddleLane(const DftFrags<S>& frags, int lane) : f(frags) {
     const int g = lane / 4, q = lane % 4;
-    f.init(lane);
-    ld_sw = swz(16 * (lane % 8 + 8 * ((lane / 8) & 1)) + 8 * (lane / 16));
+    const int krow = 8 * ((lane / 8) & 1) + lane % 8;
+    ld_im = lane >= 16;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
+      ld_sw[t] = swz(16 * krow + 8 * t);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int a = 16 * (g + 8 * h) + 8 * t + 2 * q;
         st_sw[t][h] = swz(a);
-        tw[t][h][0] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a)));
-        tw[t][h][1] = fft::conj(twiddle<N>(twiddle_exp<N, 16, 16>(a + 1)));
+        tw[t][h][0] = twiddle<N>(twiddle_exp<N, 16, 16>(a));
+        tw[t][h][1] = twiddle<N>(twiddle_exp<N, 16, 16>(a + 1));
       }
     }
   }
 
-  // Step it's X, the A operand, from the planes.
-  TIMEX_FFT_DEVICE void load(const uint16_t* re, const uint16_t* im, int it, uint32_t (&xr)[4],
-                             uint32_t (&xi)[4]) const {
+  // Step it's M as the B fragments of its two n-tiles (ldmatrix .trans: re rows 0-7, re 8-15,
+  // im 0-7, im 8-15).
+  TIMEX_FFT_DEVICE void load_m(const uint16_t* re, const uint16_t* im, int it,
+                               uint32_t (&b)[2][4]) const {
     const int sw = swz(256 * it);
-    fused_ops::ldmatrix_x4(xr, re + (sw ^ ld_sw));
-    fused_ops::ldmatrix_x4(xi, im + (sw ^ ld_sw));
-  }
-
-  // The same fragments from a copy of the planes in global memory (swizzled as on chip): the
-  // lane's register j holds block 16 it + g + 8 (j % 2), elements 8 (j / 2) + 2q and 2q + 1.
-  TIMEX_FFT_DEVICE void load_global(const uint16_t* re, const uint16_t* im, int it,
-                                    uint32_t (&xr)[4], uint32_t (&xi)[4]) const {
-    const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-    const int sw = swz(256 * it);
+    const uint16_t* const plane = ld_im ? im : re;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int a = (sw ^ swz(16 * (g + 8 * (j & 1)) + 8 * (j >> 1))) + 2 * q;
-      xr[j] = ld32(re + a);
-      xi[j] = ld32(im + a);
+    for (int t = 0; t < 2; ++t) fused_ops::ldmatrix_x4_trans(b[t], plane + (sw ^ ld_sw[t]));
+  }
+  // The same fragments through a copy in global memory, in fragment order (the backward's Z
+  // where its planes do not stay on chip): 32 bytes per lane and step, written and read by
+  // that lane only.
+  TIMEX_FFT_DEVICE void save_m(uint16_t* copy, int it, const uint32_t (&b)[2][4]) const {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      uint16_t v[8];
+      std::memcpy(v, b[t], 16);
+      st16(copy + 16 * (32 * it + lane) + 8 * t, v);
+    }
+  }
+  TIMEX_FFT_DEVICE void load_saved_m(const uint16_t* copy, int it, uint32_t (&b)[2][4]) const {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      uint16_t v[8];
+      ld16(v, copy + 16 * (32 * it + lane) + 8 * t);
+      std::memcpy(b[t], v, 16);
     }
   }
 
-  // n-tile t of X DFT_16 / 4: y[e] is entry 4 t + e of the lane's 8.
+  // The pass at stride 16 on M's fragments: Y's A fragments (register r: row g + 8 (r % 2),
+  // columns 8 (r / 2) + 2q, + 1).
+  TIMEX_FFT_DEVICE void pass16(const uint32_t (&b)[2][4], uint32_t (&xr)[4],
+                               uint32_t (&xi)[4]) const {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
+      const uint32_t bre[2] = {b[t][0], b[t][1]}, bim[2] = {b[t][2], b[t][3]};
+      dft_product<S, true>(yr, yi, f, bre, bim);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // rows k1 = g + 8h; columns n2 = 8t + 2q + e
+        const cf32 v0 = cmul(cf32{yr[2 * h], yi[2 * h]}, tw[t][h][0]);
+        const cf32 v1 = cmul(cf32{yr[2 * h + 1], yi[2 * h + 1]}, tw[t][h][1]);
+        xr[2 * t + h] = pack2<S>(v0.x, v1.x);
+        xi[2 * t + h] = pack2<S>(v0.y, v1.y);
+      }
+    }
+  }
+
+  // Step it's Y, the A operand of dft, from the planes.
+  TIMEX_FFT_DEVICE void load(const uint16_t* re, const uint16_t* im, int it, uint32_t (&xr)[4],
+                             uint32_t (&xi)[4]) const {
+    uint32_t b[2][4];
+    load_m(re, im, it, b);
+    pass16(b, xr, xi);
+  }
+
+  // n-tile t of Y DFT_16 / 4: y[e] is entry 4 t + e of the lane's 8.
   TIMEX_FFT_DEVICE void dft(const uint32_t (&xr)[4], const uint32_t (&xi)[4], int t,
                             cf32 (&y)[4]) const {
     float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
@@ -124,29 +180,60 @@ struct MiddleLane {
     for (int e = 0; e < 4; ++e) y[e] = {yr[e], yi[e]};
   }
 
-  // P (the lane's 8 entries, rounded to S) times conj(DFT_16) / 4 and the twiddles, to the
-  // planes at step it. The accumulators (rows g, g + 8; cols 2q, 2q + 1) of n-tile t are the
-  // A operand's k = 8 t + 2q.. as they stand.
+  // P (the lane's 8 entries, rounded to S) through the inverse DFT_16 and the inverse pass at
+  // stride 16 to the planes at step it (the top of this struct).
   TIMEX_FFT_DEVICE void inverse_store(uint16_t* re, uint16_t* im, int it,
                                       const cf32 (&p)[2][4]) const {
-    uint32_t pr[4], pi[4];
+    constexpr int R1 = radix1(N);
+    constexpr int ROUT = N / R1 == 256 ? R1 : 16;  // the pass outside: (ROUT, 256)
+    constexpr int sp = N / (ROUT * 256);
+    // P's B fragments for G^T's n-tile u (k1 = 8u + g): k2 = 2q.. from P's n-tile 0, 2q + 8..
+    // from its n-tile 1, rows e / 2 = u.
+    uint32_t pr[2][2], pi[2][2];
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      pr[2 * t] = pack2<S>(p[t][0].x, p[t][1].x);
-      pr[2 * t + 1] = pack2<S>(p[t][2].x, p[t][3].x);
-      pi[2 * t] = pack2<S>(p[t][0].y, p[t][1].y);
-      pi[2 * t + 1] = pack2<S>(p[t][2].y, p[t][3].y);
+    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        pr[u][t] = pack2<S>(p[t][2 * u].x, p[t][2 * u + 1].x);
+        pi[u][t] = pack2<S>(p[t][2 * u].y, p[t][2 * u + 1].y);
+      }
     }
+    // G'^T's accumulators as G''s B fragments for M''s n-tile j (n2 = 8j + g): k1 = 2q.. from
+    // G^T's n-tile 0, 2q + 8.. from its n-tile 1, rows g + 8j.
+    uint32_t gr[2][2], gi[2][2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      float zr[4] = {0.f, 0.f, 0.f, 0.f}, zi[4] = {0.f, 0.f, 0.f, 0.f};
+      dft_product<S, false>(zr, zi, f, pr[u], pi[u]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // rows n2 = g + 8h; columns k1 = 8u + 2q + e
+        const cf32 v0 = cmul(cf32{zr[2 * h], zi[2 * h]}, fft::conj(tw[u][h][0]));
+        const cf32 v1 = cmul(cf32{zr[2 * h + 1], zi[2 * h + 1]}, fft::conj(tw[u][h][1]));
+        gr[h][u] = pack2<S>(v0.x, v1.x);
+        gi[h][u] = pack2<S>(v0.y, v1.y);
+      }
+    }
+    // The outer pass's twiddles conjugated at position 256 it + 16 n1 + n2 (n1 = g + 8h, n2 =
+    // 8j + 2q + e): k1' = it % ROUT, exponent k1' (16 g + 8 j + 2q + 128 h + e) sp.
+    const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+    const int k1 = it % ROUT;
+    const cf32 uh = fft::conj(twiddle<N>(k1 * 128 * sp)), ve = fft::conj(twiddle<N>(k1 * sp));
     const int sw = swz(256 * it);
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      float zr[4] = {0.f, 0.f, 0.f, 0.f}, zi[4] = {0.f, 0.f, 0.f, 0.f};
-      complex_product<S, false>(zr, zi, pr, pi, f, t);  // times conj(DFT_16)
+    for (int j = 0; j < 2; ++j) {
+      float mr[4] = {0.f, 0.f, 0.f, 0.f}, mi[4] = {0.f, 0.f, 0.f, 0.f};
+      dft_product<S, false>(mr, mi, f, gr[j], gi[j]);
+      const cf32 base = fft::conj(twiddle<N>(k1 * (16 * g + 8 * j + 2 * q) * sp));
+      cf32 t[2][2];
+      t[0][0] = base;
+      t[0][1] = cmul(base, ve);
+      t[1][0] = cmul(base, uh);
+      t[1][1] = cmul(t[1][0], ve);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // rows g and g + 8: blocks 16 it + g (+ 8)
-        const cf32 v0 = cmul(tw[t][h][0], cf32{zr[2 * h], zi[2 * h]});
-        const cf32 v1 = cmul(tw[t][h][1], cf32{zr[2 * h + 1], zi[2 * h + 1]});
-        const int a = sw ^ st_sw[t][h];
+      for (int h = 0; h < 2; ++h) {  // rows n1 = g + 8h; columns n2 = 8j + 2q + e
+        const cf32 v0 = cmul(cf32{mr[2 * h], mi[2 * h]}, t[h][0]);
+        const cf32 v1 = cmul(cf32{mr[2 * h + 1], mi[2 * h + 1]}, t[h][1]);
+        const int a = sw ^ st_sw[j][h];
         st32(re + a, pack2<S>(v0.x, v1.x));
         st32(im + a, pack2<S>(v0.y, v1.y));
       }
@@ -182,10 +269,10 @@ TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::
 // The middle of the convolution: X DFT_16, times W's spectrum wrow, times conj(DFT_16), on
 // tensor cores; the products stay in registers.
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow) {
+TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
+                            const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  MiddleLane<S, N> m;
-  m.init(lane);
+  const MiddleLane<S, N> m(f16, lane);
   for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t xr[4], xi[4];
     m.load(re, im, it, xr, xi);
@@ -208,10 +295,9 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 // rather than rescaling its stores in place).
 template <typename S, int N, bool STORE, int TH = threads(N)>
 TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
-                                       float scale) {
+                                       float scale, const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  MiddleLane<S, N> m;
-  m.init(lane);
+  const MiddleLane<S, N> m(f16, lane);
   float amax = 0.f;
   for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t xr[4], xi[4];
@@ -241,15 +327,17 @@ template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,
                                        const uint16_t* xim, const cf32* __restrict__ wrow,
-                                       cf32* acc, bool first, float pscale) {
+                                       cf32* acc, bool first, float pscale,
+                                       const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  MiddleLane<S, N> m;
-  m.init(lane);
+  const MiddleLane<S, N> m(f16, lane);
   float amax = 0.f;
   for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t zr[4], zi[4], xr[4], xi[4];
     if constexpr (Z_GLOBAL) {
-      m.load_global(zre, zim, it, zr, zi);
+      uint32_t b[2][4];
+      m.load_saved_m(zre, it, b);
+      m.pass16(b, zr, zi);
     } else {
       m.load(zre, zim, it, zr, zi);
     }
@@ -281,10 +369,9 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
 // entries written by this lane or before a barrier), times `scale`, to the planes.
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf32* acc,
-                                           float scale) {
+                                           float scale, const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  MiddleLane<S, N> m;
-  m.init(lane);
+  const MiddleLane<S, N> m(f16, lane);
   for (int it = warp; it < N / 256; it += TH / 32) {
     cf32 p[2][4];
 #pragma unroll

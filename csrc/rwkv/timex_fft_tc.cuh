@@ -61,27 +61,32 @@ namespace fft_tc {
 
 // One radix-16 pass at stride L over the planes re, im (in place). FORWARD: the DFT, then
 // each output times W^(twiddle_exp<N, 16, L>); else the conjugated DFT, then each output
-// times the conjugated twiddle of the pass outside it (ROUT, LOUT = 16 L).
+// times the conjugated twiddle of the pass outside it (ROUT, LOUT = 16 L). The middle runs the
+// pass at stride 16, so L = 256 here: 32 tiles of 16 x 8 per block, a multiple of the warps.
 //
 // Tile (blk, n0) holds positions a = 16 L blk + L row + n0 + 2q + e (rows g + 8h, e < 2). Its
 // forward twiddle exponent k1 n2 s (k1 = row, n2 = n0 + 2q + e, s = N / (16 L)) splits into
-// the tile's k1 n0 s and the lane's k1 (2q + e) s, so the lane keeps W^(k1 (2q + e) s) and
-// takes one __sincosf per row and tile (none where n0 is the same for all of a warp's
-// tiles). The inverse twiddle, of pass (ROUT, LOUT) at the same positions (k1' = blk % ROUT,
-// n2' = L row + n0 + 2q + e, s' = N / (ROUT LOUT)), splits into k1' (n0 + L g + 2q) s' (one
-// __sincosf) and the warp's k1' 8 L s' and k1' s' (two more, the same in every lane).
+// the tile's k1 n0 s and the lane's k1 (2q + e) s: the lane keeps W^(k1 (2q + e) s), and a
+// warp takes its columns n0 in turn and, for each, every block (and set): one __sincosf per
+// row and column n0, the same for all blocks. The inverse twiddle, of pass (ROUT, LOUT) at
+// the same positions (k1' = blk % ROUT, n2' = L row + n0 + 2q + e, s' = N / (ROUT LOUT)),
+// splits into k1' (n0 + L g + 2q) s' (one __sincosf a tile) and the warp's k1' 8 L s' and
+// k1' s' (two more, per block: a warp takes the blocks in turn and, in each, its columns).
 // (Stepping the twiddles from tile to tile instead measured 5% slower at N = 16384 for the
 // same instruction count.)
 //
 // SETS: how many row pairs' planes the pass runs over at once, set s's at re + 2 N s and
 // im + 2 N s (the backward transforms g's and k's pairs together: one barrier per pass, and
-// twice the tiles per warp over which to spread its set-up). TH: the CTA's threads (threads(N)
-// but for the backward at N = 16384), as in every function of these files that takes it.
+// twice the tiles per warp over which to spread its set-up); forward only. TH: the CTA's
+// threads (threads(N) but for the backward at N = 16384), as in every function of these files
+// that takes it.
 template <typename S, int N, int L, bool FORWARD, int ROUT, int LOUT, int SETS = 1,
           int TH = threads(N)>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) {
-  constexpr int kTilesPerBlock = L / 8, kWarps = TH / 32;
+  constexpr int kTilesPerBlock = L / 8, kWarps = TH / 32, kBlocks = N / (16 * L);
   static_assert(L >= 16 && (FORWARD || LOUT == 16 * L), "a pass at stride L >= 16");
+  static_assert(kTilesPerBlock % kWarps == 0, "a warp's tiles: whole columns n0 of every block");
+  static_assert(FORWARD || SETS == 1, "the inverse runs one set");
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
   // This lane's ldmatrix row: matrix i = lane / 8 (re rows 0-7, re 8-15, im 0-7, im 8-15).
@@ -89,58 +94,16 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
   const int ld_sw = swz(L * krow);
   const uint16_t* const plane = (mi & 2) ? im : re;
   int st_sw[2];  // the lane's part of its two stores (rows g, g + 8; cols 2q, 2q + 1)
-  cf32 tw[2][2];  // forward: W^(k1 (2q + e) s), then the whole twiddle where n0 is fixed
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = g + 8 * h;
-    st_sw[h] = swz(L * row + 2 * q);
-    if constexpr (FORWARD) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) tw[h][e] = twiddle<N>(row * (2 * q + e) * (N / (16 * L)));
-    }
-  }
-  // A warp's tiles are warp + kWarps i; where kTilesPerBlock divides kWarps, they share n0.
-  constexpr bool kFixedN0 = kWarps % kTilesPerBlock == 0;
-  if constexpr (FORWARD && kFixedN0) {
-    const int n0 = (warp % kTilesPerBlock) * 8;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const cf32 rowf = twiddle<N>((g + 8 * h) * n0 * (N / (16 * L)));
-      tw[h][0] = cmul(rowf, tw[h][0]);
-      tw[h][1] = cmul(rowf, tw[h][1]);
-    }
-  }
-  for (int tile = warp; tile < SETS * (N / 128); tile += kWarps) {
-    // N / 128 is a multiple of kTilesPerBlock, so n0 (and kFixedN0) hold across the sets.
-    const int set = SETS == 1 ? 0 : tile / (N / 128), lt = SETS == 1 ? tile : tile % (N / 128);
-    const int blk = lt / kTilesPerBlock, n0 = (lt % kTilesPerBlock) * 8;
-    const int sw = swz(16 * L * blk + n0) + 2 * N * set;  // the set's offset after the swizzle
+  for (int h = 0; h < 2; ++h) st_sw[h] = swz(L * (g + 8 * h) + 2 * q);
+  // The tile at swizzled offset sw (its set's offset added after the swizzle), its outputs
+  // times t[h][e].
+  const auto tile = [&](int sw, const cf32 (&t)[2][2]) {
     uint32_t b[4];
     fused_ops::ldmatrix_x4_trans(b, plane + (sw ^ ld_sw));
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
     float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
     dft_product<S, FORWARD>(yre, yim, f, bre, bim);
-    cf32 t[2][2];  // this tile's twiddles (conjugated for the inverse)
-    if constexpr (FORWARD && kFixedN0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) t[h][0] = tw[h][0], t[h][1] = tw[h][1];
-    } else if constexpr (FORWARD) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const cf32 rowf = twiddle<N>((g + 8 * h) * n0 * (N / (16 * L)));
-        t[h][0] = cmul(rowf, tw[h][0]);
-        t[h][1] = cmul(rowf, tw[h][1]);
-      }
-    } else {
-      constexpr int sp = N / (ROUT * LOUT);
-      const int k1 = blk % ROUT;
-      const cf32 base = fft::conj(twiddle<N>(k1 * (n0 + L * g + 2 * q) * sp));
-      const cf32 u = fft::conj(twiddle<N>(k1 * 8 * L * sp)), v = fft::conj(twiddle<N>(k1 * sp));
-      t[0][0] = base;
-      t[0][1] = cmul(base, v);
-      t[1][0] = cmul(base, u);
-      t[1][1] = cmul(t[1][0], v);
-    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g and g + 8
       const cf32 v0 = cmul(cf32{yre[2 * h], yim[2 * h]}, t[h][0]);
@@ -148,6 +111,48 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
       const int a = sw ^ st_sw[h];
       st32(re + a, pack2<S>(v0.x, v1.x));
       st32(im + a, pack2<S>(v0.y, v1.y));
+    }
+  };
+  if constexpr (FORWARD) {
+    constexpr int s = N / (16 * L);
+    cf32 tw[2][2];  // W^(k1 (2q + e) s)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) tw[h][e] = twiddle<N>((g + 8 * h) * (2 * q + e) * s);
+    }
+    for (int nj = warp; nj < kTilesPerBlock; nj += kWarps) {
+      const int n0 = 8 * nj;
+      cf32 t[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const cf32 rowf = twiddle<N>((g + 8 * h) * n0 * s);
+        t[h][0] = cmul(rowf, tw[h][0]);
+        t[h][1] = cmul(rowf, tw[h][1]);
+      }
+      const int sw_n0 = swz(n0);
+#pragma unroll
+      for (int sb = 0; sb < SETS * kBlocks; ++sb) {
+        const int set = sb / kBlocks, blk = sb % kBlocks;
+        tile((swz(16 * L * blk) ^ sw_n0) + 2 * N * set, t);
+      }
+    }
+  } else {
+    constexpr int sp = N / (ROUT * LOUT);
+#pragma unroll 1
+    for (int blk = 0; blk < kBlocks; ++blk) {
+      const int k1 = blk % ROUT;
+      const cf32 u = fft::conj(twiddle<N>(k1 * 8 * L * sp)), v = fft::conj(twiddle<N>(k1 * sp));
+      const int sw_blk = swz(16 * L * blk);
+      for (int nj = warp; nj < kTilesPerBlock; nj += kWarps) {
+        const int n0 = 8 * nj;
+        cf32 t[2][2];
+        t[0][0] = fft::conj(twiddle<N>(k1 * (n0 + L * g + 2 * q) * sp));
+        t[0][1] = cmul(t[0][0], v);
+        t[1][0] = cmul(t[0][0], u);
+        t[1][1] = cmul(t[1][0], v);
+        tile(sw_blk ^ swz(n0), t);
+      }
     }
   }
 }

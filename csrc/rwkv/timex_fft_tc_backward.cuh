@@ -37,7 +37,11 @@ TIMEX_FFT_HD constexpr bool z_off_chip(int N) { return N > kMaxTwoSetN; }
 // Threads per CTA: threads(N), but 512 from N = 16384 on, where 128 KiB of planes keep one CTA
 // per SM: with 256 (8 warps an SM) the kernel took 385 µs at (8, 256, 8192) bfloat16 and 435 at
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
-TIMEX_FFT_HD constexpr int backward_threads(int N) { return N >= 16384 ? 512 : threads(N); }
+// At N = 6144, 256 rather than threads(N) = 192: two CTAs of 192 at 168 registers kept 12 warps
+// an SM, and the kernel stalled with half its issue slots idle (ncu, H200).
+TIMEX_FFT_HD constexpr int backward_threads(int N) {
+  return N >= 16384 ? 512 : N == 6144 ? 256 : threads(N);
+}
 TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {  // the planes, then 4 floats a warp
   return (z_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32);
 }
@@ -49,7 +53,7 @@ TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
 // N = 16384 on). At the conv kernel's 80 the two sets' fragments and the running sum spill
 // about 300 bytes a thread.
 TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
-  return N >= 16384 ? 1 : 2 * 256 / threads(N);
+  return N >= 16384 ? 1 : 2 * 256 / backward_threads(N);
 }
 
 // The scales of x's rows (k's pair, xscale) given z's row shifts sz (g's pair): x's row j

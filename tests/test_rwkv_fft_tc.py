@@ -189,29 +189,32 @@ def test_forced_where_it_cannot_run(tc):
 
 
 def test_auto_choice(monkeypatch):
-    """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 from B = 16 up to
-    T = 16384 past the direct kernels' reach (1536 there), for 4096 < T <= 6144 from B = 4, for
-    8192 < T <= 12288 from B = 2, to 14336 from B = 4, past it from B = 8 (tc_min_batch); the
-    fused kernels below, for float16 (their error is the FFT conv's) and for float32; past
-    T = 16384 not fft_tc."""
+    """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
+    kernels' reach (1536 from B = 16) up to T = 16384: from B = 8 to T = 4096, from B = 2 for
+    4096 < T <= 6144, from B = 4 to 8192, from B = 2 to 12288, from B = 4 past it
+    (tc_min_batch); the fused kernels below, for float16 (their error is the FFT conv's) and
+    for float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),
                               (torch.bfloat16, 16, 16384, "fft_tc"),
                               (torch.float16, 32, 8192, "fft_fused"),
-                              (torch.bfloat16, 15, 4096, "fft_fused"),
-                              (torch.bfloat16, 8, 8192, "fft_fused"),
-                              (torch.bfloat16, 3, 6144, "fft_fused"),
-                              (torch.bfloat16, 4, 4097, "fft_tc"),
-                              (torch.bfloat16, 4, 6145, "fft_fused"),
+                              (torch.bfloat16, 7, 4096, "fft_fused"),
+                              (torch.bfloat16, 8, 1025, "fft_tc"),
+                              (torch.bfloat16, 8, 4096, "fft_tc"),
+                              (torch.bfloat16, 1, 6144, "fft_fused"),
+                              (torch.bfloat16, 2, 4097, "fft_tc"),
+                              (torch.bfloat16, 3, 6145, "fft_fused"),
+                              (torch.bfloat16, 4, 8192, "fft_tc"),
                               (torch.bfloat16, 2, 8193, "fft_tc"),
                               (torch.bfloat16, 1, 12288, "fft_fused"),
                               (torch.bfloat16, 1, 9000, "fft_fused"),
                               (torch.bfloat16, 3, 12289, "fft_fused"),
-                              (torch.bfloat16, 4, 14336, "fft_tc"),
-                              (torch.bfloat16, 7, 14337, "fft_fused"),
-                              (torch.bfloat16, 8, 14337, "fft_tc"),
+                              (torch.bfloat16, 4, 12289, "fft_tc"),
+                              (torch.bfloat16, 3, 14337, "fft_fused"),
+                              (torch.bfloat16, 4, 16384, "fft_tc"),
                               (torch.bfloat16, 16, 1536, "direct"),
+                              (torch.bfloat16, 8, 1024, "direct"),
                               (torch.float32, 16, 4096, "fft_fused")]:
         k = torch.empty(B, 2, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, T)

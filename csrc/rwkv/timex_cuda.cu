@@ -193,32 +193,26 @@ constexpr int64_t kF64DirectMaxT = 256;
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
 // bfloat16 from B = tc_min_batch(T) on: the tensor-core kernels (timex_fft_tc.h, T <= 16384).
-// Measured forward + backward op time against the fused kernels on the H100 (benchmarks/
-// results/timex_crossover_tc_h100.md). Where N is a power of two (T <= 2048, 3072 < T <= 4096,
-// 6144 < T <= 8192, T > 14336) with B = 16 and 32 they win at every T from 2048, by 2-20% and
-// 11-24% up to 8192 (e.g. (16, 512, 8192) 1.875 against 2.335 ms); with B = 8 by -5% to +13%,
-// with B = 4 by -15% to +3%, with B = 2 they take up to 1.36x the fused kernels' time: W's
-// spectrum, a full-length transform and 8 N bytes per channel, is shared by B / 2 pairs, and
-// an odd B leaves a pair half empty. Past 14336 (N = 32768, the backward's Z planes through
-// global scratch): 4-9% less time with B = 8, 6-15% with 16, 12-21% with 32, but 2-6% more
-// with B = 4 and 26% more with 2. Where N is shorter than the power of two, they take less
-// time from smaller B:
-//   N = 6144 (2048 < T <= 3072): 9-13% less with B = 16, 3-6% with 8, 6-8% more with 4
-//     (the rule stays at 16 here: B = 8 was measured after the last GPU run of its tests);
-//   N = 12288 (4096 < T <= 6144): 21-25% less with B = 4, 28-31% with 8, 32-36% with 16;
-//   N = 20480 (8192 < T <= 10240): 25% less with B = 2, 35% with 4, 41% with 8, 22% more
-//     with 1;
-//   N = 24576 (10240 < T <= 12288, both backward sets on chip): 11-15% less with B = 2,
-//     23-27% with 4, 31-34% with 8;
-//   N = 28672 (12288 < T <= 14336): 1% less with B = 4, 11% with 8, 18% more with 2.
+// Measured forward + backward op time against the fused kernels at C = 512 on the H200, after
+// the middle took the pass at stride 16 (benchmarks/results/timex_crossover_tc_h100.md, its
+// last section): W's spectrum, a full-length transform and 8 N bytes per channel, is shared by
+// B / 2 pairs, and an odd B leaves a pair half empty, so small B favours the fused kernels.
+//   T <= 4096 (N = 4096, 6144, 8192): with B = 8, 7-12% less time; with 4, -2% to +4%;
+//   4096 < T <= 6144 (N = 12288): 19% less with B = 2, 31% with 4, 38% with 8;
+//   6144 < T <= 8192 (N = 16384): 17% less with B = 4, 26% with 8, even with 2;
+//   8192 < T <= 12288 (N = 20480, 24576): 24-32% less with B = 2, 36-49% with 4 and 8, more
+//     with 1 (9-22%);
+//   T > 12288 (N = 28672, 32768, the backward's Z planes through global scratch): 10-13% less
+//     with B = 4, 20-22% with 8, 3-7% more with 2.
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 int64_t tc_min_batch(int64_t T) {
-  if (T > 4096 && T <= 6144) return 4;
-  if (T <= 8192) return kHalfBatch;
-  return T <= 12288 ? 2 : T <= 14336 ? 4 : 8;
+  if (T <= 4096) return 8;
+  if (T <= 6144) return 2;
+  if (T <= 8192) return 4;
+  return T <= 12288 ? 2 : 4;
 }
 
 fft::Kernel fastest_fft(const Tensor& k) {

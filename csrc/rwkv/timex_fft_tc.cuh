@@ -29,9 +29,13 @@
 //
 // A radix-16 pass is one warp's mma.sync m16n8k16 per 16 x 8 tile: A = the 16 x 16 DFT matrix,
 // B = 16 rows (k = n1) of 8 contiguous columns n2 loaded with ldmatrix .trans from the real and
-// imaginary planes, 4 MMAs (C, S, -S: the cosine and sine parts). An outer radix r_1 other than 16
-// runs on the CUDA cores, fused with the load and the store (timex_fft_tc_outer.cuh): half its
-// inputs are zeros and half its outputs unwanted. Data between passes are stored as float16
+// imaginary planes, 4 MMAs (C, S, -S: the cosine and sine parts). The last forward pass (stride
+// 16), the middle and the first inverse pass run in one sweep of registers per 256 elements
+// (MiddleLane, timex_fft_tc_middle.cuh): tc_pass runs only the pass at stride 256, which N >=
+// 4096 have. That fusion took 10-13% off the op's forward + backward (bfloat16, H200: run 30 in
+// benchmarks/results/issue29_runs). An outer radix r_1 other than 16 runs on the CUDA cores,
+// fused with the load and the store (timex_fft_tc_outer.cuh): half its inputs are zeros and half
+// its outputs unwanted. Data between passes are stored as float16
 // for either input type (Plane: the row pair and W's spectrum scaled by powers of two,
 // timex_fft_tc_common.cuh) in two planes; accumulation and twiddles in float. Shared memory:
 // 4 N bytes (128 KiB at N = 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an
@@ -78,8 +82,8 @@ namespace fft_tc {
 // SETS: how many row pairs' planes the pass runs over at once, set s's at re + 2 N s and
 // im + 2 N s (the backward transforms g's and k's pairs together: one barrier per pass, and
 // twice the tiles per warp over which to spread its set-up); forward only. TH: the CTA's
-// threads (threads(N) but for the backward at N = 16384), as in every function of these files
-// that takes it.
+// threads (forward_threads or backward_threads), as in every function of these files that
+// takes it.
 template <typename S, int N, int L, bool FORWARD, int ROUT, int LOUT, int SETS = 1,
           int TH = threads(N)>
 TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) {
@@ -188,7 +192,9 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im, const Df
     float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
     dft_product<S, false>(yre, yim, f, bre, bim);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) out(sw ^ st_sw[h], yre[2 * h], yim[2 * h], yre[2 * h + 1], yim[2 * h + 1]);
+    for (int h = 0; h < 2; ++h) {
+      out(sw ^ st_sw[h], yre[2 * h], yim[2 * h], yre[2 * h + 1], yim[2 * h + 1]);
+    }
   }
 }
 

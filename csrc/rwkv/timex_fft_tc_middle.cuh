@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "rwkv/timex_fft_tc_common.cuh"
 
@@ -266,7 +267,8 @@ TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)
 // The larger of |re| and |im| (within sqrt 2 of |v|; a squared norm would overflow float first).
 TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::fabs(v.y)); }
 
-// The middle of the convolution: X DFT_16, times W's spectrum wrow, times conj(DFT_16), on
+// The middle of the convolution (f16: the DFT_16 fragments): the pass at stride 16, DFT_16,
+// times W's spectrum wrow, conj(DFT_16) and the inverse pass at stride 16 (MiddleLane), on
 // tensor cores; the products stay in registers.
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
@@ -289,10 +291,10 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
   }
 }
 
-// The spectrum alone (the W-spectrum kernel): X DFT_16 times `scale`; to `row` (N complex
-// floats, middle layout) where STORE. Returns the largest |component| of this lane's entries
-// (the kernel runs it twice: for the largest, then to store with the scale that it implies,
-// rather than rescaling its stores in place).
+// The spectrum alone (the W-spectrum kernel): the pass at stride 16 and DFT_16 (MiddleLane's
+// load and dft), times `scale`; to `row` (N complex floats, middle layout) where STORE. Returns
+// the largest |component| of this lane's entries (the kernel runs it twice: for the largest,
+// then to store with the scale that it implies, rather than rescaling its stores in place).
 template <typename S, int N, bool STORE, int TH = threads(N)>
 TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
                                        float scale, const DftFrags<S>& f16) {
@@ -318,11 +320,13 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
 }
 
 // The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim
-// of the same layout in shared memory; Z from a copy in global memory where Z_GLOBAL. acc (N
+// of the same layout in shared memory, each before the pass at stride 16; where Z_GLOBAL, Z's
+// fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc (N
 // complex floats, middle layout, this lane's entries its own) gets Z conj(X) pscale (set where
-// `first`, else added); Z conj(W) goes on through conj(DFT_16) to the planes re, im (Z's or
-// X's: each warp's stores follow its loads of the same positions), grad_k's correlation.
-// Returns the largest |component| of the acc entries that this lane wrote.
+// `first`, else added); Z conj(W) goes on through the inverse (MiddleLane::inverse_store) to
+// the planes re, im (Z's or X's: each warp's stores follow its loads of the same positions),
+// grad_k's correlation. Returns the largest |component| of the acc entries that this lane
+// wrote.
 template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,
@@ -365,8 +369,9 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
   return amax;
 }
 
-// The inverse DFT_16 of a spectrum in float (grad_w's sum, acc: middle layout, this lane's
-// entries written by this lane or before a barrier), times `scale`, to the planes.
+// The inverse DFT_16 and inverse pass at stride 16 of a spectrum in float (grad_w's sum, acc:
+// middle layout, this lane's entries written by this lane or before a barrier), times `scale`,
+// to the planes.
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf32* acc,
                                            float scale, const DftFrags<S>& f16) {

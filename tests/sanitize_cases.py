@@ -259,7 +259,7 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")
     # The tensor-core kernels (bfloat16/float16, T <= 16384): each transform length N = 2048 to
     # 32768, 6144, 12288 and 5, 6, 7 times 4096 (Z's planes in global scratch from 28672), odd B
-    # (a pair of one row), misaligned rows, the kept spectra, auto's choice (bfloat16 from
+    # (a pair of one row), misaligned rows, the kept spectra, auto's choice (bfloat16 at
     # B = 16), and a backward split over items (few channels, several pairs: the reduce launch).
     for dtype in ("bfloat16", "float16"):
         for B, C, T in [(1, 1, 1), (3, 2, 1000), (2, 3, 2048), (3, 1, 2500), (4, 1, 4097),

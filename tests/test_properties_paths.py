@@ -290,8 +290,13 @@ lengths = st.one_of(st.integers(1, 40), st.sampled_from(CROSS_T), st.sampled_fro
 ALGOS = ["auto", "direct", "fft", "fft_library"]
 
 
-def expected_algorithm(device, dtype, T, algo):
-    """What timex_algorithm must report (csrc/rwkv/timex.cpp, timex_cuda.cu)."""
+def tc_min_batch(T):
+    """The smallest B from which auto takes the tensor-core FFT in bfloat16 (timex_cuda.cu)."""
+    return 8 if T <= 4096 else 2 if T <= 6144 else 4 if T <= 8192 else 2 if T <= 12288 else 4
+
+
+def expected_algorithm(device, dtype, T, algo, B):
+    """What timex_algorithm must report for k (B, C, T) (csrc/rwkv/timex.cpp, timex_cuda.cu)."""
     if device == "cpu":
         if algo == "auto":
             return "direct" if T <= (256 if dtype == torch.float64 else 512) else "fft_library"
@@ -310,7 +315,13 @@ def expected_algorithm(device, dtype, T, algo):
         # float32's 640 holds up to 256 rows B C, the half types' 1024 below B = 16
         # (timex_cuda.cu takes_direct); timex_shape draws B, C <= 3
         direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 640)
-        return "direct" if T <= direct_max else fastest
+        if T <= direct_max:
+            return "direct"
+        # bfloat16 from B = tc_min_batch(T) on the tensor-core FFT (sm_80 and newer, T <= 16384)
+        if (dtype == torch.bfloat16 and T <= 16384 and B >= tc_min_batch(T)
+                and torch.cuda.get_device_capability(0)[0] >= 8):
+            return "fft_tc"
+        return fastest
     return {"direct": "direct", "fft": fastest, "fft_library": "fft_library"}[algo]
 
 
@@ -377,7 +388,7 @@ def test_timex_across_crossovers(device, T, dtype, algo, seed, eps, data):
     with environment(RWKV_TIMEX_ALGO=None if algo == "auto" else algo):
         kd = k.to(device)
         kind = rwkv_ops.timex_algorithm(kd)
-        assert kind == expected_algorithm(device, dtype, T, algo), (T, dtype, algo, kind)
+        assert kind == expected_algorithm(device, dtype, T, algo, B), (T, dtype, algo, kind)
         out = rwkv_ops.timex(w.to(device), kd, eps)
         grad_w, grad_k = torch.ops.rwkv_ops.timex_backward(g.to(device), w.to(device), kd)
     event(f"{kind}, T {'> 1025' if T > 1025 else '<= 40' if T <= 40 else 'at a crossover'}")

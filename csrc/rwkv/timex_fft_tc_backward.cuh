@@ -38,7 +38,7 @@ TIMEX_FFT_HD constexpr bool z_off_chip(int N) { return N > kMaxTwoSetN; }
 // per SM: with 256 (8 warps an SM) the kernel took 385 µs at (8, 256, 8192) bfloat16 and 435 at
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
 // At N = 6144, 256 rather than threads(N) = 192: two CTAs of 192 at 168 registers kept 12 warps
-// an SM, and the kernel stalled with half its issue slots idle (ncu, H200).
+// an SM, and the kernel stalled with half its issue slots idle (ncu on the H200: run 30).
 TIMEX_FFT_HD constexpr int backward_threads(int N) {
   return N >= 16384 ? 512 : N == 6144 ? 256 : threads(N);
 }

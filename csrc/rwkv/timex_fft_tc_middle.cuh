@@ -20,16 +20,15 @@ namespace fft_tc {
 template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags<S>& f,
                                   const uint32_t (&bre)[2], const uint32_t (&bim)[2]) {
-  fused_ops::mma_16816<S>(re, f.c, bre);
-  fused_ops::mma_16816<S>(re, FORWARD ? f.s : f.ns, bim);
-  fused_ops::mma_16816<S>(im, FORWARD ? f.ns : f.s, bre);
-  fused_ops::mma_16816<S>(im, f.c, bim);
-  if constexpr (kDftSplit) {
-    fused_ops::mma_16816<S>(re, f.cl, bre);
-    fused_ops::mma_16816<S>(re, FORWARD ? f.sl : f.nsl, bim);
-    fused_ops::mma_16816<S>(im, FORWARD ? f.nsl : f.sl, bre);
-    fused_ops::mma_16816<S>(im, f.cl, bim);
-  }
+  const auto product = [&](const uint32_t (&c)[4], const uint32_t (&s)[4],
+                           const uint32_t (&ns)[4]) {
+    fused_ops::mma_16816<S>(re, c, bre);
+    fused_ops::mma_16816<S>(re, FORWARD ? s : ns, bim);
+    fused_ops::mma_16816<S>(im, FORWARD ? ns : s, bre);
+    fused_ops::mma_16816<S>(im, c, bim);
+  };
+  product(f.c, f.s, f.ns);
+  if constexpr (kDftSplit) product(f.cl, f.sl, f.nsl);
 }
 
 // n-tile t (columns 8 t ..) of DFT_16 / 4 as the B operand (b = B[2q..][g], B[2q+8..][g]),
@@ -46,23 +45,19 @@ TIMEX_FFT_DEVICE void b_tile(const uint32_t (&a)[4], int t, uint32_t (&b)[2]) {
 template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void complex_product(float (&re)[4], float (&im)[4], const uint32_t (&ar)[4],
                                       const uint32_t (&ai)[4], const DftFrags<S>& f, int t) {
-  uint32_t c[2], x[2], y[2];
-  b_tile(f.c, t, c);
-  b_tile(FORWARD ? f.s : f.ns, t, x);
-  b_tile(FORWARD ? f.ns : f.s, t, y);
-  fused_ops::mma_16816<S>(re, ar, c);
-  fused_ops::mma_16816<S>(re, ai, x);
-  fused_ops::mma_16816<S>(im, ar, y);
-  fused_ops::mma_16816<S>(im, ai, c);
-  if constexpr (kDftSplit) {
-    b_tile(f.cl, t, c);
-    b_tile(FORWARD ? f.sl : f.nsl, t, x);
-    b_tile(FORWARD ? f.nsl : f.sl, t, y);
+  const auto product = [&](const uint32_t (&fc)[4], const uint32_t (&fs)[4],
+                           const uint32_t (&fns)[4]) {
+    uint32_t c[2], x[2], y[2];
+    b_tile(fc, t, c);
+    b_tile(FORWARD ? fs : fns, t, x);
+    b_tile(FORWARD ? fns : fs, t, y);
     fused_ops::mma_16816<S>(re, ar, c);
     fused_ops::mma_16816<S>(re, ai, x);
     fused_ops::mma_16816<S>(im, ar, y);
     fused_ops::mma_16816<S>(im, ai, c);
-  }
+  };
+  product(f.c, f.s, f.ns);
+  if constexpr (kDftSplit) product(f.cl, f.sl, f.nsl);
 }
 
 // The middle's layout of W's spectrum: entry i = ((it 32 + lane) 2 + t) 4 + e (warp step it,

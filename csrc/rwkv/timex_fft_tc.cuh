@@ -54,6 +54,7 @@
 #include "rwkv/timex_fft_tc_common.cuh"
 #include "rwkv/timex_fft_tc_middle.cuh"
 #include "rwkv/timex_fft_tc_outer.cuh"
+#include "rwkv/timex_fft_tc_outer24.cuh"
 #include "rwkv/timex_fft_tc_rows.cuh"
 
 namespace rwkv {
@@ -239,7 +240,11 @@ TIMEX_FFT_DEVICE void inverse_out(uint16_t* re, uint16_t* im, const DftFrags<Pla
     if constexpr (has_pass256(N)) {  // (emit unused there: the outer pass has it)
       inverse_passes<Plane, N, 256, TH>(re, im, f16, emit);
     }
-    last_pass_fma<N, TH>(re, im, emit);
+    if constexpr (radix1(N) == 24) {
+      last_pass_tc24<N, TH>(re, im, emit);
+    } else {
+      last_pass_fma<N, TH>(re, im, emit);
+    }
   } else {
     const auto stage = [&](int a, float r0, float i0, float r1, float i1) {
       st32(re + a, pack2<S>(sink.re(r0), sink.re(r1)));

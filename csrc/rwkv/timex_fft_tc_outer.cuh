@@ -1,14 +1,13 @@
 // RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 other than 16
-// at stride L = N / R1: 2, 4 or 8, and 24 at N = 6144, 3 at 12288, 5 at 20480, 6 at 24576, 7 at
-// 28672) on the CUDA cores, fused with the load (forward) and with the store (inverse). Both sides
-// of it are half empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of
-// each column can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first
-// ceil(R1 / 2) outputs of each column (times past T dropped by the sink). A pass on tensor cores
-// would spend a whole MMA pass (conversions, twiddles, stores) on it; here each output is a sum of
-// ceil(R1 / 2) or R1 terms with constant factors (adds alone at R1 <= 4; at R1 = 24 factored as
-// 3 x 8: first_pass_lanes), in float, rounded once. Two columns per thread and step (one per lane
-// at R1 = 24); a thread reads only the positions of its columns and writes only those of its own
-// or, at R1 = 24, its lane pair's.
+// or 24 at stride L = N / R1: 2, 4 or 8, 3 at 12288, 5 at 20480, 6 at 24576, 7 at 28672) on the
+// CUDA cores, fused with the load (forward) and with the store (inverse). Both sides of it are
+// half empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each column
+// can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2)
+// outputs of each column (times past T dropped by the sink). A pass on tensor cores would spend
+// a whole MMA pass (conversions, twiddles, stores) on it; here each output is a sum of
+// ceil(R1 / 2) or R1 terms with constant factors (adds alone at R1 <= 4), in float, rounded
+// once. Two columns per thread and step; a thread reads and writes only the positions of its
+// columns. Radix 24 (N = 6144) runs on the tensor cores: timex_fft_tc_outer24.cuh.
 #pragma once
 
 #include <cstdint>
@@ -48,31 +47,24 @@ TIMEX_FFT_DEVICE cf32 times_root6(cf32 x, int j) {
   }
 }
 
-// x W_R^j for the radices R = 5, 7 and 24, W_R = exp(-2 pi i / R): four multiplies for j != 0
+// x W_R^j for the radices R = 5 and 7, W_R = exp(-2 pi i / R): four multiplies for j != 0
 // (cos and sin of 2 pi m / R, m <= R / 2, as float constants; W_R^(R-m) is W_R^m conjugated).
 template <int R>
 TIMEX_FFT_DEVICE cf32 times_root_table(cf32 x, int j) {
-  static_assert(R == 5 || R == 7 || R == 24, "the outer radices with a table of roots");
+  static_assert(R == 5 || R == 7, "the outer radices with a table of roots");
   constexpr float c5[3] = {1.f, 0.309016994374947f, -0.809016994374947f};
   constexpr float s5[3] = {0.f, 0.951056516295154f, 0.587785252292473f};
   constexpr float c7[4] = {1.f, 0.623489801858734f, -0.222520933956314f, -0.900968867902419f};
   constexpr float s7[4] = {0.f, 0.781831482468030f, 0.974927912181824f, 0.433883739117558f};
-  constexpr float c24[13] = {1.f, 0.965925826289068f, 0.866025403784439f, 0.707106781186548f,
-                             0.5f, 0.258819045102521f, 0.f, -0.258819045102521f, -0.5f,
-                             -0.707106781186548f, -0.866025403784439f, -0.965925826289068f, -1.f};
-  constexpr float s24[13] = {0.f, 0.258819045102521f, 0.5f, 0.707106781186548f,
-                             0.866025403784439f, 0.965925826289068f, 1.f, 0.965925826289068f,
-                             0.866025403784439f, 0.707106781186548f, 0.5f, 0.258819045102521f,
-                             0.f};
   j %= R;
   if (j == 0) return x;
   const int m = j <= R / 2 ? j : R - j;
-  const float c = R == 5 ? c5[m] : R == 7 ? c7[m] : c24[m];
-  const float s = (R == 5 ? s5[m] : R == 7 ? s7[m] : s24[m]) * (j <= R / 2 ? 1.f : -1.f);
+  const float c = R == 5 ? c5[m] : c7[m];
+  const float s = (R == 5 ? s5[m] : s7[m]) * (j <= R / 2 ? 1.f : -1.f);
   return {c * x.x + s * x.y, c * x.y - s * x.x};
 }
 
-// 1 / sqrt(R) for the outer radices R = 2 to 8 and 24.
+// 1 / sqrt(R) for the outer radices R = 2 to 8.
 TIMEX_FFT_HD constexpr float inv_sqrt_radix(int R) {
   return R == 2   ? 0.707106781186548f
          : R == 3 ? 0.577350269189626f
@@ -80,8 +72,7 @@ TIMEX_FFT_HD constexpr float inv_sqrt_radix(int R) {
          : R == 5 ? 0.447213595499958f
          : R == 6 ? 0.408248290463863f
          : R == 7 ? 0.377964473009227f
-         : R == 8 ? 0.353553390593274f
-                  : 0.204124145231932f;
+                  : 0.353553390593274f;
 }
 
 // Columns n2 and n2 + 1 (n2 even) of the first M rows (stride L) of the planes, as floats
@@ -107,7 +98,7 @@ TIMEX_FFT_DEVICE cf32 times_root(cf32 x, int m) {
   if constexpr (R == 3 || R == 6) {  // W_3 = W_6^2
     const int j = m * (6 / R) % 6;
     return times_root6(x, CONJ ? 6 - j : j);
-  } else if constexpr (R == 5 || R == 7 || R == 24) {
+  } else if constexpr (R == 5 || R == 7) {
     const int j = m % R;
     return times_root_table<R>(x, CONJ ? R - j : j);
   } else {
@@ -128,114 +119,6 @@ TIMEX_FFT_DEVICE cf32 column_dft(const cf32 (&x)[M][2], int k1, int e) {
   return a;
 }
 
-// The outer pass at R1 = 24 (N = 6144). Two columns per thread as direct sums spilled 0.5-2 KB a
-// thread at the conv kernel's 80 registers (ptxas -v), so here: one column per lane, and DFT_24 as
-// 3 DFT_8 (over n_b, n1 = n_a + 3 n_b), twiddles W_24^(n_a k_b), then DFT_3 (over n_a, k1 = k_b +
-// 8 k_a), the DFT_8 with times_root8's adds. The lanes of a pair (n2 even, n2 + 1) trade one float
-// per output through a shuffle, so that each store and each out() call still covers two
-// consecutive columns. A warp's lanes take 32 consecutive columns (L and TH are multiples of 32,
-// so all lanes of a warp run the same steps: the shuffles see the whole warp).
-
-// u[n_a][k_b] = W_24^(+-n_a k_b) sum_{n_b < M} W_8^(+-n_b k_b) x[n_a + 3 n_b] for one n_a
-// (the conjugate roots where CONJ); x[n_a + 3 n_b] from get(n_b).
-template <bool CONJ, int M, typename Get>
-TIMEX_FFT_DEVICE void dft8_twiddled(int na, const Get& get, cf32 (&u)[8]) {
-  cf32 v[M];
-#pragma unroll
-  for (int nb = 0; nb < M; ++nb) v[nb] = get(nb);
-#pragma unroll
-  for (int kb = 0; kb < 8; ++kb) {
-    cf32 a = v[0];
-#pragma unroll
-    for (int nb = 1; nb < M; ++nb) {
-      const int j = nb * kb % 8;
-      const cf32 t = times_root8(v[nb], CONJ ? 8 - j : j);
-      a = {a.x + t.x, a.y + t.y};
-    }
-    u[kb] = times_root<24, CONJ>(a, na * kb);
-  }
-}
-
-// sum_{n_a < 3} W_3^(+-n_a k_a) u[n_a][k_b].
-template <bool CONJ>
-TIMEX_FFT_DEVICE cf32 dft3(const cf32 (&u)[3][8], int kb, int ka) {
-  const cf32 a = times_root<3, CONJ>(u[1][kb], ka), b = times_root<3, CONJ>(u[2][kb], 2 * ka);
-  return {u[0][kb].x + a.x + b.x, u[0][kb].y + a.y + b.y};
-}
-
-template <typename S, int N, int SETS, int TH>
-TIMEX_FFT_DEVICE void first_pass_lanes(uint16_t* re_all, uint16_t* im_all,
-                                       const float (&scale)[SETS][2]) {
-  constexpr int R = radix1(N), L = N / R;
-  static_assert(R == 24 && L % 32 == 0 && TH % 32 == 0, "radix 24, whole warps per step");
-  constexpr float f = inv_sqrt_radix(R);
-  const bool odd = threadIdx.x % 2 != 0;
-  for (int i = static_cast<int>(threadIdx.x); i < SETS * L; i += TH) {
-    const int set = i / L, n2 = i % L;  // n2 is odd in odd lanes
-    uint16_t* const re = re_all + 2 * N * set;
-    uint16_t* const im = im_all + 2 * N * set;
-    // Rows n1 < 12 can be nonzero (n_b < 4).
-    cf32 u[3][8];
-#pragma unroll
-    for (int na = 0; na < 3; ++na) {
-      dft8_twiddled<false, 4>(na, [&](int nb) {
-        const int a = swz(L * (na + 3 * nb) + n2);
-        return cf32{bits_to_float<S>(re[a]) * scale[set][0],
-                    bits_to_float<S>(im[a]) * scale[set][1]};
-      }, u[na]);
-    }
-    const cf32 base = twiddle<N>(n2), base8 = twiddle<N>(8 * n2 % N);
-    cf32 tw = {f, 0.f};  // f W_N^(k_b n2)
-    // The pair's loads precede both lanes' first shuffle (its value needs them), hence every
-    // store into the other lane's column.
-#pragma unroll
-    for (int kb = 0; kb < 8; ++kb) {
-      cf32 t = tw;  // f W_N^(k1 n2), k1 = k_b + 8 k_a
-#pragma unroll
-      for (int ka = 0; ka < 3; ++ka) {
-        const cf32 y = cmul(dft3<false>(u, kb, ka), t);
-        t = cmul(t, base8);
-        // The even lane stores both real parts, the odd lane both imaginary parts.
-        const float theirs = __shfl_xor_sync(0xffffffffu, odd ? y.x : y.y, 1);
-        const int a = swz(L * (kb + 8 * ka) + (n2 & ~1));
-        if (odd) {
-          st32(im + a, pack2<Plane>(theirs, y.y));
-        } else {
-          st32(re + a, pack2<Plane>(y.x, theirs));
-        }
-      }
-      tw = cmul(tw, base);
-    }
-  }
-}
-
-template <int N, int TH, typename Out>
-TIMEX_FFT_DEVICE void last_pass_lanes(const uint16_t* re, const uint16_t* im, const Out& out) {
-  constexpr int R = radix1(N), L = N / R;
-  static_assert(R == 24 && L % 32 == 0 && TH % 32 == 0, "radix 24, whole warps per step");
-  constexpr float f = inv_sqrt_radix(R);
-  const bool odd = threadIdx.x % 2 != 0;
-  for (int n2 = static_cast<int>(threadIdx.x); n2 < L; n2 += TH) {
-    cf32 u[3][8];
-#pragma unroll
-    for (int na = 0; na < 3; ++na) {
-      dft8_twiddled<true, 8>(na, [&](int nb) {
-        const int a = swz(L * (na + 3 * nb) + n2);
-        return cf32{bits_to_float<Plane>(re[a]), bits_to_float<Plane>(im[a])};
-      }, u[na]);
-    }
-    // The wanted outputs, k1 < 12: k_a = 0 with every k_b, k_a = 1 with k_b < 4.
-#pragma unroll
-    for (int k1 = 0; k1 < 12; ++k1) {
-      const cf32 a = dft3<true>(u, k1 % 8, k1 / 8);
-      const cf32 y = {a.x * f, a.y * f};
-      const float ore = __shfl_xor_sync(0xffffffffu, y.x, 1);
-      const float oim = __shfl_xor_sync(0xffffffffu, y.y, 1);
-      if (!odd) out(L * k1 + n2, y.x, y.y, ore, oim);
-    }
-  }
-}
-
 // The first forward pass from the stored row pair (S's bits, in natural order) to float16,
 // in place: Y[k1] = sum_{n1 < ceil(R1/2)} W_R1^(n1 k1) x[L n1 + n2] / sqrt(R1), times the pass's
 // twiddle W_N^(k1 n2), at L k1 + n2 (the MMA passes' definition, tc_pass), where x is the
@@ -246,11 +129,7 @@ template <typename S, int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
                                      const float (&scale)[SETS][2]) {
   constexpr int R = radix1(N), L = N / R, H = (R + 1) / 2;  // the rows below N / 2
-  static_assert((R >= 2 && R <= 8) || R == 24, "an outer radix of this file");
-  if constexpr (R == 24) {
-    first_pass_lanes<S, N, SETS, TH>(re_all, im_all, scale);
-    return;
-  }
+  static_assert(R >= 2 && R <= 8, "an outer radix of this file");
   for (int i = 2 * static_cast<int>(threadIdx.x); i < SETS * L; i += 2 * TH) {
     const int set = i / L, n2 = i % L;  // L is even: a column pair lies in one set
     uint16_t* const re = re_all + 2 * N * set;
@@ -287,11 +166,7 @@ TIMEX_FFT_DEVICE void first_pass_fma(uint16_t* re_all, uint16_t* im_all,
 template <int N, int TH = threads(N), typename Out>
 TIMEX_FFT_DEVICE void last_pass_fma(const uint16_t* re, const uint16_t* im, const Out& out) {
   constexpr int R = radix1(N), L = N / R;
-  static_assert((R >= 2 && R <= 8) || R == 24, "an outer radix of this file");
-  if constexpr (R == 24) {
-    last_pass_lanes<N, TH>(re, im, out);
-    return;
-  }
+  static_assert(R >= 2 && R <= 8, "an outer radix of this file");
   constexpr float f = inv_sqrt_radix(R);
   for (int n2 = 2 * static_cast<int>(threadIdx.x); n2 < L; n2 += 2 * TH) {
     cf32 z[R][2];

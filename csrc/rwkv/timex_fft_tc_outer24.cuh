@@ -1,0 +1,204 @@
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass at N = 6144 (radix 24
+// at stride L = 256) as mma.sync products, fused with the load's scaling (forward) and with the
+// store (inverse). The other outer radices (2 to 8) stay on the CUDA cores
+// (timex_fft_tc_outer.cuh): their DFTs are a few adds. DFT_24 there took about 40 instructions
+// per output and was the largest part of both kernels at N = 6144 (ncu, run 30).
+//
+// A warp takes 8 columns n2 = n0 .. n0 + 7 at a time (a tile; 32 tiles per set): their rows
+// n1 < 16 arrive through ldmatrix .trans as the B operand (rows n1 = k, as tc_pass loads them).
+//   forward: x is zero from T <= N / 2 on, so rows n1 >= 12 are zeros and K = 16 covers every
+//     input. The planes hold S's bits, scaled here per plane (scale[set]) to float16 before
+//     the MMAs. Outputs k1 < 24 as two m-tiles (k1 = 0-15, 16-31, rows 24-31 zero), each
+//     Y[k1] times W_N^(k1 n2), rounded to float16, stored at L k1 + n2 (in place: a warp reads
+//     its columns' rows before it writes them, and no other warp touches those columns).
+//   inverse: every row n1 < 24 is input: K = 16 from ldmatrix as above, then 8 (rows 16-23,
+//     its other 8 k zero); only outputs k1 < 12 are wanted (t < T <= N / 2): one m-tile, rows
+//     12-15 unused. No twiddle: the middle applied it.
+// The DFT matrix, conj(DFT_24) / sqrt(24) or DFT_24 / sqrt(24), is rounded to float16 as the
+// radix-16 passes' DFT_16 / 4 is (kDftSplit off).
+#pragma once
+
+#include <cstdint>
+
+#include "common/mma_half.h"
+#include "rwkv/timex_fft_tc_common.cuh"
+
+namespace rwkv {
+namespace fft_tc {
+
+// The A fragments (mma_16816's layout, DftFrags's register order) of the 16 x 16 matrix
+// A[m][k] = W_24^((m0 + m) (k0 + k)) / sqrt(24) for m0 + m < 24 and k0 + k < 24, else 0 (W_24 =
+// exp(-2 pi i / 24)): cos and sin parts in float16. No -sin part, as DftFrags has: the callers
+// negate the B operand it would multiply instead (neg2), which keeps 4 registers a set free.
+struct Dft24Frags {
+  uint32_t c[4], s[4];
+  TIMEX_FFT_DEVICE void init(int lane, int m0, int k0) {
+    constexpr float f = 0.204124145231932f;  // 1 / sqrt(24)
+    const int g = lane / 4, q = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int m = m0 + g + 8 * (r & 1);
+      float cv[2], sv[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = k0 + 2 * q + h + 8 * (r >> 1);
+        const cf32 w = twiddle<24>(m * k % 24);  // cos - i sin
+        const bool in = m < 24 && k < 24;
+        cv[h] = in ? f * w.x : 0.f;
+        sv[h] = in ? -f * w.y : 0.f;
+      }
+      c[r] = pack2<Plane>(cv[0], cv[1]);
+      s[r] = pack2<Plane>(sv[0], sv[1]);
+    }
+  }
+};
+
+// The lane index, opaque to the compiler: fragments built from it are built where the pass
+// runs, not hoisted out of the kernels' loops (the backward's pair loop), where they would
+// hold 16 more registers across the whole loop and spill (ptxas -v: 116 bytes a thread).
+// Their values come from __sincosf (twiddle<24>), not a table in constant memory: the lanes'
+// indices differ, and the constant cache serves one address at a time.
+TIMEX_FFT_DEVICE int opaque_lane() {
+  int lane = static_cast<int>(threadIdx.x) % 32;
+#ifndef TIMEX_EMULATE
+  asm volatile("" : "+r"(lane));
+#endif
+  return lane;
+}
+
+// Both float16 elements of v negated (their sign bits flipped; a NaN stays NaN).
+TIMEX_FFT_DEVICE uint32_t neg2(uint32_t v) { return v ^ 0x80008000u; }
+
+// S's two elements in v, times scale, as float16 (the forward's inputs into the MMA's type).
+template <typename S>
+TIMEX_FFT_DEVICE uint32_t rescale2(uint32_t v, float scale) {
+  return pack2<Plane>(bits_to_float<S>(static_cast<uint16_t>(v & 0xffffu)) * scale,
+                      bits_to_float<S>(static_cast<uint16_t>(v >> 16)) * scale);
+}
+
+// The first forward pass (first_pass_fma's definition, at R1 = 24) over SETS row pairs' planes.
+template <typename S, int N, int SETS, int TH>
+TIMEX_FFT_DEVICE void first_pass_tc24(uint16_t* re_all, uint16_t* im_all,
+                                      const float (&scale)[SETS][2]) {
+  constexpr int L = N / 24, kTiles = L / 8;
+  static_assert(radix1(N) == 24 && L == 256, "N = 6144");
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  // k1 = 0-15 and 16-31 (rows 24-31 zero).
+  Dft24Frags a0, a1;
+  a0.init(opaque_lane(), 0, 0);
+  a1.init(opaque_lane(), 16, 0);
+  // This lane's ldmatrix row: matrix i = lane / 8 (re rows 0-7, re 8-15, im 0-7, im 8-15).
+  const int mi = lane / 8, krow = 8 * (mi & 1) + lane % 8;
+  const int ld_sw = swz(L * krow);
+  uint16_t* const plane = (mi & 2) ? im_all : re_all;
+  // The lane's outputs: rows k1 = g + 8j (j < 3), columns n2 = n0 + 2q + e; their stores, and
+  // the twiddles' parts that do not depend on n0: W^(g (2q + e)) and W^(8 (2q + e)).
+  int st_sw[3];
+#pragma unroll
+  for (int j = 0; j < 3; ++j) st_sw[j] = swz(L * (g + 8 * j) + 2 * q);
+  cf32 lg[2], l8[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    lg[e] = twiddle<N>(g * (2 * q + e));
+    l8[e] = twiddle<N>(8 * (2 * q + e));
+  }
+  for (int i = warp; i < SETS * kTiles; i += TH / 32) {
+    const int set = i / kTiles, n0 = 8 * (i % kTiles);
+    const int off = 2 * N * set, sw_n0 = swz(n0);
+    uint32_t b[4];
+    fused_ops::ldmatrix_x4_trans(b, plane + off + (sw_n0 ^ ld_sw));
+    // b[i] holds matrix i's elements (re, re, im, im), whichever plane the lane addressed.
+    const uint32_t bre[2] = {rescale2<S>(b[0], scale[set][0]), rescale2<S>(b[1], scale[set][0])};
+    const uint32_t bim[2] = {rescale2<S>(b[2], scale[set][1]), rescale2<S>(b[3], scale[set][1])};
+    const uint32_t nbre[2] = {neg2(bre[0]), neg2(bre[1])};
+    float y0r[4] = {0.f, 0.f, 0.f, 0.f}, y0i[4] = {0.f, 0.f, 0.f, 0.f};
+    float y1r[4] = {0.f, 0.f, 0.f, 0.f}, y1i[4] = {0.f, 0.f, 0.f, 0.f};
+    // (xr + i xi)(c - i s) = xr c + xi s + i (xi c - xr s).
+    fused_ops::mma_16816<Plane>(y0r, a0.c, bre);
+    fused_ops::mma_16816<Plane>(y0r, a0.s, bim);
+    fused_ops::mma_16816<Plane>(y0i, a0.s, nbre);
+    fused_ops::mma_16816<Plane>(y0i, a0.c, bim);
+    {  // rows 24-31 as constant zeros, so that a1's registers for them are never live
+      const uint32_t c[4] = {a1.c[0], 0u, a1.c[2], 0u}, s[4] = {a1.s[0], 0u, a1.s[2], 0u};
+      fused_ops::mma_16816<Plane>(y1r, c, bre);
+      fused_ops::mma_16816<Plane>(y1r, s, bim);
+      fused_ops::mma_16816<Plane>(y1i, s, nbre);
+      fused_ops::mma_16816<Plane>(y1i, c, bim);
+    }
+    // Twiddles W^((g + 8j) n2): W^(g n2) times W^(8 n2) j times.
+    const cf32 rg = twiddle<N>(g * n0), r8 = twiddle<N>(8 * n0);
+    cf32 t[2], step[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      t[e] = cmul(rg, lg[e]);
+      step[e] = cmul(r8, l8[e]);
+    }
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      // Row g + 8j: m-tile j / 2, accumulators 2 (j % 2), + 1.
+      const float* yr = j < 2 ? y0r : y1r;
+      const float* yi = j < 2 ? y0i : y1i;
+      const int c = 2 * (j % 2);
+      const cf32 v0 = cmul(cf32{yr[c], yi[c]}, t[0]);
+      const cf32 v1 = cmul(cf32{yr[c + 1], yi[c + 1]}, t[1]);
+      const int at = off + (sw_n0 ^ st_sw[j]);
+      st32(re_all + at, pack2<Plane>(v0.x, v1.x));
+      st32(im_all + at, pack2<Plane>(v0.y, v1.y));
+      if (j < 2) {
+        t[0] = cmul(t[0], step[0]);
+        t[1] = cmul(t[1], step[1]);
+      }
+    }
+  }
+}
+
+// The last inverse pass (last_pass_fma's definition, at R1 = 24): y[L k1 + n2] for k1 < 12 to
+// out(t, re_t, im_t, re_t+1, im_t+1), t = L k1 + n2 (even).
+template <int N, int TH, typename Out>
+TIMEX_FFT_DEVICE void last_pass_tc24(const uint16_t* re, const uint16_t* im, const Out& out) {
+  constexpr int L = N / 24, kTiles = L / 8;
+  static_assert(radix1(N) == 24 && L == 256, "N = 6144");
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  // conj(DFT_24) / sqrt(24) rows k1 < 16: columns n1 = 0-15, then 16-23 (24-31 zero).
+  Dft24Frags a0, a1;
+  a0.init(opaque_lane(), 0, 0);
+  a1.init(opaque_lane(), 0, 16);
+  const int mi = lane / 8;
+  const uint16_t* const plane = (mi & 2) ? im : re;
+  // ldmatrix rows: n1 = 8 (mi & 1) + lane % 8 (re 0-7, re 8-15, im 0-7, im 8-15), then
+  // n1 = 16 + lane % 8 (re 16-23 twice, im 16-23 twice).
+  const int ld_sw0 = swz(L * (8 * (mi & 1) + lane % 8)), ld_sw1 = swz(L * (16 + lane % 8));
+  for (int i = warp; i < kTiles; i += TH / 32) {
+    const int n0 = 8 * i, sw_n0 = swz(n0);
+    uint32_t b0[4], b1[4];
+    fused_ops::ldmatrix_x4_trans(b0, plane + (sw_n0 ^ ld_sw0));
+    fused_ops::ldmatrix_x4_trans(b1, plane + (sw_n0 ^ ld_sw1));
+    const uint32_t bre0[2] = {b0[0], b0[1]}, bim0[2] = {b0[2], b0[3]};
+    const uint32_t nbim0[2] = {neg2(b0[2]), neg2(b0[3])};
+    const uint32_t bre1[2] = {b1[0], 0u}, bim1[2] = {b1[2], 0u}, nbim1[2] = {neg2(b1[2]), 0u};
+    // (zr + i zi)(c + i s) = zr c - zi s + i (zi c + zr s); the two K steps into their own
+    // accumulators (chains of two MMAs, not four), added after.
+    float yr[4] = {0.f, 0.f, 0.f, 0.f}, yi[4] = {0.f, 0.f, 0.f, 0.f};
+    float ur[4] = {0.f, 0.f, 0.f, 0.f}, ui[4] = {0.f, 0.f, 0.f, 0.f};
+    fused_ops::mma_16816<Plane>(yr, a0.c, bre0);
+    fused_ops::mma_16816<Plane>(yi, a0.s, bre0);
+    {  // columns 24-31 as constant zeros (a1's registers for them never live)
+      const uint32_t c[4] = {a1.c[0], a1.c[1], 0u, 0u}, s[4] = {a1.s[0], a1.s[1], 0u, 0u};
+      fused_ops::mma_16816<Plane>(ur, c, bre1);
+      fused_ops::mma_16816<Plane>(ui, s, bre1);
+      fused_ops::mma_16816<Plane>(ur, s, nbim1);
+      fused_ops::mma_16816<Plane>(ui, c, bim1);
+    }
+    fused_ops::mma_16816<Plane>(yr, a0.s, nbim0);
+    fused_ops::mma_16816<Plane>(yi, a0.c, bim0);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) yr[e] += ur[e], yi[e] += ui[e];
+    out(L * g + n0 + 2 * q, yr[0], yi[0], yr[1], yi[1]);
+    if (g < 4) out(L * (g + 8) + n0 + 2 * q, yr[2], yi[2], yr[3], yi[3]);
+  }
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

@@ -3,8 +3,8 @@ ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU (tests/
 emulates the warp operations with PTX's fragment layouts) against the float64 definition, so
 that its pass, twiddle and storage-order arithmetic is checked without a GPU: the forward, and
 grad_k (the same kernel given W's spectrum conjugated); every outer radix (N = 2048 and 32768:
-8, 4096: 16 on tensor cores, 6144: 24, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6, 28672:
-7; all but 16 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the
+8, 4096: 16 and 6144: 24 on tensor cores, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6,
+28672: 7 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the
 kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's storage order
 and the middle's layout (middle_position)."""
 
@@ -312,7 +312,7 @@ int main() {
   // scratch reused), then pairs split with the reduce launch, odd B, odd T, misaligned rows
   check<BF, 32768>(3, 3, 16384, 1, 2, 0, 1e-2);
   check<H, 32768>(3, 1, 16383, 2, 0, 1, 2e-3);
-  // outer radix 24 at N = 6144 (a column per lane): looping, split
+  // outer radix 24 at N = 6144 (on tensor cores): looping, split
   check<BF, 6144>(3, 3, 3072, 1, 2, 0, 1e-2);
   check<H, 6144>(5, 1, 2500, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 3 at N = 12288: looping, split

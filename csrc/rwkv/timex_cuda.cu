@@ -195,9 +195,13 @@ constexpr int64_t kF64DirectMaxT = 256;
 // bfloat16 from B = tc_min_batch(T) on: the tensor-core kernels (timex_fft_tc.h, T <= 16384).
 // Measured forward + backward op time against the fused kernels at C = 512 on the H200, after
 // the middle took the pass at stride 16 (benchmarks/results/timex_crossover_tc_h100.md, its
-// last section): W's spectrum, a full-length transform and 8 N bytes per channel, is shared by
-// B / 2 pairs, and an odd B leaves a pair half empty, so small B favours the fused kernels.
-//   T <= 4096 (N = 4096, 6144, 8192): with B = 8, 7-12% less time; with 4, -2% to +4%;
+// last sections): W's spectrum, a full-length transform and 8 N bytes per channel, is shared
+// by B / 2 pairs, and an odd B leaves a pair half empty, so small B favours the fused kernels.
+//   T <= 2048 and 3072 < T <= 4096 (N = 4096, 8192): with B = 8, 7-12% less time; with 4,
+//     -2% to +4%;
+//   2048 < T <= 3072 (N = 6144, its outer pass on tensor cores): 12-20% less with B = 4,
+//     24-29% with 8, 7-15% at (2, 768), 1-5% with 2 at T >= 2300 (the same at 2049); more
+//     with 1;
 //   4096 < T <= 6144 (N = 12288): 19% less with B = 2, 31% with 4, 38% with 8;
 //   6144 < T <= 8192 (N = 16384): 17% less with B = 4, 26% with 8, even with 2;
 //   8192 < T <= 12288 (N = 20480, 24576): 24-32% less with B = 2, 36-49% with 4 and 8, more
@@ -209,6 +213,8 @@ constexpr int64_t kF64DirectMaxT = 256;
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 int64_t tc_min_batch(int64_t T) {
+  if (T <= 2048) return 8;
+  if (T <= 3072) return 2;
   if (T <= 4096) return 8;
   if (T <= 6144) return 2;
   if (T <= 8192) return 4;

@@ -33,13 +33,14 @@
 // 16), the middle and the first inverse pass run in one sweep of registers per 256 elements
 // (MiddleLane, timex_fft_tc_middle.cuh): tc_pass runs only the pass at stride 256, which N >=
 // 4096 have. That fusion took 10-13% off the op's forward + backward (bfloat16, H200: run 30 in
-// benchmarks/results/issue29_runs). An outer radix r_1 other than 16 runs on the CUDA cores,
-// fused with the load and the store (timex_fft_tc_outer.cuh): half its inputs are zeros and half
-// its outputs unwanted. Data between passes are stored as float16
-// for either input type (Plane: the row pair and W's spectrum scaled by powers of two,
-// timex_fft_tc_common.cuh) in two planes; accumulation and twiddles in float. Shared memory:
-// 4 N bytes (128 KiB at N = 32768), 16-byte chunks swizzled (swz) so that the 8 rows of an
-// ldmatrix, L_j elements apart, fall in 8 distinct bank groups for any L_j.
+// benchmarks/results/issue29_runs). An outer radix r_1 other than 16 is fused with the load and
+// the store, where half its inputs are zeros and half its outputs unwanted: on the CUDA cores
+// for r_1 <= 8 (timex_fft_tc_outer.cuh), on the tensor cores for 24 (timex_fft_tc_outer24.cuh).
+// Data between passes are stored as float16 for either input type (Plane: the row pair and W's
+// spectrum scaled by powers of two, timex_fft_tc_common.cuh) in two planes; accumulation and
+// twiddles in float. Shared memory: 4 N bytes (128 KiB at N = 32768), 16-byte chunks swizzled
+// (swz) so that the 8 rows of an ldmatrix, L_j elements apart, fall in 8 distinct bank groups
+// for any L_j.
 //
 // Measured on the H100 (benchmarks/results/issue29_runs/run20_tc_probe.md, the conv kernel
 // given W's spectrum): 2-31% faster than the FMA conv kernel at the same shapes (N = 2048 to

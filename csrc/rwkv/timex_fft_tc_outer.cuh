@@ -1,5 +1,5 @@
 // RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 other than 16
-// or 24 at stride L = N / R1: 2, 4 or 8, 3 at 12288, 5 at 20480, 6 at 24576, 7 at 28672) on the
+// and 24, at stride L = N / R1: 2, 4 or 8, 3 at 12288, 5 at 20480, 6 at 24576, 7 at 28672) on the
 // CUDA cores, fused with the load (forward) and with the store (inverse). Both sides of it are
 // half empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each column
 // can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2)

@@ -1,8 +1,11 @@
 // RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass at N = 6144 (radix 24
 // at stride L = 256) as mma.sync products, fused with the load's scaling (forward) and with the
 // store (inverse). The other outer radices (2 to 8) stay on the CUDA cores
-// (timex_fft_tc_outer.cuh): their DFTs are a few adds. DFT_24 there took about 40 instructions
-// per output and was the largest part of both kernels at N = 6144 (ncu, run 30).
+// (timex_fft_tc_outer.cuh): their DFTs are a few adds. DFT_24 there (3 DFT_8, then DFT_3, a
+// column per lane) took about 40 instructions per output and was the largest part of both
+// kernels at N = 6144; here, at (16, 512, 2500) bfloat16 on the H200, the conv kernel takes 171
+// us instead of 227 and the backward 350 instead of 416 (ncu, run 31 in
+// benchmarks/results/issue29_runs).
 //
 // A warp takes 8 columns n2 = n0 .. n0 + 7 at a time (a tile; 32 tiles per set): their rows
 // n1 < 16 arrive through ldmatrix .trans as the B operand (rows n1 = k, as tc_pass loads them).
@@ -57,7 +60,8 @@ struct Dft24Frags {
 // runs, not hoisted out of the kernels' loops (the backward's pair loop), where they would
 // hold 16 more registers across the whole loop and spill (ptxas -v: 116 bytes a thread).
 // Their values come from __sincosf (twiddle<24>), not a table in constant memory: the lanes'
-// indices differ, and the constant cache serves one address at a time.
+// indices differ, and the constant cache serves one address at a time (with such a table the
+// op took 10% longer than with the CUDA-core pass this replaced: run 31).
 TIMEX_FFT_DEVICE int opaque_lane() {
   int lane = static_cast<int>(threadIdx.x) % 32;
 #ifndef TIMEX_EMULATE

@@ -330,6 +330,9 @@ int main() {
   // a pair's rows 2^10 to 2^40 apart (the error of the odd rows, relative to their own
   // values, was 0.36 in grad_k when a pair shared one scale); both ways round for grad_w
   check<BF, 4096>(4, 2, 2048, 1, 2, 0, 1e-2, 0x1p-10, 0x1p-10);
+  // rows read and written 4 and 2 elements at a time (T % 8 = 4, 6), the last chunk one by one
+  check<BF, 6144>(3, 2, 2500, 1, 2, 0, 1e-2);
+  check<H, 4096>(2, 2, 2046, 1, 1, 0, 2e-3);
   check<H, 8192>(2, 1, 3001, 1, 1, 0, 2e-3, 1.0, 0x1p-12);
   check<BF, 32768>(2, 2, 12288, 1, 2, 0, 1e-2, 0x1p-40, 0x1p30);
   check<H, 32768>(3, 1, 16384, 2, 0, 0, 2e-3, 0x1p-12, 1.0);

@@ -22,6 +22,7 @@
 // a fixed order, so the result is deterministic.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -137,8 +138,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     return;
   }
   const int pairs = (B + 1) / 2, items = C * splits;
-  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(g) & 15) == 0 &&
-                   (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  const int vec = std::min(vector_width(T, g), vector_width(T, k));
   for (int item = static_cast<int>(blockIdx.x); item < items;
        item += static_cast<int>(gridDim.x)) {
     const int c = item / splits, s = item % splits;

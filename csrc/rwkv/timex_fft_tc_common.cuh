@@ -166,6 +166,63 @@ TIMEX_FFT_DEVICE void ldg16(uint16_t* dst, const uint16_t* src) {
 #endif
 }
 
+// The widest access, in elements (8, 4 or 2; 1: element by element), with which rows of T
+// elements from `base` on are read or written whole: every row starts 2 w-byte aligned.
+TIMEX_FFT_HD inline int vector_width(int64_t T, const void* base) {
+  const auto a = reinterpret_cast<uintptr_t>(base);
+  for (int w = 8; w > 1; w /= 2) {
+    if (T % w == 0 && a % (2 * w) == 0) return w;
+  }
+  return 1;
+}
+
+// 8 elements from global memory (read-only path) in accesses of w elements (8, 4 or 2; src
+// 2 w-byte aligned).
+TIMEX_FFT_DEVICE void ldg8_elems(uint16_t* dst, const uint16_t* src, int w) {
+#ifdef TIMEX_EMULATE
+  (void)w;
+  std::memcpy(dst, src, 16);
+#else
+  if (w == 8) {
+    ldg16(dst, src);
+  } else if (w == 4) {
+    for (int j = 0; j < 2; ++j) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(src) + j);
+      std::memcpy(dst + 4 * j, &v, 8);
+    }
+  } else {
+    for (int j = 0; j < 4; ++j) {
+      const unsigned v = __ldg(reinterpret_cast<const unsigned*>(src) + j);
+      std::memcpy(dst + 2 * j, &v, 4);
+    }
+  }
+#endif
+}
+
+// 8 elements to global memory in accesses of w elements (8, 4 or 2; dst 2 w-byte aligned).
+TIMEX_FFT_DEVICE void st8_elems(uint16_t* dst, const uint16_t* src, int w) {
+#ifdef TIMEX_EMULATE
+  (void)w;
+  std::memcpy(dst, src, 16);
+#else
+  if (w == 8) {
+    st16(dst, src);
+  } else if (w == 4) {
+    for (int j = 0; j < 2; ++j) {
+      uint2 v;
+      std::memcpy(&v, src + 4 * j, 8);
+      reinterpret_cast<uint2*>(dst)[j] = v;
+    }
+  } else {
+    for (int j = 0; j < 4; ++j) {
+      unsigned v;
+      std::memcpy(&v, src + 2 * j, 4);
+      reinterpret_cast<unsigned*>(dst)[j] = v;
+    }
+  }
+#endif
+}
+
 // W_N^m for 0 <= m < N: on the GPU __sincosf of 2 pi m' / N with m' = m or m - N in
 // [-N/2, N/2) (absolute error about 1e-6 there, far below the half types' rounding), no table
 // lookup (a warp's twiddles hit scattered table entries: bank conflicts); in the emulation the

@@ -53,7 +53,7 @@ TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFra
 // r0 2^sh[0] + i r1 2^sh[1]. f16: initialised here.
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
-                                         const uint16_t* r1, int T, bool vec, bool reversed,
+                                         const uint16_t* r1, int T, int vec, bool reversed,
                                          float* slots, DftFrags<Plane>& f16, int (&sh)[2]) {
   float amax[2];
   load_rows<S, N, TH>(re, im, r0, r1, T, vec, reversed, slots, amax);
@@ -80,7 +80,7 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
   const int tid = static_cast<int>(threadIdx.x), c = static_cast<int>(blockIdx.x);
-  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
+  const int vec = vector_width(T, w);
   DftFrags<Plane> f16;
   int sh[2];
   load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
@@ -117,7 +117,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   const bool two = b1 < B;
   const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
   const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : nullptr;
-  const bool vec = T % 8 == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  const int vec = vector_width(T, k);
   DftFrags<Plane> f16;
   int sh[2];
   load_and_transform<S, N, TH>(re, im, k0, k1, T, vec, false, slots, f16, sh);

@@ -52,23 +52,25 @@ TIMEX_FFT_DEVICE int scale_exponent(float m) {
 TIMEX_FFT_DEVICE int scale_shift(float m) { return std::min(1 - scale_exponent(m), 126); }
 
 // Rows r0 + i r1 (r1 null: zeros), zero from T on, into the planes re, im as S's bits in
-// natural order, read reversed (r[T-1-t]) where asked; 16-byte loads where `vec` (T % 8 == 0,
-// 16-byte aligned rows: a reversed chunk is the aligned chunk at T - 8 - e, its elements in
-// reverse order). amax: the largest magnitude of each row (r0's, r1's) in every thread
+// natural order, read reversed (r[T-1-t]) where asked; 8 elements at a time in accesses of
+// `vec` elements (vector_width: 8, 4 or 2; a reversed chunk is the chunk at T - 8 - e, as
+// aligned since vec divides T, its elements in reverse order), element by element where vec
+// is 1 and for a last chunk past T. T % 8 = 4, as at T = 2500, read element by element took
+// 7-10% more op time than T % 8 = 0 (run 31). amax: the largest magnitude of each row (r0's, r1's) in every thread
 // (block_max_n over 2 TH / 32 slots; NaNs do not count).
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
-                                const uint16_t* r1, int T, bool vec, bool reversed, float* slots,
+                                const uint16_t* r1, int T, int vec, bool reversed, float* slots,
                                 float (&amax)[2]) {
   const int tid = static_cast<int>(threadIdx.x);
   amax[0] = amax[1] = 0.f;
   for (int e = 8 * tid; e < N; e += 8 * TH) {
     uint16_t xr[8], xi[8];
-    if (vec && e + 8 <= T) {
+    if (vec > 1 && e + 8 <= T) {
       const int at = reversed ? T - 8 - e : e;
-      ldg16(xr, r0 + at);
+      ldg8_elems(xr, r0 + at, vec);
       if (r1 != nullptr) {
-        ldg16(xi, r1 + at);
+        ldg8_elems(xi, r1 + at, vec);
       } else {
         for (int j = 0; j < 8; ++j) xi[j] = 0;
       }
@@ -140,12 +142,13 @@ struct PairSink {
   bool two;
   int T;
   float scale0, scale1, eps;
-  bool pairs, vec;  // 4-byte and 16-byte stores: T even / T % 8 == 0 and the rows aligned
+  bool pairs;  // 4-byte stores: T even and the rows aligned
+  int vec;     // copy's accesses, in elements: vector_width
   TIMEX_FFT_DEVICE PairSink(uint16_t* a, uint16_t* b, bool two_rows, int t, float s0, float s1,
                             float e, const uint16_t* base)
       : o0(a), o1(b), two(two_rows), T(t), scale0(s0), scale1(s1), eps(e),
         pairs(t % 2 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0),
-        vec(t % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0) {}
+        vec(vector_width(t, base)) {}
   TIMEX_FFT_DEVICE float re(float v) const { return std::fma(v, scale0, eps); }
   TIMEX_FFT_DEVICE float im(float v) const { return std::fma(v, scale1, eps); }
   TIMEX_FFT_DEVICE void emit(int t, float r0, float i0, float r1, float i1) const {
@@ -164,9 +167,9 @@ struct PairSink {
     }
   }
   TIMEX_FFT_DEVICE void copy(int e, const uint16_t (&yr)[8], const uint16_t (&yi)[8]) const {
-    if (vec) {
-      st16(o0 + e, yr);
-      if (two) st16(o1 + e, yi);
+    if (vec > 1 && e + 8 <= T) {
+      st8_elems(o0 + e, yr, vec);
+      if (two) st8_elems(o1 + e, yi, vec);
     } else {
       for (int j = 0; j < 8 && e + j < T; ++j) {
         o0[e + j] = yr[j];

@@ -18,7 +18,10 @@
 //     its other 8 k zero); only outputs k1 < 12 are wanted (t < T <= N / 2): one m-tile, rows
 //     12-15 unused. No twiddle: the middle applied it.
 // The DFT matrix, conj(DFT_24) / sqrt(24) or DFT_24 / sqrt(24), is rounded to float16 as the
-// radix-16 passes' DFT_16 / 4 is (kDftSplit off).
+// radix-16 passes' DFT_16 / 4 is (TIMEX_TC_DFT_SPLIT splits DFT_16 only). float16 inputs' error
+// at N = 6144 rose with it (CPU emulation, T = 2049: 7.0e-4 -> 9.3e-4, within the tests' 2e-3);
+// auto keeps float16 on fft_fused. Splitting both matrices took float16's error to 2-3.4x the
+// FFT conv's (CPU emulation, max-rel per row), not within 2x: the planes' roundings dominate.
 #pragma once
 
 #include <cstdint>

@@ -57,8 +57,8 @@ TIMEX_FFT_DEVICE int scale_shift(float m) { return std::min(1 - scale_exponent(m
 // aligned since vec divides T, its elements in reverse order), element by element where vec
 // is 1 and for a last chunk past T. Element by element, odd T (2561) took 7-10% more op time
 // than T % 8 = 0 (2568) at N = 6144; reading T % 8 = 4 (2100, 2500) 4 at a time instead took
-// 2-3% off the kernels' time (run 31 (d), (g)). amax: the largest magnitude of each row (r0's, r1's) in every thread
-// (block_max_n over 2 TH / 32 slots; NaNs do not count).
+// 2-3% off the kernels' time (run 31 (d), (g)). amax: the largest magnitude of each row (r0's,
+// r1's) in every thread (block_max_n over 2 TH / 32 slots; NaNs do not count).
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
                                 const uint16_t* r1, int T, int vec, bool reversed, float* slots,

@@ -138,6 +138,26 @@ def test_backward_work_splits(tc, shape):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("shape", [(9, 2, 2500), (1, 700, 3000), (6, 300, 2049)])
+def test_backward_acc_places(tc, monkeypatch, shape):
+    """The backward's running sum in shared memory (RWKV_TIMEX_TC_ACC=smem, auto's choice at
+    N = 6144 where two such CTAs fit an SM) or in global memory: the same sums in the same
+    order, so bitwise the same gradients, within bfloat16's bound; split (the sums copied out to
+    the reduce launch), looping over channels, one pair per channel; a bad value raises."""
+    w, k, g = make(*shape, torch.bfloat16)
+    want = grads_of(timex_fftconv, w.double(), k.double(), g.double(), 0.0)
+    got = {}
+    for place in ("smem", "global"):
+        monkeypatch.setenv("RWKV_TIMEX_TC_ACC", place)
+        got[place] = torch.ops.rwkv_ops.timex_backward(g, w, k)
+    for a, b, c in zip(got["smem"], got["global"], want[1:]):
+        assert torch.equal(a, b)
+        assert rel_err(a, c) < HALF_TOL[torch.bfloat16], (shape, rel_err(a, c))
+    monkeypatch.setenv("RWKV_TIMEX_TC_ACC", "shared")
+    with pytest.raises(ValueError, match="RWKV_TIMEX_TC_ACC must be"):
+        torch.ops.rwkv_ops.timex_backward(g, w, k)
+
+
 @pytest.mark.parametrize("dtype", HALF)
 def test_graph_capture(tc, dtype):
     """Captured in a CUDA graph and replayed on new inputs: the eager call's bits."""

@@ -245,8 +245,8 @@ uint16_t* u16(S* p) { return reinterpret_cast<uint16_t*>(p); }
 // ctas: the backward's grid where splits == 1 (fewer than C: CTAs loop over channels).
 // kscale, gscale: k's and g's odd batch rows times these (powers of two), eps then 0: each row
 // is checked against its own largest value (row_err), so a row far smaller than its pair
-// partner must keep its own accuracy.
-template <typename S, int N>
+// partner must keep its own accuracy. ACC: the backward's running sum in shared memory.
+template <typename S, int N, bool ACC = false>
 void check(int B, int C, int T, int splits, int ctas, int offset, double tol, double kscale = 1,
            double gscale = 1) {
   const double eps = kscale == 1 && gscale == 1 ? 0.25 : 0.0;
@@ -277,10 +277,10 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   std::vector<cf32> acc(size_t(grid) * N);
   // X's planes per CTA past two sets on chip (N = 32768), else none (a null pointer).
   std::vector<uint16_t> xs(size_t(grid) * backward_scratch_bytes(N) / 2);
-  launch(grid, backward_threads(N), backward_smem_bytes(N), [&] {
-    backward_tc_kernel<S, N>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
-                             u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, false,
-                             acc.data(), xs.empty() ? nullptr : xs.data());
+  launch(grid, backward_threads(N), backward_smem_bytes(N, ACC), [&] {
+    backward_tc_kernel<S, N, ACC>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
+                                  u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, false,
+                                  acc.data(), xs.empty() ? nullptr : xs.data());
   });
   if (splits > 1) {
     launch(C, backward_threads(N), backward_smem_bytes(N), [&] {
@@ -292,10 +292,10 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   const TimexCheck r = timex_check(in, out, gk, gw, offset, T, guard);
   const bool ok = r.out < tol && r.gk < tol && r.gw < tol && r.guards && pairs >= splits;
   failures += !ok;
-  std::printf("%s op %zu-byte N=%d B=%d C=%d T=%d splits=%d ctas=%d offset=%d odd rows k x %g "
-              "g x %g: out %.2e grad_k %.2e grad_w %.2e%s\n", ok ? "ok  " : "FAIL", sizeof(S), N,
-              B, C, T, splits, grid, offset, kscale, gscale, r.out, r.gk, r.gw,
-              r.guards ? "" : " (wrote outside)");
+  std::printf("%s op %zu-byte N=%d%s B=%d C=%d T=%d splits=%d ctas=%d offset=%d odd rows k x "
+              "%g g x %g: out %.2e grad_k %.2e grad_w %.2e%s\n", ok ? "ok  " : "FAIL", sizeof(S),
+              N, ACC ? " (acc on chip)" : "", B, C, T, splits, grid, offset, kscale, gscale, r.out,
+              r.gk, r.gw, r.guards ? "" : " (wrote outside)");
 }
 
 int main() {
@@ -315,6 +315,10 @@ int main() {
   // outer radix 24 at N = 6144 (on tensor cores): looping, split
   check<BF, 6144>(3, 3, 3072, 1, 2, 0, 1e-2);
   check<H, 6144>(5, 1, 2500, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
+  // the same with acc in shared memory (has_acc_smem): looping over channels (acc reused),
+  // split (each item's sum copied out to the reduce launch)
+  check<BF, 6144, true>(3, 3, 3072, 1, 2, 0, 1e-2);
+  check<H, 6144, true>(5, 1, 2500, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 3 at N = 12288: looping, split
   check<BF, 12288>(3, 3, 6144, 1, 2, 0, 1e-2);
   check<H, 12288>(4, 1, 5001, 2, 0, 1, 2e-3, 0x1p-10, 1.0);

@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -83,25 +87,52 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   return out;
 }
 
+// RWKV_TIMEX_TC_ACC = smem | global | auto (or unset), read at every call (to measure both
+// ways): whether the backward keeps its running sum acc in shared memory (backward_tc_kernel's
+// ACC_SMEM), only ever at the lengths built so (has_acc_smem). auto: where two CTAs of it fit an
+// SM (sm_90's 228 KiB; not sm_80's 164 or sm_86's 100, where it would halve the CTAs an SM);
+// smem: wherever one fits a block; global: never.
+bool acc_on_chip(int64_t N, const Tensor& k) {
+  if (!tc::has_acc_smem(static_cast<int>(N))) return false;
+  const cudaDeviceProp& prop = fused_ops::device_properties(k);
+  const size_t bytes = static_cast<size_t>(tc::backward_smem_bytes(static_cast<int>(N), true));
+  const char* v = std::getenv("RWKV_TIMEX_TC_ACC");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+    return 2 * (bytes + prop.reservedSharedMemPerBlock) <= prop.sharedMemPerMultiprocessor;
+  }
+  if (std::strcmp(v, "smem") == 0) return bytes <= prop.sharedMemPerBlockOptin;
+  if (std::strcmp(v, "global") == 0) return false;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable RWKV_TIMEX_TC_ACC must be 'smem', 'global' or 'auto' (or unset), "
+      "got '", std::string(v), "'");
+}
+
+// fn(kernel, smem bytes) with backward_tc_kernel for S and N, acc on chip or not.
+template <typename S, int N, typename Fn>
+void with_backward_kernel(bool on_chip, Fn&& fn) {
+  if constexpr (tc::has_acc_smem(N)) {
+    if (on_chip) return fn(tc::backward_tc_kernel<S, N, true>, tc::backward_smem_bytes(N, true));
+  }
+  fn(tc::backward_tc_kernel<S, N, false>, tc::backward_smem_bytes(N));
+}
+
 // backward_tc_kernel's CTAs that k's device keeps resident for rows of T (the occupancy query
-// once per dtype, length and device).
+// once per dtype, length, place of acc and device).
 template <typename S>
-int64_t resident_ctas(int64_t T, const Tensor& k) {
-  static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
-  return memo.get({tc::transform_length(T), k.get_device_index()}, [&] {
+int64_t resident_ctas(int64_t T, bool on_chip, const Tensor& k) {
+  static fused_ops::Memo<std::tuple<int64_t, bool, int>, int64_t> memo;
+  return memo.get({tc::transform_length(T), on_chip, k.get_device_index()}, [&] {
     int per_sm = 1;
     with_length(T, [&](auto n) {
-      constexpr int kN = decltype(n)::value;
-      const auto kernel = tc::backward_tc_kernel<S, kN>;
-      const int smem = tc::backward_smem_bytes(kN);
-      if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem) !=
-              cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                        tc::backward_threads(kN), smem) !=
-              cudaSuccess) {
-        (void)cudaGetLastError();
-        per_sm = 1;
-      }
+      with_backward_kernel<S, decltype(n)::value>(on_chip, [&](auto kernel, int smem) {
+        if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_sm, kernel, tc::backward_threads(decltype(n)::value), smem) != cudaSuccess) {
+          (void)cudaGetLastError();
+          per_sm = 1;
+        }
+      });
     });
     return int64_t{fused_ops::device_properties(k).multiProcessorCount} * std::max(per_sm, 1);
   });
@@ -130,30 +161,33 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   // Work split as the FMA backward's (timex_fft_backward.cuh): splits = 1 where the channels
   // fill the resident CTAs, else as many ranges of pairs as keep the items within them.
-  const int64_t pairs = (B + 1) / 2, resident = resident_ctas<S>(T, k);
+  const bool on_chip = acc_on_chip(N, k);
+  const int64_t pairs = (B + 1) / 2, resident = resident_ctas<S>(T, on_chip, k);
   const int64_t splits = C >= resident ? 1 : std::max<int64_t>(1, std::min(pairs, resident / C));
   const int64_t items = C * splits, ctas = std::max<int64_t>(1, std::min(items, resident));
-  Tensor acc = fused_ops::empty({ctas * N}, ScalarType::ComplexFloat, k);  // ctas = items if split
+  // ctas = items where split; none needed where acc is on chip and not split.
+  Tensor acc = fused_ops::empty({on_chip && splits == 1 ? 1 : ctas * N}, ScalarType::ComplexFloat,
+                                k);
   // Z's planes per CTA where they do not fit on chip with X's (N = 28672 and 32768).
   const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N));
   Tensor zs = fused_ops::empty({std::max<int64_t>(1, ctas * scratch)}, ScalarType::Byte, k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
-    const auto kernel = tc::backward_tc_kernel<S, kN>;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     const int sp = static_cast<int>(splits);
-    const int smem = tc::backward_smem_bytes(kN);
     const int threads = tc::backward_threads(kN);
-    FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
-        as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
-        bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc),
-        scratch > 0 ? as<uint16_t>(zs) : nullptr));
-    if (splits > 1) {  // the reduce launch: a CTA per channel
+    with_backward_kernel<S, kN>(on_chip, [&](auto kernel, int smem) {
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-          kernel, c, threads, smem, stream, bits(g), bits(k),
+          kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
-          bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc), nullptr));
+          bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc),
+          scratch > 0 ? as<uint16_t>(zs) : nullptr));
+    });
+    if (splits > 1) {  // the reduce launch: a CTA per channel, acc in global memory
+      FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
+          tc::backward_tc_kernel<S, kN>, c, threads, tc::backward_smem_bytes(kN), stream, bits(g),
+          bits(k), as<const tc::cf32>(spectra.first), as<const int>(spectra.second),
+          bits_out(grad_k), bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc), nullptr));
     }
   });
   return {grad_w, grad_k};

@@ -9,8 +9,9 @@
 // it (N = 28672 and 32768: 224 and 256 KiB would not fit) Z is transformed first and its planes
 // copied to the CTA's scratch in global memory (4 N bytes), then X in the same shared memory, and
 // the middle reads Z's fragments from the copy. Either way the middle adds Z conj(X) to the
-// channel's running sum `acc` (N complex floats in global memory, L2-resident, each entry read and
-// written by one thread) and sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by
+// channel's running sum `acc` (N complex floats, each entry read and written by one thread: in
+// global memory, L2-resident, or where ACC_SMEM in shared memory after the planes) and sends
+// Z conj(W^) on to grad_k's inverse. Each row of z is scaled by
 // its own power of two, x's rows so that the pair's two terms keep one weight (x_shifts). Per
 // channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one per channel, as
 // the FMA backward (timex_fft_backward.cuh) has per row.
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "rwkv/timex_fft_tc_forward.cuh"
 
@@ -43,9 +45,17 @@ TIMEX_FFT_HD constexpr bool z_off_chip(int N) { return N > kMaxTwoSetN; }
 TIMEX_FFT_HD constexpr int backward_threads(int N) {
   return N >= 16384 ? 512 : N == 6144 ? 256 : threads(N);
 }
-TIMEX_FFT_HD constexpr int backward_smem_bytes(int N) {  // the planes, then 4 floats a warp
-  return (z_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32);
+// The planes, then 4 floats a warp, then (acc_smem) acc's 8 N bytes.
+TIMEX_FFT_HD constexpr int backward_smem_bytes(int N, bool acc_smem = false) {
+  return (z_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32) + (acc_smem ? 8 * N : 0);
 }
+// Whether the kernel is built with acc in shared memory too (ACC_SMEM; timex_fft_tc.cu picks it
+// where two such CTAs fit an SM): at N = 6144 alone, 96 KiB a CTA, which sm_90's 228 KiB an SM
+// take twice, as they take the two of 48 KiB that the registers allow with acc in global memory.
+// There acc's read and write per pair (96 KiB a CTA through L2) went, and the kernel took 10-15%
+// less time (H200, bitwise the same results). At N = 4096 (64 KiB: 3 CTAs of 128 threads an SM
+// instead of 4) it took 6-28% more; longer transforms would keep one CTA an SM (run 32).
+TIMEX_FFT_HD constexpr bool has_acc_smem(int N) { return N == 6144; }
 // Global scratch per CTA for Z's planes: 4 N bytes where z_off_chip(N), else none.
 TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
   return z_off_chip(N) ? 4 * int64_t(N) : 0;
@@ -86,8 +96,8 @@ TIMEX_FFT_DEVICE int x_shifts(const float (&gmax)[2], const float (&kmax)[2], co
 // every thread is amax: acc scaled into float16's range, the inverse DFT_16 and passes, the
 // real part reversed to grad_w's row. The caller syncs before the call: acc's entries may have
 // been written by other threads, and the planes must be free.
-template <typename S, int N, int TH>
-TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
+template <typename S, int N, int TH, typename Acc>
+TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const Acc& acc, float amax,
                                      uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
   const int e = scale_exponent(amax);
   middle_from_spectrum<Plane, N, TH>(re, im, acc, std::ldexp(1.f, 1 - e), f16);
@@ -99,10 +109,11 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 }
 
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
-// (C, T). acc_all: N complex floats per CTA (splits = 1) or per item (splits > 1: read by the
-// reduce launch, one CTA per channel). scratch_all: backward_scratch_bytes(N) per CTA of the
-// grid (null where that is 0).
-template <typename S, int N>
+// (C, T). acc_all: N complex floats per CTA (splits = 1; unused where ACC_SMEM) or per item
+// (splits > 1: read by the reduce launch, one CTA per channel; where ACC_SMEM each item's sum is
+// copied there from shared memory at its end). scratch_all: backward_scratch_bytes(N) per CTA of
+// the grid (null where that is 0).
+template <typename S, int N, bool ACC_SMEM = false>
 TIMEX_FFT_TC_KERNEL(backward_threads(N), backward_min_blocks(N))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const cf32* __restrict__ wz, const int* __restrict__ wexp,
@@ -110,12 +121,15 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
                    uint16_t* __restrict__ scratch_all) {
   static_assert(valid_length(N), "N: a transform length (valid_length)");
+  static_assert(!ACC_SMEM || (has_acc_smem(N) && !z_off_chip(N)), "acc on chip: has_acc_smem");
   constexpr int TH = backward_threads(N);
   constexpr bool kOffChip = z_off_chip(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N on chip
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // 2 x 2 TH / 32
+  // Where ACC_SMEM: acc after the slots (16-byte aligned: 8 N + 16 TH / 32 bytes in).
+  cf32* const acc_smem = reinterpret_cast<cf32*>(smem + backward_smem_bytes(N));
   // Where z_off_chip: the CTA's copy of Z's planes (its re, then im, as on chip).
   uint16_t* const scratch =
       kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : nullptr;
@@ -134,7 +148,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     }
     // block_max's barrier also orders the sums before their readers.
     amax = block_max<N, TH>(amax, slots);
-    grad_w_inverse<S, N, TH>(re, im, part, amax, grad_w + int64_t(c) * T, T, f16);
+    grad_w_inverse<S, N, TH>(re, im, GlobalAcc{part}, amax, grad_w + int64_t(c) * T, T, f16);
     return;
   }
   const int pairs = (B + 1) / 2, items = C * splits;
@@ -144,7 +158,10 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     const int c = item / splits, s = item % splits;
     const int p0 = static_cast<int>(int64_t(s) * pairs / splits);
     const int p1 = static_cast<int>(int64_t(s + 1) * pairs / splits);
-    cf32* acc = acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
+    cf32* const acc_global =
+        acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
+    using Acc = std::conditional_t<ACC_SMEM, SharedAcc, GlobalAcc>;
+    const Acc acc{ACC_SMEM ? acc_smem : acc_global};
     const cf32* wrow = wz + int64_t(c) * N;
     float amax = 0.f;
     for (int p = p0; p < p1; ++p) {
@@ -204,6 +221,15 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
       amax = block_max<N, TH>(amax, slots);
       grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
+    } else if constexpr (ACC_SMEM) {  // the item's sum to the reduce launch (own entries)
+      const GlobalAcc out{acc_global};
+      for (int it = tid / 32; it < N / 256; it += TH / 32) {
+        for (int t = 0; t < 2; ++t) {
+          cf32 v[4];
+          acc.load(it, lane, t, v);
+          out.store(it, lane, t, v);
+        }
+      }
     }
   }
 }

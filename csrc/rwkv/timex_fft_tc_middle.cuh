@@ -259,6 +259,53 @@ TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)
 #endif
 }
 
+// The backward's running sum `acc` (N complex floats, middle layout, each entry read and written
+// by one lane) where it lives. GlobalAcc: in global memory (L2-resident), in the middle layout
+// itself (the reduce launch and grad_w's inverse read it so).
+struct GlobalAcc {
+  cf32* p;
+  TIMEX_FFT_DEVICE void load(int it, int lane, int t, cf32 (&v)[4]) const {
+    load4_rw(p, it, lane, t, v);
+  }
+  TIMEX_FFT_DEVICE void store(int it, int lane, int t, const cf32 (&v)[4]) const {
+    store4(p, it, lane, t, v);
+  }
+};
+// SharedAcc: in shared memory, in 16-byte chunks of two entries. The lane's chunk q = 2 t + h
+// (entries 4 t + 2 h, + 1) of step it sits at 128 it + 4 lane + (q ^ ((lane >> 1) & 3)): without
+// the XOR, 8 lanes' 16-byte accesses (a quarter warp's, one wavefront) at a 64-byte stride fall
+// on 2 of a 128-byte line's 8 bank groups (4-way conflicts); with it on 8 distinct ones.
+struct SharedAcc {
+  cf32* p;
+  TIMEX_FFT_DEVICE static int chunk(int it, int lane, int t, int h) {
+    return 128 * it + 4 * lane + ((2 * t + h) ^ ((lane >> 1) & 3));
+  }
+  TIMEX_FFT_DEVICE void load(int it, int lane, int t, cf32 (&v)[4]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const cf32* c = p + 2 * chunk(it, lane, t, h);
+#ifdef TIMEX_EMULATE
+      v[2 * h] = c[0], v[2 * h + 1] = c[1];
+#else
+      const float4 f = *reinterpret_cast<const float4*>(c);
+      v[2 * h] = {f.x, f.y}, v[2 * h + 1] = {f.z, f.w};
+#endif
+    }
+  }
+  TIMEX_FFT_DEVICE void store(int it, int lane, int t, const cf32 (&v)[4]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      cf32* c = p + 2 * chunk(it, lane, t, h);
+#ifdef TIMEX_EMULATE
+      c[0] = v[2 * h], c[1] = v[2 * h + 1];
+#else
+      *reinterpret_cast<float4*>(c) =
+          make_float4(v[2 * h].x, v[2 * h].y, v[2 * h + 1].x, v[2 * h + 1].y);
+#endif
+    }
+  }
+};
+
 // The larger of |re| and |im| (within sqrt 2 of |v|; a squared norm would overflow float first).
 TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::fabs(v.y)); }
 
@@ -316,17 +363,17 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
 
 // The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim
 // of the same layout in shared memory, each before the pass at stride 16; where Z_GLOBAL, Z's
-// fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc (N
-// complex floats, middle layout, this lane's entries its own) gets Z conj(X) pscale (set where
-// `first`, else added); Z conj(W) goes on through the inverse (MiddleLane::inverse_store) to
+// fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc
+// (GlobalAcc or SharedAcc: N complex floats, this lane's entries its own) gets Z conj(X) pscale
+// (set where `first`, else added); Z conj(W) goes on through the inverse (MiddleLane::inverse_store) to
 // the planes re, im (Z's or X's: each warp's stores follow its loads of the same positions),
 // grad_k's correlation. Returns the largest |component| of the acc entries that this lane
 // wrote.
-template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
+template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false, typename Acc>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,
                                        const uint16_t* xim, const cf32* __restrict__ wrow,
-                                       cf32* acc, bool first, float pscale,
+                                       const Acc& acc, bool first, float pscale,
                                        const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -348,7 +395,7 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
       m.dft(zr, zi, t, z);
       m.dft(xr, xi, t, x);
       load4(wrow, it, lane, t, w);
-      if (!first) load4_rw(acc, it, lane, t, a);
+      if (!first) acc.load(it, lane, t, a);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const cf32 v = cmul(z[e], fft::conj(x[e]));
@@ -357,7 +404,7 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
         amax = std::fmax(amax, norm_inf(a[e]));
         p[t][e] = cmul(z[e], fft::conj(w[e]));
       }
-      store4(acc, it, lane, t, a);
+      acc.store(it, lane, t, a);
     }
     m.inverse_store(re, im, it, p);
   }
@@ -365,10 +412,10 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
 }
 
 // The inverse DFT_16 and inverse pass at stride 16 of a spectrum in float (grad_w's sum, acc:
-// middle layout, this lane's entries written by this lane or before a barrier), times `scale`,
-// to the planes.
-template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf32* acc,
+// GlobalAcc or SharedAcc, this lane's entries written by this lane or before a barrier), times
+// `scale`, to the planes.
+template <typename S, int N, int TH = threads(N), typename Acc>
+TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const Acc& acc,
                                            float scale, const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -376,7 +423,7 @@ TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf3
     cf32 p[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      load4_rw(acc, it, lane, t, p[t]);
+      acc.load(it, lane, t, p[t]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[t][e] = {p[t][e].x * scale, p[t][e].y * scale};
     }

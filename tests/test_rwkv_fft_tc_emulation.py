@@ -277,7 +277,7 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   std::vector<cf32> acc(size_t(grid) * N);
   // X's planes per CTA past two sets on chip (N = 32768), else none (a null pointer).
   std::vector<uint16_t> xs(size_t(grid) * backward_scratch_bytes(N) / 2);
-  launch(grid, backward_threads(N), backward_smem_bytes(N, ACC), [&] {
+  launch(grid, backward_threads(N, ACC), backward_smem_bytes(N, ACC), [&] {
     backward_tc_kernel<S, N, ACC>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
                                   u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, false,
                                   acc.data(), xs.empty() ? nullptr : xs.data());
@@ -319,6 +319,9 @@ int main() {
   // split (each item's sum copied out to the reduce launch)
   check<BF, 6144, true>(3, 3, 3072, 1, 2, 0, 1e-2);
   check<H, 6144, true>(5, 1, 2500, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
+  // and at N = 12288 (512 threads a CTA with acc on chip)
+  check<BF, 12288, true>(3, 3, 6144, 1, 2, 0, 1e-2);
+  check<H, 12288, true>(4, 1, 5001, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 3 at N = 12288: looping, split
   check<BF, 12288>(3, 3, 6144, 1, 2, 0, 1e-2);
   check<H, 12288>(4, 1, 5001, 2, 0, 1, 2e-3, 0x1p-10, 1.0);

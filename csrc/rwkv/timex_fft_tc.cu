@@ -89,16 +89,20 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
 
 // RWKV_TIMEX_TC_ACC = smem | global | auto (or unset), read at every call (to measure both
 // ways): whether the backward keeps its running sum acc in shared memory (backward_tc_kernel's
-// ACC_SMEM), only ever at the lengths built so (has_acc_smem). auto: where two CTAs of it fit an
-// SM (sm_90's 228 KiB; not sm_80's 164 or sm_86's 100, where it would halve the CTAs an SM);
-// smem: wherever one fits a block; global: never.
+// ACC_SMEM), only ever at the lengths built so (has_acc_smem). auto: where an SM holds 512 of
+// its threads, as it holds 512 of the kernel without (sm_90's 228 KiB: two CTAs of 96 KiB at
+// N = 6144, one of 512 threads and 192 KiB at 12288; not sm_80's 164 KiB, where it would halve
+// them); smem: wherever one CTA fits; global: never.
 bool acc_on_chip(int64_t N, const Tensor& k) {
-  if (!tc::has_acc_smem(static_cast<int>(N))) return false;
+  const int n = static_cast<int>(N);
+  if (!tc::has_acc_smem(n)) return false;
   const cudaDeviceProp& prop = fused_ops::device_properties(k);
-  const size_t bytes = static_cast<size_t>(tc::backward_smem_bytes(static_cast<int>(N), true));
+  const size_t bytes = static_cast<size_t>(tc::backward_smem_bytes(n, true));
   const char* v = std::getenv("RWKV_TIMEX_TC_ACC");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
-    return 2 * (bytes + prop.reservedSharedMemPerBlock) <= prop.sharedMemPerMultiprocessor;
+    const size_t per_sm =
+        prop.sharedMemPerMultiprocessor / (bytes + prop.reservedSharedMemPerBlock);
+    return bytes <= prop.sharedMemPerBlockOptin && per_sm * tc::backward_threads(n, true) >= 512;
   }
   if (std::strcmp(v, "smem") == 0) return bytes <= prop.sharedMemPerBlockOptin;
   if (std::strcmp(v, "global") == 0) return false;
@@ -107,13 +111,16 @@ bool acc_on_chip(int64_t N, const Tensor& k) {
       "got '", std::string(v), "'");
 }
 
-// fn(kernel, smem bytes) with backward_tc_kernel for S and N, acc on chip or not.
+// fn(kernel, threads, smem bytes) with backward_tc_kernel for S and N, acc on chip or not.
 template <typename S, int N, typename Fn>
 void with_backward_kernel(bool on_chip, Fn&& fn) {
   if constexpr (tc::has_acc_smem(N)) {
-    if (on_chip) return fn(tc::backward_tc_kernel<S, N, true>, tc::backward_smem_bytes(N, true));
+    if (on_chip) {
+      return fn(tc::backward_tc_kernel<S, N, true>, tc::backward_threads(N, true),
+                tc::backward_smem_bytes(N, true));
+    }
   }
-  fn(tc::backward_tc_kernel<S, N, false>, tc::backward_smem_bytes(N));
+  fn(tc::backward_tc_kernel<S, N, false>, tc::backward_threads(N), tc::backward_smem_bytes(N));
 }
 
 // backward_tc_kernel's CTAs that k's device keeps resident for rows of T (the occupancy query
@@ -124,11 +131,11 @@ int64_t resident_ctas(int64_t T, bool on_chip, const Tensor& k) {
   return memo.get({tc::transform_length(T), on_chip, k.get_device_index()}, [&] {
     int per_sm = 1;
     with_length(T, [&](auto n) {
-      with_backward_kernel<S, decltype(n)::value>(on_chip, [&](auto kernel, int smem) {
+      with_backward_kernel<S, decltype(n)::value>(on_chip, [&](auto kernel, int th, int smem) {
         if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem) !=
                 cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &per_sm, kernel, tc::backward_threads(decltype(n)::value), smem) != cudaSuccess) {
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, th, smem) !=
+                cudaSuccess) {
           (void)cudaGetLastError();
           per_sm = 1;
         }
@@ -175,8 +182,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     constexpr int kN = decltype(n)::value;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     const int sp = static_cast<int>(splits);
-    const int threads = tc::backward_threads(kN);
-    with_backward_kernel<S, kN>(on_chip, [&](auto kernel, int smem) {
+    with_backward_kernel<S, kN>(on_chip, [&](auto kernel, int threads, int smem) {
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
           kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
@@ -185,9 +191,10 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     });
     if (splits > 1) {  // the reduce launch: a CTA per channel, acc in global memory
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-          tc::backward_tc_kernel<S, kN>, c, threads, tc::backward_smem_bytes(kN), stream, bits(g),
-          bits(k), as<const tc::cf32>(spectra.first), as<const int>(spectra.second),
-          bits_out(grad_k), bits_out(grad_w), b, c, t, sp, true, as<tc::cf32>(acc), nullptr));
+          tc::backward_tc_kernel<S, kN>, c, tc::backward_threads(kN), tc::backward_smem_bytes(kN),
+          stream, bits(g), bits(k), as<const tc::cf32>(spectra.first),
+          as<const int>(spectra.second), bits_out(grad_k), bits_out(grad_w), b, c, t, sp, true,
+          as<tc::cf32>(acc), nullptr));
     }
   });
   return {grad_w, grad_k};

@@ -42,29 +42,38 @@ TIMEX_FFT_HD constexpr bool z_off_chip(int N) { return N > kMaxTwoSetN; }
 // (2, 1024, 8192), with 512 330 and 383 (benchmarks/results/timex_fft_tc_h100.md).
 // At N = 6144, 256 rather than threads(N) = 192: two CTAs of 192 at 168 registers kept 12 warps
 // an SM, and the kernel stalled with half its issue slots idle (ncu on the H200: run 30).
-TIMEX_FFT_HD constexpr int backward_threads(int N) {
-  return N >= 16384 ? 512 : N == 6144 ? 256 : threads(N);
+// With acc on chip (acc_smem) past N = 6144, 512: one CTA an SM (192 KiB at N = 12288).
+TIMEX_FFT_HD constexpr int backward_threads(int N, bool acc_smem = false) {
+  return N >= 16384 || (acc_smem && N > 6144) ? 512 : N == 6144 ? 256 : threads(N);
 }
-// The planes, then 4 floats a warp, then (acc_smem) acc's 8 N bytes.
+// Where acc starts in shared memory (acc_smem): after the planes and 4 floats a warp.
+TIMEX_FFT_HD constexpr int backward_acc_offset(int N, bool acc_smem = false) {
+  return (z_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N, acc_smem) / 32);
+}
+// The planes, the 4 floats a warp, then (acc_smem) acc's 8 N bytes.
 TIMEX_FFT_HD constexpr int backward_smem_bytes(int N, bool acc_smem = false) {
-  return (z_off_chip(N) ? 4 : 8) * N + 16 * (backward_threads(N) / 32) + (acc_smem ? 8 * N : 0);
+  return backward_acc_offset(N, acc_smem) + (acc_smem ? 8 * N : 0);
 }
 // Whether the kernel is built with acc in shared memory too (ACC_SMEM; timex_fft_tc.cu picks it
-// where two such CTAs fit an SM): at N = 6144 alone, 96 KiB a CTA, which sm_90's 228 KiB an SM
-// take twice, as they take the two of 48 KiB that the registers allow with acc in global memory.
-// There acc's read and write per pair (96 KiB a CTA through L2) went, and the kernel took 10-15%
-// less time (H200, bitwise the same results). At N = 4096 (64 KiB: 3 CTAs of 128 threads an SM
-// instead of 4) it took 6-28% more; longer transforms would keep one CTA an SM (run 32).
-TIMEX_FFT_HD constexpr bool has_acc_smem(int N) { return N == 6144; }
+// where an SM holds 512 of its threads, as it does without). Measured on the H200 (run 32),
+// bitwise the same results either way:
+//   N = 6144: 96 KiB a CTA, two an SM as with acc in global memory (48 KiB, the registers'
+//     limit): acc's read and write per pair, 96 KiB a CTA through L2, gone, the kernel 10-15%
+//     faster;
+//   N = 12288: one CTA of 512 threads and 192 KiB instead of two of 256 and 96: 4-8% faster at
+//     B >= 4, within 2% at B = 1 and 2;
+//   N = 8192 (one CTA of 512 and 128 KiB instead of two of 256 and 64): -2% to +6%, not built;
+//   N = 4096 (64 KiB: 3 CTAs of 128 threads an SM instead of 4): 6-28% slower, not built.
+TIMEX_FFT_HD constexpr bool has_acc_smem(int N) { return N == 6144 || N == 12288; }
 // Global scratch per CTA for Z's planes: 4 N bytes where z_off_chip(N), else none.
 TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
   return z_off_chip(N) ? 4 * int64_t(N) : 0;
 }
-// The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512 from
-// N = 16384 on). At the conv kernel's 80 the two sets' fragments and the running sum spill
-// about 300 bytes a thread.
-TIMEX_FFT_HD constexpr int backward_min_blocks(int N) {
-  return N >= 16384 ? 1 : 2 * 256 / backward_threads(N);
+// The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512).
+// At the conv kernel's 80 the two sets' fragments and the running sum spill about 300 bytes a
+// thread.
+TIMEX_FFT_HD constexpr int backward_min_blocks(int N, bool acc_smem = false) {
+  return 2 * 256 / backward_threads(N, acc_smem);
 }
 
 // The scales of x's rows (k's pair, xscale) given z's row shifts sz (g's pair): x's row j
@@ -114,7 +123,7 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const Acc& acc,
 // copied there from shared memory at its end). scratch_all: backward_scratch_bytes(N) per CTA of
 // the grid (null where that is 0).
 template <typename S, int N, bool ACC_SMEM = false>
-TIMEX_FFT_TC_KERNEL(backward_threads(N), backward_min_blocks(N))
+TIMEX_FFT_TC_KERNEL(backward_threads(N, ACC_SMEM), backward_min_blocks(N, ACC_SMEM))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const cf32* __restrict__ wz, const int* __restrict__ wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
@@ -122,14 +131,14 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
                    uint16_t* __restrict__ scratch_all) {
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   static_assert(!ACC_SMEM || (has_acc_smem(N) && !z_off_chip(N)), "acc on chip: has_acc_smem");
-  constexpr int TH = backward_threads(N);
+  constexpr int TH = backward_threads(N, ACC_SMEM);
   constexpr bool kOffChip = z_off_chip(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);  // Z's set; X's at re + 2 N on chip
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // 2 x 2 TH / 32
   // Where ACC_SMEM: acc after the slots (16-byte aligned: 8 N + 16 TH / 32 bytes in).
-  cf32* const acc_smem = reinterpret_cast<cf32*>(smem + backward_smem_bytes(N));
+  cf32* const acc_smem = reinterpret_cast<cf32*>(smem + backward_acc_offset(N, ACC_SMEM));
   // Where z_off_chip: the CTA's copy of Z's planes (its re, then im, as on chip).
   uint16_t* const scratch =
       kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : nullptr;

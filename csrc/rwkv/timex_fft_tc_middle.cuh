@@ -365,10 +365,10 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
 // of the same layout in shared memory, each before the pass at stride 16; where Z_GLOBAL, Z's
 // fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc
 // (GlobalAcc or SharedAcc: N complex floats, this lane's entries its own) gets Z conj(X) pscale
-// (set where `first`, else added); Z conj(W) goes on through the inverse (MiddleLane::inverse_store) to
-// the planes re, im (Z's or X's: each warp's stores follow its loads of the same positions),
-// grad_k's correlation. Returns the largest |component| of the acc entries that this lane
-// wrote.
+// (set where `first`, else added); Z conj(W) goes on through the inverse
+// (MiddleLane::inverse_store) to the planes re, im (Z's or X's: each warp's stores follow its
+// loads of the same positions), grad_k's correlation. Returns the largest |component| of the
+// acc entries that this lane wrote.
 template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false, typename Acc>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,

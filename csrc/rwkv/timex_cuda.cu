@@ -200,9 +200,10 @@ constexpr int64_t kF64DirectMaxT = 256;
 //   T <= 2048 and 3072 < T <= 4096 (N = 4096, 8192): with B = 8, 7-12% less time; with 4,
 //     -2% to +4%;
 //   2048 < T <= 3072 (N = 6144, its outer pass on tensor cores): 12-20% less with B = 4,
-//     21-29% with 8, 7-15% at (2, 768), 1-4% with 2 from T = 2300 (2% more at 2049); more
-//     with 1;
-//   4096 < T <= 6144 (N = 12288): 19% less with B = 2, 31% with 4, 38% with 8;
+//     21-29% with 8, 7-15% at (2, 768), 1-4% with 2 from T = 2300 (2% more at 2049); with the
+//     backward's sum on chip (run 32), 4-11% less with 2 from 2049; 37-43% more with 1;
+//   4096 < T <= 6144 (N = 12288): 19% less with B = 2, 31% with 4, 38% with 8; with the sum on
+//     chip 16-20% less with 2, 20-31% more with 1;
 //   6144 < T <= 8192 (N = 16384): 17% less with B = 4, 26% with 8, even with 2;
 //   8192 < T <= 12288 (N = 20480, 24576): 24-32% less with B = 2, 36-49% with 4 and 8, more
 //     with 1 (9-22%);

@@ -10,11 +10,11 @@
 // copied to the CTA's scratch in global memory (4 N bytes), then X in the same shared memory, and
 // the middle reads Z's fragments from the copy. Either way the middle adds Z conj(X) to the
 // channel's running sum `acc` (N complex floats, each entry read and written by one thread: in
-// global memory, L2-resident, or where ACC_SMEM in shared memory after the planes) and sends
-// Z conj(W^) on to grad_k's inverse. Each row of z is scaled by
-// its own power of two, x's rows so that the pair's two terms keep one weight (x_shifts). Per
-// channel one more inverse, of acc, gives grad_w: 3 transforms per pair and one per channel, as
-// the FMA backward (timex_fft_backward.cuh) has per row.
+// global memory, L2-resident, or where ACC_SMEM in shared memory after the planes and slots)
+// and sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by its own power of two,
+// x's rows so that the pair's two terms keep one weight (x_shifts). Per channel one more
+// inverse, of acc, gives grad_w: 3 transforms per pair and one per channel, as the FMA backward
+// (timex_fft_backward.cuh) has per row.
 //
 // Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
 // item i = c splits + s. splits = 1: a CTA loops over its items and ends each channel with

@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "rwkv/timex_fft_tc_forward.cuh"
 
@@ -105,8 +104,8 @@ TIMEX_FFT_DEVICE int x_shifts(const float (&gmax)[2], const float (&kmax)[2], co
 // every thread is amax: acc scaled into float16's range, the inverse DFT_16 and passes, the
 // real part reversed to grad_w's row. The caller syncs before the call: acc's entries may have
 // been written by other threads, and the planes must be free.
-template <typename S, int N, int TH, typename Acc>
-TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const Acc& acc, float amax,
+template <typename S, int N, int TH>
+TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
                                      uint16_t* grad_w_row, int T, const DftFrags<Plane>& f16) {
   const int e = scale_exponent(amax);
   middle_from_spectrum<Plane, N, TH>(re, im, acc, std::ldexp(1.f, 1 - e), f16);
@@ -157,7 +156,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     }
     // block_max's barrier also orders the sums before their readers.
     amax = block_max<N, TH>(amax, slots);
-    grad_w_inverse<S, N, TH>(re, im, GlobalAcc{part}, amax, grad_w + int64_t(c) * T, T, f16);
+    grad_w_inverse<S, N, TH>(re, im, part, amax, grad_w + int64_t(c) * T, T, f16);
     return;
   }
   const int pairs = (B + 1) / 2, items = C * splits;
@@ -169,8 +168,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     const int p1 = static_cast<int>(int64_t(s + 1) * pairs / splits);
     cf32* const acc_global =
         acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
-    using Acc = std::conditional_t<ACC_SMEM, SharedAcc, GlobalAcc>;
-    const Acc acc{ACC_SMEM ? acc_smem : acc_global};
+    cf32* const acc = ACC_SMEM ? acc_smem : acc_global;
     const cf32* wrow = wz + int64_t(c) * N;
     float amax = 0.f;
     for (int p = p0; p < p1; ++p) {
@@ -231,12 +229,11 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       amax = block_max<N, TH>(amax, slots);
       grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
     } else if constexpr (ACC_SMEM) {  // the item's sum to the reduce launch (own entries)
-      const GlobalAcc out{acc_global};
       for (int it = tid / 32; it < N / 256; it += TH / 32) {
         for (int t = 0; t < 2; ++t) {
           cf32 v[4];
-          acc.load(it, lane, t, v);
-          out.store(it, lane, t, v);
+          load4_rw(acc, it, lane, t, v);
+          store4(acc_global, it, lane, t, v);
         }
       }
     }

@@ -60,12 +60,19 @@ TIMEX_FFT_DEVICE void complex_product(float (&re)[4], float (&im)[4], const uint
   if constexpr (kDftSplit) product(f.cl, f.sl, f.nsl);
 }
 
-// The middle's layout of W's spectrum: entry i = ((it 32 + lane) 2 + t) 4 + e (warp step it,
-// lane = 4 g + q, n-tile t, accumulator e) holds storage position 16 (16 it + g + 8 (e / 2)) +
-// 8 t + 2 q + e % 2: each lane reads its 8 values as 64 contiguous bytes.
+// The middle's layout of W's spectrum: entry i = 256 it + 128 t + 64 h + 2 lane + r (warp step
+// it, lane = 4 g + q, n-tile t, accumulator e = 2 h + r; middle_index) holds storage position
+// 16 (16 it + g + 8 h) + 8 t + 2 q + r: a warp's 16-byte loads of one (t, h), a pair of entries
+// a lane, read 512 contiguous bytes (in shared memory, the backward's acc: a quarter warp's
+// 128 contiguous bytes, no bank conflicts). With a lane's 8 entries contiguous instead, each
+// load used half of every 32-byte sector it touched: ncu counted 52% excess sectors in
+// conv_tc_kernel (run 32 (g)).
+TIMEX_FFT_HD constexpr int middle_index(int it, int lane, int t, int h) {
+  return 256 * it + 128 * t + 64 * h + 2 * lane;
+}
 TIMEX_FFT_HD constexpr int middle_position(int i) {
-  const int e = i % 4, t = (i / 4) % 2, lane = (i / 8) % 32, it = i / 256;
-  return 16 * (16 * it + lane / 4 + 8 * (e / 2)) + 8 * t + 2 * (lane % 4) + e % 2;
+  const int r = i % 2, lane = (i / 2) % 32, h = (i / 64) % 2, t = (i / 128) % 2, it = i / 256;
+  return 16 * (16 * it + lane / 4 + 8 * h) + 8 * t + 2 * (lane % 4) + r;
 }
 
 // A lane's part of the middle. Step `it` covers the 256 elements from 256 it, a 16 x 16 matrix
@@ -237,74 +244,38 @@ struct MiddleLane {
   }
 };
 
-// The lane's 4 entries 4 t .. 4 t + 3 of spectrum row `row` at step it (middle layout), 32
-// contiguous bytes; and stores of the same (row written by this lane only).
+// The lane's 4 entries (accumulators e = 0..3) of n-tile t of spectrum row `row` at step it
+// (middle layout), two 16-byte pairs; and stores of the same (row written by this lane only).
 TIMEX_FFT_DEVICE void load4(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
-  const cf32x2 a = ldg_pair(row + 256 * it + 8 * lane + 4 * t);
-  const cf32x2 b = ldg_pair(row + 256 * it + 8 * lane + 4 * t + 2);
+  const cf32x2 a = ldg_pair(row + middle_index(it, lane, t, 0));
+  const cf32x2 b = ldg_pair(row + middle_index(it, lane, t, 1));
   v[0] = a.a, v[1] = a.b, v[2] = b.a, v[3] = b.b;
 }
 // The same for scratch that this kernel writes (not the read-only path).
 TIMEX_FFT_DEVICE void load4_rw(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) v[e] = row[256 * it + 8 * lane + 4 * t + e];
+  for (int h = 0; h < 2; ++h) {
+    const cf32* p = row + middle_index(it, lane, t, h);
+#ifdef TIMEX_EMULATE
+    v[2 * h] = p[0], v[2 * h + 1] = p[1];
+#else
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[2 * h] = {f.x, f.y}, v[2 * h + 1] = {f.z, f.w};
+#endif
+  }
 }
 TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    cf32* p = row + middle_index(it, lane, t, h);
 #ifdef TIMEX_EMULATE
-  for (int e = 0; e < 4; ++e) row[256 * it + 8 * lane + 4 * t + e] = v[e];
+    p[0] = v[2 * h], p[1] = v[2 * h + 1];
 #else
-  float4* p = reinterpret_cast<float4*>(row + 256 * it + 8 * lane + 4 * t);
-  p[0] = make_float4(v[0].x, v[0].y, v[1].x, v[1].y);
-  p[1] = make_float4(v[2].x, v[2].y, v[3].x, v[3].y);
+    *reinterpret_cast<float4*>(p) =
+        make_float4(v[2 * h].x, v[2 * h].y, v[2 * h + 1].x, v[2 * h + 1].y);
 #endif
+  }
 }
-
-// The backward's running sum `acc` (N complex floats, middle layout, each entry read and written
-// by one lane) where it lives. GlobalAcc: in global memory (L2-resident), in the middle layout
-// itself (the reduce launch and grad_w's inverse read it so).
-struct GlobalAcc {
-  cf32* p;
-  TIMEX_FFT_DEVICE void load(int it, int lane, int t, cf32 (&v)[4]) const {
-    load4_rw(p, it, lane, t, v);
-  }
-  TIMEX_FFT_DEVICE void store(int it, int lane, int t, const cf32 (&v)[4]) const {
-    store4(p, it, lane, t, v);
-  }
-};
-// SharedAcc: in shared memory, in 16-byte chunks of two entries. The lane's chunk q = 2 t + h
-// (entries 4 t + 2 h, + 1) of step it sits at 128 it + 4 lane + (q ^ ((lane >> 1) & 3)): without
-// the XOR, 8 lanes' 16-byte accesses (a quarter warp's, one wavefront) at a 64-byte stride fall
-// on 2 of a 128-byte line's 8 bank groups (4-way conflicts); with it on 8 distinct ones.
-struct SharedAcc {
-  cf32* p;
-  TIMEX_FFT_DEVICE static int chunk(int it, int lane, int t, int h) {
-    return 128 * it + 4 * lane + ((2 * t + h) ^ ((lane >> 1) & 3));
-  }
-  TIMEX_FFT_DEVICE void load(int it, int lane, int t, cf32 (&v)[4]) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const cf32* c = p + 2 * chunk(it, lane, t, h);
-#ifdef TIMEX_EMULATE
-      v[2 * h] = c[0], v[2 * h + 1] = c[1];
-#else
-      const float4 f = *reinterpret_cast<const float4*>(c);
-      v[2 * h] = {f.x, f.y}, v[2 * h + 1] = {f.z, f.w};
-#endif
-    }
-  }
-  TIMEX_FFT_DEVICE void store(int it, int lane, int t, const cf32 (&v)[4]) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      cf32* c = p + 2 * chunk(it, lane, t, h);
-#ifdef TIMEX_EMULATE
-      c[0] = v[2 * h], c[1] = v[2 * h + 1];
-#else
-      *reinterpret_cast<float4*>(c) =
-          make_float4(v[2 * h].x, v[2 * h].y, v[2 * h + 1].x, v[2 * h + 1].y);
-#endif
-    }
-  }
-};
 
 // The larger of |re| and |im| (within sqrt 2 of |v|; a squared norm would overflow float first).
 TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::fabs(v.y)); }
@@ -363,17 +334,17 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
 
 // The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim
 // of the same layout in shared memory, each before the pass at stride 16; where Z_GLOBAL, Z's
-// fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc
-// (GlobalAcc or SharedAcc: N complex floats, this lane's entries its own) gets Z conj(X) pscale
-// (set where `first`, else added); Z conj(W) goes on through the inverse
+// fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc (N
+// complex floats, middle layout, in global or shared memory, this lane's entries its own) gets
+// Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through the inverse
 // (MiddleLane::inverse_store) to the planes re, im (Z's or X's: each warp's stores follow its
 // loads of the same positions), grad_k's correlation. Returns the largest |component| of the
 // acc entries that this lane wrote.
-template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false, typename Acc>
+template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,
                                        const uint16_t* xim, const cf32* __restrict__ wrow,
-                                       const Acc& acc, bool first, float pscale,
+                                       cf32* acc, bool first, float pscale,
                                        const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -395,7 +366,7 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
       m.dft(zr, zi, t, z);
       m.dft(xr, xi, t, x);
       load4(wrow, it, lane, t, w);
-      if (!first) acc.load(it, lane, t, a);
+      if (!first) load4_rw(acc, it, lane, t, a);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const cf32 v = cmul(z[e], fft::conj(x[e]));
@@ -404,7 +375,7 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
         amax = std::fmax(amax, norm_inf(a[e]));
         p[t][e] = cmul(z[e], fft::conj(w[e]));
       }
-      acc.store(it, lane, t, a);
+      store4(acc, it, lane, t, a);
     }
     m.inverse_store(re, im, it, p);
   }
@@ -412,10 +383,10 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
 }
 
 // The inverse DFT_16 and inverse pass at stride 16 of a spectrum in float (grad_w's sum, acc:
-// GlobalAcc or SharedAcc, this lane's entries written by this lane or before a barrier), times
-// `scale`, to the planes.
-template <typename S, int N, int TH = threads(N), typename Acc>
-TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const Acc& acc,
+// middle layout, this lane's entries written by this lane or before a barrier), times `scale`,
+// to the planes.
+template <typename S, int N, int TH = threads(N)>
+TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf32* acc,
                                            float scale, const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -423,7 +394,7 @@ TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const Acc
     cf32 p[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      acc.load(it, lane, t, p[t]);
+      load4_rw(acc, it, lane, t, p[t]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[t][e] = {p[t][e].x * scale, p[t][e].y * scale};
     }

@@ -14,6 +14,7 @@ import statistics
 import torch
 
 import rwkv_ops  # noqa: F401  (registers torch.ops.rwkv_ops)
+from benchmarks.report import emit, progress
 from benchmarks.timing import cuda_kernels, environment
 
 SHAPES = [(16, 512, 2100), (16, 512, 2500), (16, 512, 3072), (8, 512, 2500), (4, 512, 2500),
@@ -60,10 +61,8 @@ def main(argv=None):
         (ks, ts), (kg, tg) = us["smem"], us["global"]
         lines.append(f"| ({B}, {C}, {T}) | {ks:.1f} / {kg:.1f} | {100 * (ks / kg - 1):+.1f}% | "
                      f"{ts:.1f} / {tg:.1f} | {same} |")
-        print(lines[-1], flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        progress(lines[-1])
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

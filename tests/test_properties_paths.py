@@ -292,9 +292,7 @@ ALGOS = ["auto", "direct", "fft", "fft_library"]
 
 def tc_min_batch(T):
     """The smallest B from which auto takes the tensor-core FFT in bfloat16 (timex_cuda.cu)."""
-    if T <= 2048 or 3072 < T <= 4096:
-        return 8
-    return 2 if T <= 6144 else 4 if T <= 8192 else 2 if T <= 12288 else 4
+    return 4 if 3072 < T <= 4096 else 2
 
 
 def expected_algorithm(device, dtype, T, algo, B):

@@ -213,33 +213,38 @@ def test_forced_where_it_cannot_run(tc):
 
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
-    kernels' reach (1536 from B = 16) up to T = 16384: from B = 8 to T = 2048, from B = 2 to
-    3072, from B = 8 to 4096, from B = 2 to 6144, from B = 4 to 8192, from B = 2 to 12288,
-    from B = 4 past it (tc_min_batch); the fused kernels below, for float16 (their error is the
-    FFT conv's) and for float32; past T = 16384 not fft_tc."""
+    kernels' reach (1536 from B = 16) up to T = 16384: from B = 4 for 3072 < T <= 4096, from
+    B = 2 at every other T (tc_min_batch); the fused kernels below, for float16 (their error is
+    the FFT conv's) and for float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),
                               (torch.bfloat16, 16, 16384, "fft_tc"),
                               (torch.float16, 32, 8192, "fft_fused"),
-                              (torch.bfloat16, 7, 4096, "fft_fused"),
+                              (torch.bfloat16, 3, 4096, "fft_fused"),
                               (torch.bfloat16, 8, 1025, "fft_tc"),
                               (torch.bfloat16, 8, 4096, "fft_tc"),
-                              (torch.bfloat16, 7, 2048, "fft_fused"),
+                              (torch.bfloat16, 1, 2048, "fft_fused"),
+                              (torch.bfloat16, 2, 1025, "fft_tc"),
+                              (torch.bfloat16, 3, 2048, "fft_tc"),
                               (torch.bfloat16, 2, 2049, "fft_tc"),
                               (torch.bfloat16, 1, 3072, "fft_fused"),
                               (torch.bfloat16, 2, 3072, "fft_tc"),
-                              (torch.bfloat16, 7, 3073, "fft_fused"),
+                              (torch.bfloat16, 3, 3073, "fft_fused"),
+                              (torch.bfloat16, 4, 3073, "fft_tc"),
                               (torch.bfloat16, 1, 6144, "fft_fused"),
                               (torch.bfloat16, 2, 4097, "fft_tc"),
-                              (torch.bfloat16, 3, 6145, "fft_fused"),
+                              (torch.bfloat16, 1, 6145, "fft_fused"),
+                              (torch.bfloat16, 2, 6145, "fft_tc"),
                               (torch.bfloat16, 4, 8192, "fft_tc"),
                               (torch.bfloat16, 2, 8193, "fft_tc"),
                               (torch.bfloat16, 1, 12288, "fft_fused"),
                               (torch.bfloat16, 1, 9000, "fft_fused"),
-                              (torch.bfloat16, 3, 12289, "fft_fused"),
+                              (torch.bfloat16, 1, 12289, "fft_fused"),
+                              (torch.bfloat16, 2, 12289, "fft_tc"),
                               (torch.bfloat16, 4, 12289, "fft_tc"),
-                              (torch.bfloat16, 3, 14337, "fft_fused"),
+                              (torch.bfloat16, 3, 14337, "fft_tc"),
+                              (torch.bfloat16, 2, 16384, "fft_tc"),
                               (torch.bfloat16, 4, 16384, "fft_tc"),
                               (torch.bfloat16, 16, 1536, "direct"),
                               (torch.bfloat16, 8, 1024, "direct"),

@@ -193,34 +193,29 @@ constexpr int64_t kF64DirectMaxT = 256;
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
 // bfloat16 from B = tc_min_batch(T) on: the tensor-core kernels (timex_fft_tc.h, T <= 16384).
-// Measured forward + backward op time against the fused kernels at C = 512 on the H200, after
-// the middle took the pass at stride 16 (benchmarks/results/timex_crossover_tc_h100.md, its
-// last sections): W's spectrum, a full-length transform and 8 N bytes per channel, is shared
-// by B / 2 pairs, and an odd B leaves a pair half empty, so small B favours the fused kernels.
-//   T <= 2048 and 3072 < T <= 4096 (N = 4096, 8192): with B = 8, 7-12% less time; with 4,
-//     -2% to +4%;
-//   2048 < T <= 3072 (N = 6144, its outer pass on tensor cores): 12-20% less with B = 4,
-//     21-29% with 8, 7-15% at (2, 768), 1-4% with 2 from T = 2300 (2% more at 2049); with the
-//     backward's sum on chip (run 32), 4-11% less with 2 from 2049; 37-43% more with 1;
-//   4096 < T <= 6144 (N = 12288): 19% less with B = 2, 31% with 4, 38% with 8; with the sum on
-//     chip 16-20% less with 2, 20-31% more with 1;
-//   6144 < T <= 8192 (N = 16384): 17% less with B = 4, 26% with 8, even with 2;
-//   8192 < T <= 12288 (N = 20480, 24576): 24-32% less with B = 2, 36-49% with 4 and 8, more
-//     with 1 (9-22%);
-//   T > 12288 (N = 28672, 32768, the backward's Z planes through global scratch): 10-13% less
-//     with B = 4, 20-22% with 8, 3-7% more with 2.
+// Measured forward + backward op time against the fused kernels at C = 512 on the H200
+// (benchmarks/results/timex_crossover_tc_h100.md, its last sections): W's spectrum, a
+// full-length transform and 8 N bytes per channel, is shared by B / 2 pairs, and an odd B
+// leaves a pair half empty, so small B favours the fused kernels. After the coalesced middle
+// layout (274c093; run 33) unless marked:
+//   1024 < T <= 2048 (N = 4096): 10-22% less time with B = 2, 8-16% with 3, 14-21% with 4;
+//     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024;
+//   2048 < T <= 3072 (N = 6144; runs 31, 32): 4-11% less with B = 2, 12-20% with 4, 21-29% with
+//     8; 37-43% more with 1;
+//   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4; 9-11% more with 2, 16-20% with 3;
+//   4096 < T <= 6144 (N = 12288; runs 30, 32): 16-20% less with B = 2, 31% with 4; 20-31% more
+//     with 1;
+//   6144 < T <= 8192 (N = 16384): 13-15% less with B = 2, 7-9% with 3, 26-27% with 4; 28-36%
+//     more with 1;
+//   8192 < T <= 12288 (N = 20480, 24576; run 30): 24-32% less with B = 2, 36-49% with 4 and 8;
+//     9-22% more with 1;
+//   T > 12288 (N = 28672, 32768): 7-10% less with B = 2, 18-20% with 4; 2-3% more with 3,
+//     45-48% with 1.
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
-int64_t tc_min_batch(int64_t T) {
-  if (T <= 2048) return 8;
-  if (T <= 3072) return 2;
-  if (T <= 4096) return 8;
-  if (T <= 6144) return 2;
-  if (T <= 8192) return 4;
-  return T <= 12288 ? 2 : 4;
-}
+int64_t tc_min_batch(int64_t T) { return T > 3072 && T <= 4096 ? 4 : 2; }
 
 fft::Kernel fastest_fft(const Tensor& k) {
   if (k.scalar_type() == torch::headeronly::ScalarType::BFloat16 &&

@@ -290,9 +290,11 @@ lengths = st.one_of(st.integers(1, 40), st.sampled_from(CROSS_T), st.sampled_fro
 ALGOS = ["auto", "direct", "fft", "fft_library"]
 
 
-def tc_min_batch(T):
-    """The smallest B from which auto takes the tensor-core FFT in bfloat16 (timex_cuda.cu)."""
-    return 4 if 3072 < T <= 4096 else 2
+def tc_faster(B, T):
+    """Whether auto takes the tensor-core FFT in bfloat16 for B rows of T (timex_cuda.cu)."""
+    if 3072 < T <= 4096:
+        return B == 4 or B >= 6
+    return B >= 2 and not (T > 12288 and B == 3)
 
 
 def expected_algorithm(device, dtype, T, algo, B):
@@ -317,8 +319,8 @@ def expected_algorithm(device, dtype, T, algo, B):
         direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 640)
         if T <= direct_max:
             return "direct"
-        # bfloat16 from B = tc_min_batch(T) on the tensor-core FFT (sm_80 and newer, T <= 16384)
-        if (dtype == torch.bfloat16 and T <= 16384 and B >= tc_min_batch(T)
+        # bfloat16 where tc_faster(B, T) on the tensor-core FFT (sm_80 and newer, T <= 16384)
+        if (dtype == torch.bfloat16 and T <= 16384 and tc_faster(B, T)
                 and torch.cuda.get_device_capability(0)[0] >= 8):
             return "fft_tc"
         return fastest

@@ -192,7 +192,7 @@ constexpr int64_t kF64DirectMaxT = 256;
 // at T = 22050, 32768, 44100, 49152 and 65536 1.3x to 2.5x faster (benchmarks/results/
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
-// bfloat16 from B = tc_min_batch(T) on: the tensor-core kernels (timex_fft_tc.h, T <= 16384).
+// bfloat16 where tc_faster(B, T): the tensor-core kernels (timex_fft_tc.h, T <= 16384).
 // Measured forward + backward op time against the fused kernels at C = 512 on the H200
 // (benchmarks/results/timex_crossover_tc_h100.md, its last sections): W's spectrum, a
 // full-length transform and 8 N bytes per channel, is shared by B / 2 pairs, and an odd B
@@ -202,24 +202,28 @@ constexpr int64_t kF64DirectMaxT = 256;
 //     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024;
 //   2048 < T <= 3072 (N = 6144; runs 31, 32): 4-11% less with B = 2, 12-20% with 4, 21-29% with
 //     8; 37-43% more with 1;
-//   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4; 9-11% more with 2, 16-20% with 3;
+//   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4, 7-10% with 6, 1-3% with 7; 9-11% more
+//     with 2, 16-20% with 3, 3-6% with 5;
 //   4096 < T <= 6144 (N = 12288; runs 30, 32): 16-20% less with B = 2, 31% with 4; 20-31% more
 //     with 1;
 //   6144 < T <= 8192 (N = 16384): 13-15% less with B = 2, 7-9% with 3, 26-27% with 4; 28-36%
 //     more with 1;
 //   8192 < T <= 12288 (N = 20480, 24576; run 30): 24-32% less with B = 2, 36-49% with 4 and 8;
 //     9-22% more with 1;
-//   T > 12288 (N = 28672, 32768): 7-10% less with B = 2, 18-20% with 4; 2-3% more with 3,
-//     45-48% with 1.
+//   T > 12288 (N = 28672, 32768): 7-10% less with B = 2, 18-20% with 4, 9-10% with 5; 2-3% more
+//     with 3 (at C = 512 and 1024), 45-48% with 1.
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
-int64_t tc_min_batch(int64_t T) { return T > 3072 && T <= 4096 ? 4 : 2; }
+bool tc_faster(int64_t B, int64_t T) {
+  if (T > 3072 && T <= 4096) return B == 4 || B >= 6;
+  return B >= 2 && !(T > 12288 && B == 3);
+}
 
 fft::Kernel fastest_fft(const Tensor& k) {
   if (k.scalar_type() == torch::headeronly::ScalarType::BFloat16 &&
-      k.size(0) >= tc_min_batch(k.size(2)) && fft::tc_supported(k)) {
+      tc_faster(k.size(0), k.size(2)) && fft::tc_supported(k)) {
     return fft::Kernel::kFftTc;
   }
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;

@@ -103,6 +103,9 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
   return s[lane ^ lane_mask];
 }
 
+// __syncwarp for the calling warp (every lane calls it, full mask): its lanes meet.
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) { emu_warp->barrier.arrive_and_wait(); }
+
 // Thread-block clusters. The calling thread's CTA rank in its cluster, the cluster barrier
 // (barrier.cluster arrive + wait: every thread of every CTA of the cluster), and a pointer
 // into the dynamic shared memory of CTA `rank` at the offset that p has in the caller's.

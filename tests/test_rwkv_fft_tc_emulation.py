@@ -11,6 +11,27 @@ and the middle's layout (middle_position)."""
 import pytest
 from conftest import emulation_test, run_emulator
 
+STORAGE_FREQUENCY = r"""
+// The frequency held at storage position s (the top of timex_fft_tc.cuh): digits d_j =
+// (s / L_j) % r_j of the passes, then s % 16 of the middle; f = d_1 + r_1 (d_2 + ...).
+int storage_frequency(int N, int s) {
+  int radices[8], strides[8], n = 0;
+  int L = N / radix1(N);
+  radices[n] = radix1(N);
+  strides[n++] = L;
+  while (L > 16) {
+    L /= 16;
+    radices[n] = 16;
+    strides[n++] = L;
+  }
+  radices[n] = 16;
+  strides[n++] = 1;
+  int f = 0;
+  for (int j = n - 1; j >= 0; --j) f = f * radices[j] + (s / strides[j]) % radices[j];
+  return f;
+}
+"""
+
 EMULATOR = r"""
 #include <complex>
 #include <cstdio>
@@ -31,25 +52,7 @@ using rwkv::fft::cf32;
 std::mt19937 rng(1234);
 int failures = 0;
 
-// The frequency held at storage position s (the top of timex_fft_tc.cuh): digits d_j =
-// (s / L_j) % r_j of the passes, then s % 16 of the middle; f = d_1 + r_1 (d_2 + ...).
-int storage_frequency(int N, int s) {
-  int radices[8], strides[8], n = 0;
-  int L = N / radix1(N);
-  radices[n] = radix1(N);
-  strides[n++] = L;
-  while (L > 16) {
-    L /= 16;
-    radices[n] = 16;
-    strides[n++] = L;
-  }
-  radices[n] = 16;
-  strides[n++] = 1;
-  int f = 0;
-  for (int j = n - 1; j >= 0; --j) f = f * radices[j] + (s / strides[j]) % radices[j];
-  return f;
-}
-
+STORAGE_FREQUENCY
 // kscale, wscale: k and w times these (then rounded to S), to check that the planes' float16
 // neither overflows nor underflows whatever the inputs' magnitude (bfloat16 spans float's
 // range). grad_k: the kernel given g and W's spectrum conjugated (h reversed, a correlation)
@@ -152,7 +155,7 @@ int main() {
   check<H, 6144>(2, 1, 3072, 0.0, 2e-3, 1, 1, true);
   return failures != 0;
 }
-"""
+""".replace("STORAGE_FREQUENCY\n", STORAGE_FREQUENCY)
 
 
 @emulation_test
@@ -219,6 +222,7 @@ def test_transform_lengths(tmp_path):
 # several items per CTA, several pairs per item), odd B (a pair of one row), odd T, misaligned
 # rows (element-wise loads and stores), and outputs bounded by guards.
 OP_EMULATOR = r"""
+#include <complex>
 #include <cstdio>
 
 #include "cuda_emulation.h"
@@ -230,6 +234,7 @@ OP_EMULATOR = r"""
 #define TIMEX_FFT_SHARED(name) unsigned char* name = emu_smem
 #define TIMEX_FFT_SYNC() emu_syncthreads()
 #include "rwkv/timex_fft_tc_backward.cuh"
+#include "rwkv/timex_fft_tc_spectrum.cuh"
 
 using namespace rwkv::fft_tc;
 using rwkv::fft::cf32;
@@ -241,6 +246,67 @@ template <typename S>
 const uint16_t* u16(const S* p) { return reinterpret_cast<const uint16_t*>(p); }
 template <typename S>
 uint16_t* u16(S* p) { return reinterpret_cast<uint16_t*>(p); }
+
+STORAGE_FREQUENCY
+// W's spectra from spectrum_tc_kernel (two channels a CTA, one complex transform) against the
+// float64 DFT of h_c[t] = w[c, T-1-t], each channel relative to its own largest component.
+// Channel 1 of each pair is, per `odd`: 0 like channel 0 (dense, random), 1 a spike (its
+// norm a sqrt(T)th of channel 0's: the planes' rounding relative to the larger row would
+// take its accuracy), 2 channel 0's values times 2^-30, 3 zeros (its spectrum must be zeros
+// exactly, not its partner's rounding), 4 channel 0's with one NaN (which must not reach
+// channel 0's spectrum), 5 channel 0's times 2^-128 (bfloat16 subnormals: too small to share
+// a transform); an odd C leaves the last CTA one channel.
+template <typename S, int N>
+void check_spectra(int C, int T, int odd, double tol) {
+  std::normal_distribution<double> normal;
+  std::vector<S> w(size_t(C) * T);
+  for (int c = 0; c < C; ++c) {
+    for (int t = 0; t < T; ++t) {
+      double v = normal(rng);
+      if (c % 2 == 1 && odd == 1) v = t == T / 3 ? 1.5 : 0.0;
+      if (c % 2 == 1 && odd == 2) v = as_double(w[size_t(c - 1) * T + t]) * 0x1p-30;
+      if (c % 2 == 1 && odd == 3) v = 0.0;
+      if (c % 2 == 1 && odd == 4) v = t == T / 2 ? NAN : as_double(w[size_t(c - 1) * T + t]);
+      if (c % 2 == 1 && odd == 5) v = as_double(w[size_t(c - 1) * T + t]) * 0x1p-128;
+      w[size_t(c) * T + t] = static_cast<S>(v);
+    }
+  }
+  std::vector<cf32> wz(size_t(C) * N, cf32{7e7f, 7e7f});
+  std::vector<int> wexp(C, 99);
+  launch((C + 1) / 2, forward_threads(N), spectrum_smem_bytes(N), [&] {
+    spectrum_tc_kernel<S, N>(u16(w.data()), C, T, wz.data(), wexp.data());
+  });
+  const double pi = 3.14159265358979323846;
+  double worst = 0;
+  for (int c = 0; c < C; ++c) {
+    double err = 0, hmax = 0;
+    bool finite = true;
+    for (int i = 0; i < N; ++i) {
+      const int f = storage_frequency(N, middle_position(i));
+      std::complex<double> h = 0;
+      for (int t = 0; t < T; ++t) {
+        const double a = -2.0 * pi * double((int64_t(f) * t) % N) / N;
+        h += as_double(w[size_t(c) * T + T - 1 - t]) * std::polar(1.0, a);
+      }
+      const cf32 v = wz[size_t(c) * N + i];
+      finite &= std::isfinite(v.x) && std::isfinite(v.y);
+      const std::complex<double> got(std::ldexp(double(v.x), wexp[c]),
+                                     std::ldexp(double(v.y), wexp[c]));
+      err = std::max(err, std::abs(got - h));
+      hmax = std::max(hmax, std::abs(h));
+    }
+    const double e = hmax > 0 ? err / hmax : err;
+    if (odd == 4 && c % 2 == 1) {  // the NaN's channel: not finite
+      if (finite) worst = 1e30;
+      continue;
+    }
+    worst = std::max(worst, finite && std::isfinite(e) ? e : 1e30);
+  }
+  const bool ok = worst < tol;
+  failures += !ok;
+  std::printf("%s spectra %zu-byte N=%d C=%d T=%d second channel %d: %.2e\n", ok ? "ok  " : "FAIL",
+              sizeof(S), N, C, T, odd, worst);
+}
 
 // ctas: the backward's grid where splits == 1 (fewer than C: CTAs loop over channels).
 // kscale, gscale: k's and g's odd batch rows times these (powers of two), eps then 0: each row
@@ -262,8 +328,8 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   }
   std::vector<cf32> wz(size_t(C) * N);
   std::vector<int> wexp(C, 99);
-  launch(C, forward_threads(N), forward_smem_bytes(N), [&] {
-    spectrum_tc_kernel<S, N>(u16(in.w.data()), T, wz.data(), wexp.data());
+  launch((C + 1) / 2, forward_threads(N), spectrum_smem_bytes(N), [&] {
+    spectrum_tc_kernel<S, N>(u16(in.w.data()), C, T, wz.data(), wexp.data());
   });
   const S guard = static_cast<S>(777.0);
   const size_t n = size_t(B) * C * T;
@@ -301,6 +367,16 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
 int main() {
   using BF = c10::BFloat16;
   using H = c10::Half;
+  // every pairing of blocks: one digit above the middle's (N = 2048, 4096, 6144), two (8192 to
+  // 32768); T short, as the pairing is N's
+  check_spectra<BF, 2048>(3, 1000, 0, 3e-3);
+  check_spectra<H, 4096>(2, 700, 1, 3e-3);
+  check_spectra<BF, 6144>(2, 3000, 2, 3e-3);
+  check_spectra<H, 8192>(2, 500, 3, 3e-3);
+  check_spectra<BF, 12288>(2, 400, 1, 3e-3);
+  check_spectra<BF, 32768>(3, 300, 1, 3e-3);
+  check_spectra<H, 16384>(2, 300, 4, 3e-3);
+  check_spectra<BF, 2048>(2, 1000, 5, 3e-3);
   check<BF, 2048>(2, 3, 1024, 1, 3, 0, 1e-2);   // one pair per channel, a CTA each
   check<H, 2048>(5, 3, 1001, 1, 2, 1, 2e-3);    // 3 pairs (one of one row), 2 CTAs looping
   check<BF, 4096>(7, 2, 2048, 3, 0, 0, 1e-2);   // pairs split 3 ways, the reduce launch
@@ -347,7 +423,7 @@ int main() {
   check<BF, 20480>(2, 1, 10000, 1, 1, 0, 1e-2, 1.0, 0x1p-20);
   return failures != 0;
 }
-"""
+""".replace("STORAGE_FREQUENCY\n", STORAGE_FREQUENCY)
 
 
 @emulation_test

@@ -1,5 +1,5 @@
 // RWKV TimeX: host side of the FFT convolution on tensor cores (timex_fft_tc.h). Per call:
-// W's spectra (C rows, one CTA each; the backward takes the forward's where the caller kept
+// W's spectra (C rows, one CTA per two; the backward takes the forward's where the caller kept
 // them), then the forward's conv kernel (a CTA per channel and pair of batch rows) or the
 // backward kernel (both gradients; a reduce launch where the batch is split).
 #include "rwkv/timex_fft_tc.h"
@@ -17,6 +17,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/dispatch.h"
 #include "rwkv/timex_fft_tc_backward.cuh"
+#include "rwkv/timex_fft_tc_spectrum.cuh"
 
 namespace rwkv::fft {
 namespace {
@@ -59,9 +60,9 @@ std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        tc::spectrum_tc_kernel<S, kN>, static_cast<int>(C), tc::forward_threads(kN),
-        tc::forward_smem_bytes(kN), stream, bits(w), static_cast<int>(T), as<tc::cf32>(wz),
-        as<int>(wexp)));
+        tc::spectrum_tc_kernel<S, kN>, static_cast<int>((C + 1) / 2), tc::forward_threads(kN),
+        tc::spectrum_smem_bytes(kN), stream, bits(w), static_cast<int>(C), static_cast<int>(T),
+        as<tc::cf32>(wz), as<int>(wexp)));
   });
   return {wz, wexp};
 }
@@ -207,9 +208,11 @@ bool tc_supported(const Tensor& k) {
   if (k.scalar_type() != ScalarType::BFloat16 && k.scalar_type() != ScalarType::Half) return false;
   if (T < 1 || T > kTcMaxT || B < 1 || B * C > INT_MAX) return false;
   const cudaDeviceProp& prop = fused_ops::device_properties(k);
-  return prop.major >= 8 &&
-         static_cast<size_t>(tc::backward_smem_bytes(static_cast<int>(tc::transform_length(T)))) <=
-             prop.sharedMemPerBlockOptin;
+  const int N = static_cast<int>(tc::transform_length(T));
+  // The largest of the kernels' shared memory: the backward's, or at N = 28672 and 32768
+  // (Z's planes off chip) the spectrum kernel's.
+  const int smem = std::max(tc::backward_smem_bytes(N), tc::spectrum_smem_bytes(N));
+  return prop.major >= 8 && static_cast<size_t>(smem) <= prop.sharedMemPerBlockOptin;
 }
 
 Tensor tc_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,

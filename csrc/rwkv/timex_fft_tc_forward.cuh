@@ -1,6 +1,6 @@
-// RWKV TimeX on tensor cores, the forward's kernels (the transform: timex_fft_tc.cuh): W's
-// spectra, and the convolution of a row pair, which with W's spectrum conjugated is the
-// backward's grad_k (a correlation) too.
+// RWKV TimeX on tensor cores, the forward's kernel (the transform: timex_fft_tc.cuh): the
+// convolution of a row pair, which with W's spectrum conjugated is the backward's grad_k (a
+// correlation) too. W's spectra: timex_fft_tc_spectrum.cuh.
 #pragma once
 
 #include <cmath>
@@ -65,39 +65,10 @@ TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint1
   forward_transform<N, 1, TH>(re, im, f16);
 }
 
-// W's spectra, one CTA per channel c: wz[c] (N complex floats, the middle's layout) = the
-// unnormalised DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its
-// largest component below 1 (what the conv kernel's middle needs to keep its products within
-// float16: the top of timex_fft_tc.cuh). w: (C, T) contiguous of S.
-template <typename S, int N>
-TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
-spectrum_tc_kernel(const uint16_t* __restrict__ w, int T, cf32* __restrict__ wz,
-                   int* __restrict__ wexp) {
-  static_assert(valid_length(N), "N: a transform length (valid_length)");
-  constexpr int TH = forward_threads(N);
-  TIMEX_FFT_SHARED(smem);
-  uint16_t* re = reinterpret_cast<uint16_t*>(smem);
-  uint16_t* im = re + N;
-  float* slots = reinterpret_cast<float*>(im + N);
-  const int tid = static_cast<int>(threadIdx.x), c = static_cast<int>(blockIdx.x);
-  const int vec = vector_width(T, w);
-  DftFrags<Plane> f16;
-  int sh[2];
-  load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
-                               slots, f16, sh);
-  // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary): the largest component of
-  // DFT(h) first, then the spectrum stored times 2^-we.
-  const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
-  const float amax_w = middle_spectrum<Plane, N, false, TH>(re, im, nullptr, unscale, f16);
-  const int we = scale_exponent(block_max<N, TH>(amax_w, slots));
-  middle_spectrum<Plane, N, true, TH>(re, im, wz + int64_t(c) * N,
-                                      unscale * std::ldexp(1.f, -we), f16);
-  if (tid == 0) wexp[c] = we;
-}
-
 // The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
-// wz, wexp: spectrum_tc_kernel's (given W's spectrum conjugated and g, eps 0, it computes
-// TimeX's grad_k, the correlation of g with h: the emulation test checks it so).
+// wz, wexp: spectrum_tc_kernel's (timex_fft_tc_spectrum.cuh; given W's spectrum conjugated and
+// g, eps 0, it computes TimeX's grad_k, the correlation of g with h: the emulation test checks
+// it so).
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
 conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,

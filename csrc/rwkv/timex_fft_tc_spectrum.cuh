@@ -1,0 +1,285 @@
+// RWKV TimeX on tensor cores, W's spectra (the transform: timex_fft_tc.cuh): two channels per
+// CTA in one complex transform. A real row's transform is Hermitian, so the transform of
+// x = h0 a0 + i h1 a1 (h_j the reversed rows of channels c0 = 2 j', c1 = c0 + 1, a_j powers of
+// two) holds both: with Y = DFT(x),
+//   DFT(h0)[f] = (Y[f] + conj(Y[-f])) / (2 a0),  DFT(h1)[f] = (Y[f] - conj(Y[-f])) / (2 i a1).
+// One transform per channel had its imaginary plane all zeros; at B = 2 (one row pair per
+// channel) the spectra took 18-20% of the op's forward + backward GPU time (H200, run 33).
+//
+// Pairing f with -f in the storage order (the top of timex_fft_tc.cuh: position s holds
+// f = d_1 + r_1 (d_2 + 16 (...)), s's most significant digit f's least): -f takes f's lowest
+// nonzero digit d to r - d and every higher one to 15 - d; in s, the highest nonzero digit,
+// and every lower one complemented. A middle step covers the 256 positions of one block
+// (digits k1 = (s / 16) % 16, k2 = s % 16, f's two highest), so for a block b > 0 every
+// position p of it pairs with 255 - p of block partner(b): lane (4 g + q)'s entry (t, e) with
+// lane 31 - lane's entry (1 - t, 3 - e) (middle_position), one __shfl_xor_sync. Block 0 pairs
+// within itself: 16 k1 + k2 with 16 (16 - k1) + 15 - k2 for k1 > 0, k2 with 16 - k2 for k1 = 0.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "rwkv/timex_fft_tc_forward.cuh"
+
+namespace rwkv {
+namespace fft_tc {
+
+// The spectrum kernel's shared memory: the forward kernels' (planes, two floats a warp), then
+// block 0's 256 entries (cf32) for its pairing within the block. Its register cap: two CTAs of
+// 256 threads an SM (128 registers; one of 512 from N = 28672, as forward_min_blocks): at the
+// conv kernel's 80 the separation spilled about 200 bytes a thread, and its C / 2 CTAs (256
+// at C = 512) fill an H100's or H200's SMs twice at most anyway.
+TIMEX_FFT_HD constexpr int spectrum_smem_bytes(int N) { return forward_smem_bytes(N) + 2048; }
+TIMEX_FFT_HD constexpr int spectrum_min_blocks(int N) {
+  return N > 24576 ? 1 : 2 * 256 / forward_threads(N);
+}
+
+// The blocks of 256 positions pair by the digits above the middle's two: a block index b =
+// d_1 (N / 256 = r_1: N = 2048, 4096, 6144) or 16 d_1 + d_2 (N / 256 = 16 r_1). b in [1, H)
+// (H = 16, or r_1 without d_2) pairs with H - b; b in [16, 16 r_1) with 16 r_1 + 15 - b.
+// Units of work: unit 0 is block 0; units 1 .. H / 2 the pairs (u, H - u) (H even: H / 2
+// pairs with itself); the rest (16 + v, 16 r_1 - 1 - v) for v < 8 (r_1 - 1).
+template <int N>
+struct BlockPairs {
+  static constexpr int kR1 = radix1(N);
+  static constexpr bool kInner = N / 256 != kR1;  // a digit d_2 between d_1 and the middle's
+  static constexpr int kH = kInner ? 16 : kR1;
+  static constexpr int kUnits = 1 + kH / 2 + (kInner ? 8 * (kR1 - 1) : 0);
+  static_assert(kH % 2 == 0, "the first range pairs around H / 2");
+  static TIMEX_FFT_HD constexpr void blocks(int u, int& a, int& b) {
+    if (u <= kH / 2) {
+      a = u, b = u == 0 ? 0 : kH - u;
+    } else {
+      a = 16 + (u - kH / 2 - 1), b = 16 * kR1 + 15 - a;
+    }
+  }
+};
+
+// The position within block 0 that holds -f of the position p's f (the top of this file).
+TIMEX_FFT_HD constexpr int block0_partner(int p) {
+  const int k1 = p / 16, k2 = p % 16;
+  return k1 != 0 ? 16 * (16 - k1) + 15 - k2 : (16 - k2) % 16;
+}
+
+// The sum over the block of every thread's v[j], for each j < 2, in every thread (the same
+// fixed order in every thread, so deterministic); slots: 2 TH / 32 floats, free (the caller
+// syncs after its last readers of them), free again at the caller's next barrier.
+template <int N, int TH>
+TIMEX_FFT_DEVICE void block_sum2(float (&v)[2], float* slots) {
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    for (int m = 16; m > 0; m /= 2) v[j] += __shfl_xor_sync(0xffffffffu, v[j], m);
+  }
+  if (tid % 32 == 0) slots[2 * (tid / 32)] = v[0], slots[2 * (tid / 32) + 1] = v[1];
+  TIMEX_FFT_SYNC();
+  v[0] = v[1] = 0.f;
+  for (int w = 0; w < TH / 32; ++w) v[0] += slots[2 * w], v[1] += slots[2 * w + 1];
+}
+
+// The shifts sh of the two rows that load_rows left in the planes (S's bits; amax: their
+// largest magnitudes) for one complex transform: each row's 2-norm times 2^sh[j] in [64, 128).
+// Scaled by their largest magnitudes instead, a sparse row's spectrum (a spike's is flat, its
+// norm a hundredth of a dense row's) would sit far below its partner's, and the planes'
+// rounding, relative to the larger, would take its accuracy. No element then exceeds 128, nor
+// any of the transform 256 (every pass unitary). The norms come from the rows scaled to [1, 2)
+// first (no overflow). A zero row keeps shift 0. Returns false where the rows must not share
+// a transform: one holds inf or NaN (it would reach the other's spectrum), or a nonzero row's
+// norm is too small to reach 64 under float's largest power of two (2^126, as scale_shift).
+template <typename S, int N, int TH>
+TIMEX_FFT_DEVICE bool norm_shifts(const uint16_t* re, const uint16_t* im, const float (&amax)[2],
+                                  float* slots, int (&sh)[2]) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int base[2] = {scale_shift(amax[0]), scale_shift(amax[1])};
+  const float pre[2] = {std::ldexp(1.f, base[0]), std::ldexp(1.f, base[1])};
+  float ss[2] = {0.f, 0.f};
+  for (int e = 8 * tid; e < N; e += 8 * TH) {  // the chunks that this thread stored
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint16_t v[8];
+      ld16(v, (p == 0 ? re : im) + swz(e));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x = bits_to_float<S>(v[j]) * pre[p];
+        ss[p] = std::fma(x, x, ss[p]);
+      }
+    }
+  }
+  TIMEX_FFT_SYNC();  // load_rows' readers of the slots are done
+  block_sum2<N, TH>(ss, slots);
+  bool together = true;
+  for (int j = 0; j < 2; ++j) {
+    sh[j] = 0;
+    if (!std::isfinite(ss[j])) together = false;
+    if (!(ss[j] > 0.f) || !std::isfinite(ss[j])) continue;
+    int ex;  // norm = f 2^ex, f in [0.5, 1): 2^(7 - ex) takes it into [64, 128)
+    std::frexp(std::sqrt(ss[j]), &ex);
+    sh[j] = base[j] + 7 - ex;
+    if (sh[j] > 126) together = false;
+  }
+  return together;
+}
+
+// Both channels' spectra from Y's entries y (at some position) and p (at the position of -f):
+// w0 = (y + conj p) u0, w1 = (y - conj p) / i u1.
+TIMEX_FFT_DEVICE void separate(cf32 y, cf32 p, float u0, float u1, cf32& w0, cf32& w1) {
+  w0 = {(y.x + p.x) * u0, (y.y - p.y) * u0};
+  w1 = {(y.y + p.y) * u1, (p.x - y.x) * u1};
+}
+
+// The planes hold Y / sqrt(N) (the unitary transform) before the middle's pass. Each warp
+// takes units of BlockPairs in turn: the middle's pass of the unit's blocks a and b, then per
+// n-tile t the DFT of a's tile t and b's tile 1 - t (b == a: a's, the same step twice), each
+// entry's partner by a shuffle (block 0: through buf), both spectra times u0 and u1. STORE: to
+// rows w0 and w1 (w1 null: the pair's second channel is missing), middle layout; else only the
+// largest |component| of each channel's entries in m. A tile at a time, not a block's two:
+// at 80 registers a thread (forward_min_blocks) both blocks' 32 entries spilled 550 bytes.
+template <typename S, int N, int TH, bool STORE>
+TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, cf32* w0row,
+                                       cf32* w1row, float u0, float u1, const DftFrags<S>& f16,
+                                       cf32* buf, float (&m)[2]) {
+  using P = BlockPairs<N>;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  const MiddleLane<S, N> ml(f16, lane);
+  m[0] = m[1] = 0.f;
+  const auto emit = [&](int it, int t, const cf32 (&y)[4], const cf32 (&p)[4]) {
+    cf32 a[4], b[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      separate(y[e], p[e], u0, u1, a[e], b[e]);
+      m[0] = std::fmax(m[0], norm_inf(a[e]));
+      m[1] = std::fmax(m[1], norm_inf(b[e]));
+    }
+    if constexpr (STORE) {
+      store4(w0row, it, lane, t, a);
+      if (w1row != nullptr) store4(w1row, it, lane, t, b);
+    }
+  };
+  // Entry e of this lane's tile t in a block: position 16 (g + 8 (e / 2)) + 8 t + 2 q + e % 2.
+  const auto pos = [&](int t, int e) { return 16 * (g + 8 * (e / 2)) + 8 * t + 2 * q + e % 2; };
+  for (int u = warp; u < P::kUnits; u += TH / 32) {
+    int a, b;
+    P::blocks(u, a, b);
+    uint32_t ar[4], ai[4], br[4], bi[4];
+    ml.load(re, im, a, ar, ai);
+    if (a == 0) {  // block 0 pairs within itself, not lane with lane ^ 31
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        cf32 y[4];
+        ml.dft(ar, ai, t, y);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) buf[pos(t, e)] = y[e];
+      }
+      __syncwarp();
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        cf32 y[4], p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[e] = buf[pos(t, e)], p[e] = buf[block0_partner(pos(t, e))];
+        emit(0, t, y, p);
+      }
+      __syncwarp();  // buf's readers are done before the next pass writes it
+      continue;
+    }
+    if (b != a) {
+      ml.load(re, im, b, br, bi);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) br[r] = ar[r], bi[r] = ai[r];
+    }
+    // Entry (t, e) of block a pairs with lane ^ 31's entry (1 - t, 3 - e) of block b, and
+    // block b's the other way round.
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      cf32 ya[4], yb[4], pa[4], pb[4];
+      ml.dft(ar, ai, t, ya);
+      ml.dft(br, bi, 1 - t, yb);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        pa[e] = {__shfl_xor_sync(0xffffffffu, yb[3 - e].x, 31),
+                 __shfl_xor_sync(0xffffffffu, yb[3 - e].y, 31)};
+        pb[e] = {__shfl_xor_sync(0xffffffffu, ya[3 - e].x, 31),
+                 __shfl_xor_sync(0xffffffffu, ya[3 - e].y, 31)};
+      }
+      emit(a, t, ya, pa);
+      if (b != a) emit(b, 1 - t, yb, pb);
+    }
+  }
+}
+
+// The planes' rows (S's bits, load_rows'), scaled by 2^sh[j], through the transform and the
+// separation to rows w0 and w1 (w1 null: not stored) and their exponents: the largest
+// components first, then the stores with the exponents they imply (the middle's steps again
+// from the planes: cheaper than a rescaling pass over 16 N bytes in global memory). A zero
+// row (zero[j]) gets zeros exactly, whatever its partner's rounding leaves.
+template <typename S, int N, int TH>
+TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const int (&sh)[2],
+                                             const bool (&zero)[2], cf32* w0, cf32* w1, int* e0,
+                                             int* e1, float* slots, cf32* buf) {
+  const float scale[1][2] = {{std::ldexp(1.f, sh[0]), std::ldexp(1.f, sh[1])}};
+  scale_sets<S, N, 1, TH>(re, im, scale);
+  DftFrags<Plane> f16;
+  f16.init(static_cast<int>(threadIdx.x) % 32);
+  TIMEX_FFT_SYNC();
+  forward_transform<N, 1, TH>(re, im, f16);
+  // The planes hold DFT(h0 2^sh0 + i h1 2^sh1) / sqrt(N): DFT(h_j) = sqrt(N) 2^-sh_j times
+  // the separated halves (separate's factor 1 / 2 folded in).
+  const float u0 = zero[0] ? 0.f : 0.5f * std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
+  const float u1 = zero[1] ? 0.f : 0.5f * std::sqrt(float(N)) * std::ldexp(1.f, -sh[1]);
+  float m[2];
+  separate_spectra<Plane, N, TH, false>(re, im, nullptr, nullptr, u0, u1, f16, buf, m);
+  block_max_n<N, TH>(m, slots);
+  const int we0 = scale_exponent(m[0]), we1 = scale_exponent(m[1]);
+  separate_spectra<Plane, N, TH, true>(re, im, w0, w1, u0 * std::ldexp(1.f, -we0),
+                                       u1 * std::ldexp(1.f, -we1), f16, buf, m);
+  if (threadIdx.x == 0) {
+    *e0 = we0;
+    if (w1 != nullptr) *e1 = we1;
+  }
+}
+
+// W's spectra, one CTA per pair of channels c0 = 2 blockIdx.x, c1 = c0 + 1 (missing where C is
+// odd: zeros, not stored): wz[c] (N complex floats, the middle's layout) = the unnormalised DFT
+// of h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its largest component
+// below 1 (what the conv kernel's middle needs to keep its products within float16: the top of
+// timex_fft_tc.cuh). w: (C, T) contiguous of S. Where the rows must not share a transform
+// (norm_shifts), each goes through one of its own, its partner's plane zero.
+template <typename S, int N>
+TIMEX_FFT_TC_KERNEL(forward_threads(N), spectrum_min_blocks(N))
+spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restrict__ wz,
+                   int* __restrict__ wexp) {
+  static_assert(valid_length(N), "N: a transform length (valid_length)");
+  constexpr int TH = forward_threads(N);
+  TIMEX_FFT_SHARED(smem);
+  uint16_t* re = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* im = re + N;
+  float* slots = reinterpret_cast<float*>(im + N);
+  cf32* buf = reinterpret_cast<cf32*>(smem + forward_smem_bytes(N));
+  const int c0 = 2 * static_cast<int>(blockIdx.x);
+  const bool two = c0 + 1 < C;
+  const int vec = vector_width(T, w);
+  const uint16_t* const w0 = w + int64_t(c0) * T;
+  const uint16_t* const w1 = two ? w + int64_t(c0 + 1) * T : nullptr;
+  float amax[2];
+  load_rows<S, N, TH>(re, im, w0, w1, T, vec, /*reversed=*/true, slots, amax);
+  int sh[2];
+  const bool together = norm_shifts<S, N, TH>(re, im, amax, slots, sh);
+  bool zero[2] = {!(amax[0] > 0.f), !(amax[1] > 0.f)};
+  // Together: one transform; else one row a transform (a NaN stays in its own spectrum).
+  for (int j = 0; j < (together || !two ? 1 : 2); ++j) {
+    if (!together) {
+      TIMEX_FFT_SYNC();  // the planes' and slots' readers are done
+      load_rows<S, N, TH>(re, im, j == 0 ? w0 : w1, nullptr, T, vec, true, slots, amax);
+      sh[0] = scale_shift(amax[0]), sh[1] = 0;
+      zero[0] = false, zero[1] = true;
+    }
+    const int c = c0 + j;
+    transform_and_separate<S, N, TH>(re, im, sh, zero, wz + int64_t(c) * N,
+                                     together && two ? wz + int64_t(c + 1) * N : nullptr,
+                                     wexp + c, wexp + c + 1, slots, buf);
+  }
+}
+
+}  // namespace fft_tc
+}  // namespace rwkv

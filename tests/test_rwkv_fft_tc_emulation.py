@@ -273,7 +273,8 @@ void check_spectra(int C, int T, int odd, double tol) {
   }
   std::vector<cf32> wz(size_t(C) * N, cf32{7e7f, 7e7f});
   std::vector<int> wexp(C, 99);
-  launch((C + 1) / 2, forward_threads(N), spectrum_smem_bytes(N), [&] {
+  const int spectrum_grid = static_cast<int>(spectrum_ctas(N, C));
+  launch(spectrum_grid, forward_threads(N), spectrum_smem_bytes(N), [&] {
     spectrum_tc_kernel<S, N>(u16(w.data()), C, T, wz.data(), wexp.data());
   });
   const double pi = 3.14159265358979323846;
@@ -328,7 +329,8 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   }
   std::vector<cf32> wz(size_t(C) * N);
   std::vector<int> wexp(C, 99);
-  launch((C + 1) / 2, forward_threads(N), spectrum_smem_bytes(N), [&] {
+  const int spectrum_grid = static_cast<int>(spectrum_ctas(N, C));
+  launch(spectrum_grid, forward_threads(N), spectrum_smem_bytes(N), [&] {
     spectrum_tc_kernel<S, N>(u16(in.w.data()), C, T, wz.data(), wexp.data());
   });
   const S guard = static_cast<S>(777.0);
@@ -367,16 +369,14 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
 int main() {
   using BF = c10::BFloat16;
   using H = c10::Half;
-  // every pairing of blocks: one digit above the middle's (N = 2048, 4096, 6144), two (8192 to
-  // 32768); T short, as the pairing is N's
-  check_spectra<BF, 2048>(3, 1000, 0, 3e-3);
-  check_spectra<H, 4096>(2, 700, 1, 3e-3);
-  check_spectra<BF, 6144>(2, 3000, 2, 3e-3);
-  check_spectra<H, 8192>(2, 500, 3, 3e-3);
-  check_spectra<BF, 12288>(2, 400, 1, 3e-3);
-  check_spectra<BF, 32768>(3, 300, 1, 3e-3);
-  check_spectra<H, 16384>(2, 300, 4, 3e-3);
-  check_spectra<BF, 2048>(2, 1000, 5, 3e-3);
+  // one channel a CTA (N <= 24576), then two (28672, 32768: every pairing of blocks); T
+  // short, as the pairing is N's
+  check_spectra<BF, 6144>(3, 3000, 1, 3e-3);
+  check_spectra<H, 24576>(2, 500, 3, 3e-3);
+  for (int odd = 0; odd < 6; ++odd) {
+    check_spectra<BF, 32768>(3, 300, odd, 3e-3);
+    check_spectra<H, 28672>(2, 700, odd, 3e-3);
+  }
   check<BF, 2048>(2, 3, 1024, 1, 3, 0, 1e-2);   // one pair per channel, a CTA each
   check<H, 2048>(5, 3, 1001, 1, 2, 1, 2e-3);    // 3 pairs (one of one row), 2 CTAs looping
   check<BF, 4096>(7, 2, 2048, 3, 0, 0, 1e-2);   // pairs split 3 ways, the reduce launch

@@ -1,5 +1,5 @@
 // RWKV TimeX: host side of the FFT convolution on tensor cores (timex_fft_tc.h). Per call:
-// W's spectra (C rows, one CTA per two; the backward takes the forward's where the caller kept
+// W's spectra (C rows, a CTA per one or two; the backward takes the forward's where the caller kept
 // them), then the forward's conv kernel (a CTA per channel and pair of batch rows) or the
 // backward kernel (both gradients; a reduce launch where the batch is split).
 #include "rwkv/timex_fft_tc.h"
@@ -60,9 +60,9 @@ std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        tc::spectrum_tc_kernel<S, kN>, static_cast<int>((C + 1) / 2), tc::forward_threads(kN),
-        tc::spectrum_smem_bytes(kN), stream, bits(w), static_cast<int>(C), static_cast<int>(T),
-        as<tc::cf32>(wz), as<int>(wexp)));
+        tc::spectrum_tc_kernel<S, kN>, static_cast<int>(tc::spectrum_ctas(kN, C)),
+        tc::forward_threads(kN), tc::spectrum_smem_bytes(kN), stream, bits(w),
+        static_cast<int>(C), static_cast<int>(T), as<tc::cf32>(wz), as<int>(wexp)));
   });
   return {wz, wexp};
 }

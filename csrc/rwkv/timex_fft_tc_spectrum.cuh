@@ -1,10 +1,13 @@
-// RWKV TimeX on tensor cores, W's spectra (the transform: timex_fft_tc.cuh): two channels per
-// CTA in one complex transform. A real row's transform is Hermitian, so the transform of
-// x = h0 a0 + i h1 a1 (h_j the reversed rows of channels c0 = 2 j', c1 = c0 + 1, a_j powers of
-// two) holds both: with Y = DFT(x),
+// RWKV TimeX on tensor cores, W's spectra (the transform: timex_fft_tc.cuh). From N = 28672 on
+// (spectrum_pairs), two channels per CTA in one complex transform: a real row's transform is
+// Hermitian, so the transform of x = h0 a0 + i h1 a1 (h_j the reversed rows of channels
+// c0 = 2 j', c1 = c0 + 1, a_j powers of two) holds both: with Y = DFT(x),
 //   DFT(h0)[f] = (Y[f] + conj(Y[-f])) / (2 a0),  DFT(h1)[f] = (Y[f] - conj(Y[-f])) / (2 i a1).
-// One transform per channel had its imaginary plane all zeros; at B = 2 (one row pair per
-// channel) the spectra took 18-20% of the op's forward + backward GPU time (H200, run 33).
+// Below, one channel per CTA (its imaginary plane zero). Measured on the H200 (run 33, the
+// kernel's time, C = 512 to 1024): at N = 32768, where a CTA of 512 threads fills an SM and
+// the grid is waves deep, pairs took 23% less (208 -> 160 us at (2, 1024, 16384)); at N = 16384
+// 4% less, at 6144 5% less to 22% more, at 4096 12% more: there the grid is a wave or two of
+// CTAs bound by their latency, and pairs halve the CTAs while each does more.
 //
 // Pairing f with -f in the storage order (the top of timex_fft_tc.cuh: position s holds
 // f = d_1 + r_1 (d_2 + 16 (...)), s's most significant digit f's least): -f takes f's lowest
@@ -24,33 +27,32 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The spectrum kernel's shared memory: the forward kernels' (planes, two floats a warp), then
-// block 0's 256 entries (cf32) for its pairing within the block. Its register cap: two CTAs of
-// 256 threads an SM (128 registers; one of 512 from N = 28672, as forward_min_blocks): at the
-// conv kernel's 80 the separation spilled about 200 bytes a thread, and its C / 2 CTAs (256
-// at C = 512) fill an H100's or H200's SMs twice at most anyway.
-TIMEX_FFT_HD constexpr int spectrum_smem_bytes(int N) { return forward_smem_bytes(N) + 2048; }
-TIMEX_FFT_HD constexpr int spectrum_min_blocks(int N) {
-  return N > 24576 ? 1 : 2 * 256 / forward_threads(N);
+// Whether the spectrum kernel pairs channels (the top of this file): where one CTA of 512
+// threads fills an SM (forward_threads).
+TIMEX_FFT_HD constexpr bool spectrum_pairs(int N) { return N > 24576; }
+// Its CTAs for C channels, and its shared memory: the forward kernels' (planes, two floats a
+// warp), then where it pairs block 0's 256 entries (cf32) for its pairing within the block.
+TIMEX_FFT_HD constexpr int64_t spectrum_ctas(int N, int64_t C) {
+  return spectrum_pairs(N) ? (C + 1) / 2 : C;
+}
+TIMEX_FFT_HD constexpr int spectrum_smem_bytes(int N) {
+  return forward_smem_bytes(N) + (spectrum_pairs(N) ? 2048 : 0);
 }
 
-// The blocks of 256 positions pair by the digits above the middle's two: a block index b =
-// d_1 (N / 256 = r_1: N = 2048, 4096, 6144) or 16 d_1 + d_2 (N / 256 = 16 r_1). b in [1, H)
-// (H = 16, or r_1 without d_2) pairs with H - b; b in [16, 16 r_1) with 16 r_1 + 15 - b.
-// Units of work: unit 0 is block 0; units 1 .. H / 2 the pairs (u, H - u) (H even: H / 2
-// pairs with itself); the rest (16 + v, 16 r_1 - 1 - v) for v < 8 (r_1 - 1).
+// The blocks of 256 positions pair by the two digits above the middle's: a block index b =
+// 16 d_1 + d_2 (N / 256 = 16 r_1 where spectrum_pairs). b in [1, 16) pairs with 16 - b, b in
+// [16, 16 r_1) with 16 r_1 + 15 - b. Units of work: unit 0 is block 0; units 1 .. 8 the pairs
+// (u, 16 - u) (8 with itself); the rest (16 + v, 16 r_1 - 1 - v) for v < 8 (r_1 - 1).
 template <int N>
 struct BlockPairs {
   static constexpr int kR1 = radix1(N);
-  static constexpr bool kInner = N / 256 != kR1;  // a digit d_2 between d_1 and the middle's
-  static constexpr int kH = kInner ? 16 : kR1;
-  static constexpr int kUnits = 1 + kH / 2 + (kInner ? 8 * (kR1 - 1) : 0);
-  static_assert(kH % 2 == 0, "the first range pairs around H / 2");
+  static_assert(N / 256 == 16 * kR1, "two digits above the middle's");
+  static constexpr int kUnits = 1 + 8 + 8 * (kR1 - 1);
   static TIMEX_FFT_HD constexpr void blocks(int u, int& a, int& b) {
-    if (u <= kH / 2) {
-      a = u, b = u == 0 ? 0 : kH - u;
+    if (u <= 8) {
+      a = u, b = u == 0 ? 0 : 16 - u;
     } else {
-      a = 16 + (u - kH / 2 - 1), b = 16 * kR1 + 15 - a;
+      a = 16 + (u - 9), b = 16 * kR1 + 15 - a;
     }
   }
 };
@@ -133,7 +135,7 @@ TIMEX_FFT_DEVICE void separate(cf32 y, cf32 p, float u0, float u1, cf32& w0, cf3
 // entry's partner by a shuffle (block 0: through buf), both spectra times u0 and u1. STORE: to
 // rows w0 and w1 (w1 null: the pair's second channel is missing), middle layout; else only the
 // largest |component| of each channel's entries in m. A tile at a time, not a block's two:
-// at 80 registers a thread (forward_min_blocks) both blocks' 32 entries spilled 550 bytes.
+// their 32 entries at once spilled (550 bytes a thread at 80 registers).
 template <typename S, int N, int TH, bool STORE>
 TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, cf32* w0row,
                                        cf32* w1row, float u0, float u1, const DftFrags<S>& f16,
@@ -239,14 +241,15 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
   }
 }
 
-// W's spectra, one CTA per pair of channels c0 = 2 blockIdx.x, c1 = c0 + 1 (missing where C is
-// odd: zeros, not stored): wz[c] (N complex floats, the middle's layout) = the unnormalised DFT
-// of h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its largest component
-// below 1 (what the conv kernel's middle needs to keep its products within float16: the top of
-// timex_fft_tc.cuh). w: (C, T) contiguous of S. Where the rows must not share a transform
-// (norm_shifts), each goes through one of its own, its partner's plane zero.
+// W's spectra: wz[c] (N complex floats, the middle's layout) = the unnormalised DFT of
+// h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its largest component below
+// 1 (what the conv kernel's middle needs to keep its products within float16: the top of
+// timex_fft_tc.cuh). w: (C, T) contiguous of S; spectrum_ctas(N, C) CTAs. One channel a CTA,
+// or where spectrum_pairs channels c0 = 2 blockIdx.x and c1 = c0 + 1 (missing where C is odd:
+// zeros, not stored) in one transform; where those rows must not share one (norm_shifts), each
+// goes through its own, its partner's plane zero.
 template <typename S, int N>
-TIMEX_FFT_TC_KERNEL(forward_threads(N), spectrum_min_blocks(N))
+TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
 spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restrict__ wz,
                    int* __restrict__ wexp) {
   static_assert(valid_length(N), "N: a transform length (valid_length)");
@@ -255,29 +258,45 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
-  cf32* buf = reinterpret_cast<cf32*>(smem + forward_smem_bytes(N));
-  const int c0 = 2 * static_cast<int>(blockIdx.x);
-  const bool two = c0 + 1 < C;
   const int vec = vector_width(T, w);
-  const uint16_t* const w0 = w + int64_t(c0) * T;
-  const uint16_t* const w1 = two ? w + int64_t(c0 + 1) * T : nullptr;
-  float amax[2];
-  load_rows<S, N, TH>(re, im, w0, w1, T, vec, /*reversed=*/true, slots, amax);
-  int sh[2];
-  const bool together = norm_shifts<S, N, TH>(re, im, amax, slots, sh);
-  bool zero[2] = {!(amax[0] > 0.f), !(amax[1] > 0.f)};
-  // Together: one transform; else one row a transform (a NaN stays in its own spectrum).
-  for (int j = 0; j < (together || !two ? 1 : 2); ++j) {
-    if (!together) {
-      TIMEX_FFT_SYNC();  // the planes' and slots' readers are done
-      load_rows<S, N, TH>(re, im, j == 0 ? w0 : w1, nullptr, T, vec, true, slots, amax);
-      sh[0] = scale_shift(amax[0]), sh[1] = 0;
-      zero[0] = false, zero[1] = true;
+  if constexpr (!spectrum_pairs(N)) {
+    const int c = static_cast<int>(blockIdx.x);
+    DftFrags<Plane> f16;
+    int sh[2];
+    load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
+                                 slots, f16, sh);
+    // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary): the largest component of
+    // DFT(h) first, then the spectrum stored times 2^-we.
+    const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
+    const float amax_w = middle_spectrum<Plane, N, false, TH>(re, im, nullptr, unscale, f16);
+    const int we = scale_exponent(block_max<N, TH>(amax_w, slots));
+    middle_spectrum<Plane, N, true, TH>(re, im, wz + int64_t(c) * N,
+                                        unscale * std::ldexp(1.f, -we), f16);
+    if (threadIdx.x == 0) wexp[c] = we;
+  } else {
+    cf32* buf = reinterpret_cast<cf32*>(smem + forward_smem_bytes(N));
+    const int c0 = 2 * static_cast<int>(blockIdx.x);
+    const bool two = c0 + 1 < C;
+    const uint16_t* const w0 = w + int64_t(c0) * T;
+    const uint16_t* const w1 = two ? w + int64_t(c0 + 1) * T : nullptr;
+    float amax[2];
+    load_rows<S, N, TH>(re, im, w0, w1, T, vec, /*reversed=*/true, slots, amax);
+    int sh[2];
+    const bool together = norm_shifts<S, N, TH>(re, im, amax, slots, sh);
+    bool zero[2] = {!(amax[0] > 0.f), !(amax[1] > 0.f)};
+    // Together: one transform; else one row a transform (a NaN stays in its own spectrum).
+    for (int j = 0; j < (together || !two ? 1 : 2); ++j) {
+      if (!together) {
+        TIMEX_FFT_SYNC();  // the planes' and slots' readers are done
+        load_rows<S, N, TH>(re, im, j == 0 ? w0 : w1, nullptr, T, vec, true, slots, amax);
+        sh[0] = scale_shift(amax[0]), sh[1] = 0;
+        zero[0] = false, zero[1] = true;
+      }
+      const int c = c0 + j;
+      transform_and_separate<S, N, TH>(re, im, sh, zero, wz + int64_t(c) * N,
+                                       together && two ? wz + int64_t(c + 1) * N : nullptr,
+                                       wexp + c, wexp + c + 1, slots, buf);
     }
-    const int c = c0 + j;
-    transform_and_separate<S, N, TH>(re, im, sh, zero, wz + int64_t(c) * N,
-                                     together && two ? wz + int64_t(c + 1) * N : nullptr,
-                                     wexp + c, wexp + c + 1, slots, buf);
   }
 }
 

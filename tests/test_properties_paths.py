@@ -294,7 +294,7 @@ def tc_faster(B, T):
     """Whether auto takes the tensor-core FFT in bfloat16 for B rows of T (timex_cuda.cu)."""
     if 3072 < T <= 4096:
         return B == 4 or B >= 6
-    return B >= 2 and not (T > 12288 and B == 3)
+    return B >= 2
 
 
 def expected_algorithm(device, dtype, T, algo, B):

@@ -210,15 +210,16 @@ constexpr int64_t kF64DirectMaxT = 256;
 //     more with 1;
 //   8192 < T <= 12288 (N = 20480, 24576; run 30): 24-32% less with B = 2, 36-49% with 4 and 8;
 //     9-22% more with 1;
-//   T > 12288 (N = 28672, 32768): 7-10% less with B = 2, 18-20% with 4, 9-10% with 5; 2-3% more
-//     with 3 (at C = 512 and 1024), 45-48% with 1.
+//   T > 12288 (N = 28672, 32768): with W's spectra two channels a CTA (a0abc1d), 13-16% less
+//     with B = 2, 1-3% with 3 (2-3% more before); before it 18-20% with 4, 9-10% with 5;
+//     35-37% more with 1.
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 bool tc_faster(int64_t B, int64_t T) {
   if (T > 3072 && T <= 4096) return B == 4 || B >= 6;
-  return B >= 2 && !(T > 12288 && B == 3);
+  return B >= 2;
 }
 
 fft::Kernel fastest_fft(const Tensor& k) {

@@ -248,9 +248,10 @@ template <typename S>
 uint16_t* u16(S* p) { return reinterpret_cast<uint16_t*>(p); }
 
 STORAGE_FREQUENCY
-// W's spectra from spectrum_tc_kernel (two channels a CTA, one complex transform) against the
-// float64 DFT of h_c[t] = w[c, T-1-t], each channel relative to its own largest component.
-// Channel 1 of each pair is, per `odd`: 0 like channel 0 (dense, random), 1 a spike (its
+// W's spectra from spectrum_tc_kernel (a channel a CTA, or where spectrum_pairs two in one
+// complex transform) against the float64 DFT of h_c[t] = w[c, T-1-t], each channel relative to
+// its own largest component; tol 3e-3, as the one-channel kernel read up to 1.4e-3 on these
+// inputs (a spike's flat spectrum at N = 32768). Channel 1 of each pair is, per `odd`: 0 like channel 0 (dense, random), 1 a spike (its
 // norm a sqrt(T)th of channel 0's: the planes' rounding relative to the larger row would
 // take its accuracy), 2 channel 0's values times 2^-30, 3 zeros (its spectrum must be zeros
 // exactly, not its partner's rounding), 4 channel 0's with one NaN (which must not reach

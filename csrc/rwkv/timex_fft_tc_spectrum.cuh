@@ -1,7 +1,7 @@
 // RWKV TimeX on tensor cores, W's spectra (the transform: timex_fft_tc.cuh). From N = 28672 on
 // (spectrum_pairs), two channels per CTA in one complex transform: a real row's transform is
-// Hermitian, so the transform of x = h0 a0 + i h1 a1 (h_j the reversed rows of channels
-// c0 = 2 j', c1 = c0 + 1, a_j powers of two) holds both: with Y = DFT(x),
+// Hermitian, so the transform of x = h0 a0 + i h1 a1 (h0, h1 the reversed rows of channels
+// 2 j and 2 j + 1, a0, a1 powers of two) holds both: with Y = DFT(x),
 //   DFT(h0)[f] = (Y[f] + conj(Y[-f])) / (2 a0),  DFT(h1)[f] = (Y[f] - conj(Y[-f])) / (2 i a1).
 // Below, one channel per CTA (its imaginary plane zero). Measured on the H200 (run 33, the
 // kernel's time, C = 512 to 1024): at N = 32768, where a CTA of 512 threads fills an SM and

@@ -305,15 +305,12 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict_
 }
 
 // The spectrum alone (the W-spectrum kernel): the pass at stride 16 and DFT_16 (MiddleLane's
-// load and dft), times `scale`; to `row` (N complex floats, middle layout) where STORE. Returns
-// the largest |component| of this lane's entries (the kernel runs it twice: for the largest,
-// then to store with the scale that it implies, rather than rescaling its stores in place).
-template <typename S, int N, bool STORE, int TH = threads(N)>
-TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
-                                       float scale, const DftFrags<S>& f16) {
+// load and dft), times `scale`, to `row` (N complex floats, middle layout).
+template <typename S, int N, int TH = threads(N)>
+TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
+                                      float scale, const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
-  float amax = 0.f;
   for (int it = warp; it < N / 256; it += TH / 32) {
     uint32_t xr[4], xi[4];
     m.load(re, im, it, xr, xi);
@@ -322,14 +319,10 @@ TIMEX_FFT_DEVICE float middle_spectrum(const uint16_t* re, const uint16_t* im, c
       cf32 y[4];
       m.dft(xr, xi, t, y);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        y[e] = {y[e].x * scale, y[e].y * scale};
-        amax = std::fmax(amax, norm_inf(y[e]));
-      }
-      if constexpr (STORE) store4(row, it, lane, t, y);
+      for (int e = 0; e < 4; ++e) y[e] = {y[e].x * scale, y[e].y * scale};
+      store4(row, it, lane, t, y);
     }
   }
-  return amax;
 }
 
 // The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim

@@ -210,6 +210,34 @@ TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, c
   }
 }
 
+// A bound on the middle's outputs, from the planes it starts from (the transform before the
+// middle's pass, one channel): the middle maps each block of 256 positions onto itself by a
+// unitary transform, so none of a block's outputs exceeds the 2-norm of its inputs. The
+// largest of this thread's warp's blocks' 2-norms (each warp a block in turn, as the middle;
+// the caller's barrier orders it after the planes' writers). inf stays inf; NaN is skipped,
+// as the largest components were.
+template <int N, int TH>
+TIMEX_FFT_DEVICE float middle_bound(const uint16_t* re, const uint16_t* im) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  float m = 0.f;
+  for (int it = warp; it < N / 256; it += TH / 32) {
+    float ss = 0.f;
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint16_t v[8];
+      ld16(v, (p == 0 ? re : im) + swz(256 * it + 8 * lane));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x = bits_to_float<Plane>(v[j]);
+        ss = std::fma(x, x, ss);
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    m = std::fmax(m, ss);
+  }
+  return std::sqrt(m);
+}
+
 // The planes' rows (S's bits, load_rows'), scaled by 2^sh[j], through the transform and the
 // separation to rows w0 and w1 (w1 null: not stored) and their exponents: the largest
 // components first, then the stores with the exponents they imply (the middle's steps again
@@ -242,9 +270,9 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
 }
 
 // W's spectra: wz[c] (N complex floats, the middle's layout) = the unnormalised DFT of
-// h[s] = w[c, T-1-s] times 2^-wexp[c], the power of two that takes its largest component below
-// 1 (what the conv kernel's middle needs to keep its products within float16: the top of
-// timex_fft_tc.cuh). w: (C, T) contiguous of S; spectrum_ctas(N, C) CTAs. One channel a CTA,
+// h[s] = w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below 16 where
+// one channel has the CTA, below 1 where two share it (what the conv kernel's middle needs to
+// keep its products within float16: Plane, timex_fft_tc_common.cuh). w: (C, T) contiguous of S; spectrum_ctas(N, C) CTAs. One channel a CTA,
 // or where spectrum_pairs channels c0 = 2 blockIdx.x and c1 = c0 + 1 (missing where C is odd:
 // zeros, not stored) in one transform; where those rows must not share one (norm_shifts), each
 // goes through its own, its partner's plane zero.
@@ -265,13 +293,18 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
     int sh[2];
     load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
                                  slots, f16, sh);
-    // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary): the largest component of
-    // DFT(h) first, then the spectrum stored times 2^-we.
-    const float unscale = std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
-    const float amax_w = middle_spectrum<Plane, N, false, TH>(re, im, nullptr, unscale, f16);
-    const int we = scale_exponent(block_max<N, TH>(amax_w, slots));
-    middle_spectrum<Plane, N, true, TH>(re, im, wz + int64_t(c) * N,
-                                        unscale * std::ldexp(1.f, -we), f16);
+    // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary), before the middle. A bound
+    // on its outputs (middle_bound; 1.01 covers the float16 rounding of its DFT matrices and
+    // of the data between its two products) sets we, so that one sweep of the middle stores
+    // the spectrum times 2^-we: components below 16, the largest above 0.35 (the bound
+    // exceeds it at most 16 sqrt(2) 1.01 times), so the conv's products lose no more
+    // precision than with the largest in [0.5, 1), which took a second sweep to find
+    // (18.3 -> X us at (2, 512, 2500) bfloat16, H200, run 34). Its exponent eb in the planes'
+    // units: no float overflows for any input's range.
+    const float bound = block_max<N, TH>(middle_bound<N, TH>(re, im), slots);
+    const int eb = scale_exponent(1.01f * std::sqrt(float(N)) * bound), we = eb - sh[0] - 4;
+    middle_spectrum<Plane, N, TH>(re, im, wz + int64_t(c) * N,
+                                  std::ldexp(std::sqrt(float(N)), 4 - eb), f16);
     if (threadIdx.x == 0) wexp[c] = we;
   } else {
     cf32* buf = reinterpret_cast<cf32*>(smem + forward_smem_bytes(N));

@@ -141,10 +141,10 @@ def test_backward_work_splits(tc, shape):
 @pytest.mark.parametrize("shape", [(9, 2, 2500), (1, 700, 3000), (6, 300, 2049), (9, 2, 4500),
                                    (2, 200, 6000)])
 def test_backward_acc_places(tc, monkeypatch, shape):
-    """The backward's running sum in shared memory (RWKV_TIMEX_TC_ACC=smem, auto's choice at
-    N = 6144 and 12288 where an SM holds 512 threads of it) or in global memory: the same sums
-    in the same order, so bitwise the same gradients, within bfloat16's bound; split (the sums
-    copied out to the reduce launch), looping over channels, one pair per channel; a bad value
+    """The backward's running sum in shared memory (RWKV_TIMEX_TC_ACC=smem, auto's choice at N =
+    6144, and at 12288 from B = 3, where an SM holds 512 threads of it) or in global memory: the
+    same sums in the same order, so bitwise the same gradients, within bfloat16's bound; split (the
+    sums copied out to the reduce launch), looping over channels, one pair per channel; a bad value
     raises."""
     w, k, g = make(*shape, torch.bfloat16)
     want = grads_of(timex_fftconv, w.double(), k.double(), g.double(), 0.0)

@@ -93,7 +93,10 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
 // ACC_SMEM), only ever at the lengths built so (has_acc_smem). auto: where an SM holds 512 of
 // its threads, as it holds 512 of the kernel without (sm_90's 228 KiB: two CTAs of 96 KiB at
 // N = 6144, one of 512 threads and 192 KiB at 12288; not sm_80's 164 KiB, where it would halve
-// them); smem: wherever one CTA fits; global: never.
+// them), except at N = 12288 where a channel has one pair (B <= 2): there each CTA's sum has
+// one term, and 4 CTAs of 256 threads a SM took 3-5% less backward time than one of 512
+// (bfloat16, H200, run 36 in benchmarks/results/issue29_runs; at N = 6144 on chip stays 5%
+// faster at B = 1 and 2, at N = 12288 1% at B = 4); smem: wherever one CTA fits; global: never.
 bool acc_on_chip(int64_t N, const Tensor& k) {
   const int n = static_cast<int>(N);
   if (!tc::has_acc_smem(n)) return false;
@@ -103,7 +106,8 @@ bool acc_on_chip(int64_t N, const Tensor& k) {
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
     const size_t per_sm =
         prop.sharedMemPerMultiprocessor / (bytes + prop.reservedSharedMemPerBlock);
-    return bytes <= prop.sharedMemPerBlockOptin && per_sm * tc::backward_threads(n, true) >= 512;
+    return bytes <= prop.sharedMemPerBlockOptin && per_sm * tc::backward_threads(n, true) >= 512 &&
+           (n != 12288 || k.size(0) > 2);
   }
   if (std::strcmp(v, "smem") == 0) return bytes <= prop.sharedMemPerBlockOptin;
   if (std::strcmp(v, "global") == 0) return false;

@@ -7,7 +7,8 @@
 // kernel's time, C = 512 to 1024): at N = 32768, where a CTA of 512 threads fills an SM and
 // the grid is waves deep, pairs took 23% less (208 -> 160 us at (2, 1024, 16384)); at N = 16384
 // 4% less, at 6144 5% less to 22% more, at 4096 12% more: there the grid is a wave or two of
-// CTAs bound by their latency, and pairs halve the CTAs while each does more.
+// CTAs bound by their latency, and pairs halve the CTAs while each does more. (Since run 34
+// one channel a CTA sweeps the middle once, 7-12% less time, so N = 16384's 4% is gone too.)
 //
 // Pairing f with -f in the storage order (the top of timex_fft_tc.cuh: position s holds
 // f = d_1 + r_1 (d_2 + 16 (...)), s's most significant digit f's least): -f takes f's lowest
@@ -299,7 +300,7 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
     // the spectrum times 2^-we: components below 16, the largest above 0.35 (the bound
     // exceeds it at most 16 sqrt(2) 1.01 times), so the conv's products lose no more
     // precision than with the largest in [0.5, 1), which took a second sweep to find
-    // (18.3 -> X us at (2, 512, 2500) bfloat16, H200, run 34). Its exponent eb in the planes'
+    // (18.3 -> 16.2 us at (2, 512, 2500) bfloat16, H200, run 34). Its exponent eb in the planes'
     // units: no float overflows for any input's range.
     const float bound = block_max<N, TH>(middle_bound<N, TH>(re, im), slots);
     const int eb = scale_exponent(1.01f * std::sqrt(float(N)) * bound), we = eb - sh[0] - 4;

@@ -94,9 +94,10 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
 // its threads, as it holds 512 of the kernel without (sm_90's 228 KiB: two CTAs of 96 KiB at
 // N = 6144, one of 512 threads and 192 KiB at 12288; not sm_80's 164 KiB, where it would halve
 // them), except at N = 12288 where a channel has one pair (B <= 2): there each CTA's sum has
-// one term, and 4 CTAs of 256 threads a SM took 3-5% less backward time than one of 512
-// (bfloat16, H200, run 36 in benchmarks/results/issue29_runs; at N = 6144 on chip stays 5%
-// faster at B = 1 and 2, at N = 12288 1% at B = 4); smem: wherever one CTA fits; global: never.
+// one term, and two CTAs of 256 threads an SM (96 KiB each) took 3-5% less backward time than
+// one of 512 (bfloat16, H200: run 34 (b) in benchmarks/results/issue29_runs; on chip stays 5%
+// faster at N = 6144 at B = 1 and 2, 1% at N = 12288 at B = 4); smem: wherever one CTA fits;
+// global: never.
 bool acc_on_chip(int64_t N, const Tensor& k) {
   const int n = static_cast<int>(N);
   if (!tc::has_acc_smem(n)) return false;

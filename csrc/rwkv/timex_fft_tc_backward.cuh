@@ -60,7 +60,7 @@ TIMEX_FFT_HD constexpr int backward_smem_bytes(int N, bool acc_smem = false) {
 //     limit): acc's read and write per pair, 96 KiB a CTA through L2, gone, the kernel 10-15%
 //     faster;
 //   N = 12288: one CTA of 512 threads and 192 KiB instead of two of 256 and 96: 4-8% faster at
-//     B >= 4, within 2% at B = 1 and 2;
+//     B >= 4, within 2% at B = 1 and 2 (3-5% slower there in run 34: auto leaves it off);
 //   N = 8192 (one CTA of 512 and 128 KiB instead of two of 256 and 64): -2% to +6%, not built;
 //   N = 4096 (64 KiB: 3 CTAs of 128 threads an SM instead of 4): 6-28% slower, not built.
 TIMEX_FFT_HD constexpr bool has_acc_smem(int N) { return N == 6144 || N == 12288; }

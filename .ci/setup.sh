@@ -4,8 +4,10 @@
 #
 # - If `python3` already has torch (a GPU machine with its own torch), that torch is used.
 #   Otherwise a virtual environment .venv is made with torch 2.14.1 (the CUDA 13.0 build).
-# - The CUDA kernels are compiled whenever torch is a CUDA build and nvcc is found, also
-#   without a GPU; then TORCH_CUDA_ARCH_LIST defaults to the local GPU, or to 9.0.
+# - The CUDA kernels are compiled when torch is a CUDA build, nvcc is found and a GPU is
+#   visible (for its SM targets), or when TORCH_CUDA_ARCH_LIST names targets; without a GPU
+#   and without that list the build is CPU-only (FUSED_OPS_CPU_ONLY=1): kernels that cannot
+#   run here are not worth their compile time (CI compiles every target in its wheels).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -33,13 +35,13 @@ if [ -d "$SITE/nvidia/cu13/include" ] && [ ! -f "${CUDA_HOME:-/nonexistent}/incl
   export CUDA_INC_PATH="$SITE/nvidia/cu13/include"  # cuBLAS/cuSPARSE headers ATen includes
 fi
 if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
-  export TORCH_CUDA_ARCH_LIST="9.0"
+  export FUSED_OPS_CPU_ONLY="${FUSED_OPS_CPU_ONLY:-1}"
 fi
 
 if [ "${FUSED_OPS_NO_BUILD:-0}" = 1 ]; then
   return 0  # the environment only (.ci/build_wheel.sh builds a wheel instead)
 fi
-echo "setup: $("$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'), CUDA_HOME=${CUDA_HOME:-none}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-auto}"
+echo "setup: $("$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'), CUDA_HOME=${CUDA_HOME:-none}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-auto}, FUSED_OPS_CPU_ONLY=${FUSED_OPS_CPU_ONLY:-0}"
 start=$(date +%s)
 mkdir -p build
 if ! "$PY" setup.py -q build_ext --inplace >build/build.log 2>&1; then

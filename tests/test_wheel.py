@@ -49,9 +49,36 @@ def test_all_needs_a_cuda_major_with_a_wheel():
 def test_gencode_flags():
     assert _build.gencode_flags(["sm_90a", "sm_120"], ["compute_120"]) == [
         "-gencode=arch=compute_90a,code=sm_90a",
-        "-gencode=arch=compute_120,code=sm_120",
-        "-gencode=arch=compute_120,code=compute_120",
+        "-gencode=arch=compute_120,code=[sm_120,compute_120]",
     ]
+    assert _build.gencode_flags(["sm_90"], []) == ["-gencode=arch=compute_90,code=sm_90"]
+    # One PTX per band: the band's PTX target at or below a cubin, else its oldest cubin.
+    assert _build.gencode_flags(["sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+                                ["compute_86"]) == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_86,code=[sm_86,compute_86]",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_100,code=[sm_100,sm_120]",
+    ]
+
+
+@pytest.mark.parametrize("major", sorted(_build.WHEELS))
+def test_gencode_flags_of_the_wheels(major):
+    """Every target of a wheel is made exactly once, cubins from PTX of their own band and
+    no newer than themselves; the fronts run once per band (and for the PTX target)."""
+    cubins, ptx = WHEEL_TARGETS[major]
+    made = []
+    for flag in _build.gencode_flags(cubins, ptx):
+        source, _, codes = flag.removeprefix("-gencode=arch=").partition(",code=")
+        for code in codes.strip("[]").split(","):
+            made.append(code)
+            if code.startswith("sm_"):
+                assert _build._band(source) == _build._band(code)
+                assert _build._split(source)[:2] <= _build._split(code)[:2]
+            else:
+                assert code == source
+    assert sorted(made) == sorted(cubins + ptx)
+    assert len(_build.gencode_flags(cubins, ptx)) == {13: 5, 12: 3}[major]
 
 
 @pytest.mark.parametrize("major", sorted(_build.WHEELS))

@@ -102,10 +102,46 @@ def parse_arch_list(text, major=None):
     return cubins, ptx
 
 
+def _band(target):
+    """The targets whose machine code is compiled from one PTX: one band per major version
+    below 10, one for Blackwell's majors (10, 11, 12) together."""
+    return min(_split(target)[0], 10)
+
+
 def gencode_flags(cubins, ptx):
-    """nvcc flags for the targets: machine code (SASS) per cubin, PTX text per ptx."""
-    flags = [f"-gencode=arch=compute_{c[3:]},code={c}" for c in cubins]
-    flags += [f"-gencode=arch={p},code={p}" for p in ptx]
+    """nvcc flags for the targets: machine code (SASS) per cubin, PTX text per ptx.
+
+    nvcc's front end (cicc, source to PTX) takes about two thirds of a target's compile time
+    and runs once per virtual architecture, ptxas (PTX to SASS) once per cubin. So the plain
+    cubins of a band (_band) share one PTX: that of the band's newest PTX target at or below
+    them, else of the band's oldest cubin (arch-specific a/f cubins keep their own). This is
+    what the sources allow: their device code changes only at 8.0 (bfloat16/float16 MMAs) and
+    9.0 (thread-block clusters), each a band's start. Measured on every .cu file (nvcc -ptx,
+    comments and the .version/.target lines aside): with nvcc 13.0 the PTX for 8.6 to 8.9
+    equals 8.0's (timex_fft_fused.cu's differs in NVVM's instruction order only), 10.3 to
+    12.1 differ from 10.0 only in that order, and 9.0 and 10.0 differ from their
+    predecessors in the code itself; with nvcc 12.4 (the heaviest four files) 7.2 and 7.5
+    equal 7.0's and 8.6 to 8.9 equal 8.0's. ptxas still compiles each cubin for its own GPU,
+    so the wheels hold machine code of every target with the fronts run 5 times instead of
+    12 (cu130) and 3 instead of 8 (cu12)."""
+    groups = {}  # virtual architecture -> the codes nvcc makes from its PTX
+    for c in cubins:
+        cap, suffix = _split(c)[:2], _split(c)[2]
+        if suffix:
+            source = f"compute_{c[3:]}"
+        else:
+            mine = [p for p in ptx
+                    if not _split(p)[2] and _band(p) == _band(c) and _split(p)[:2] <= cap]
+            peers = [o for o in cubins if not _split(o)[2] and _band(o) == _band(c)]
+            source = (max(mine, key=_split) if mine
+                      else "compute_" + min(peers, key=_split)[3:])
+        groups.setdefault(source, []).append(c)
+    for p in ptx:
+        groups.setdefault(p, []).append(p)
+    flags = []
+    for source, codes in groups.items():
+        code = codes[0] if len(codes) == 1 else "[" + ",".join(codes) + "]"
+        flags.append(f"-gencode=arch={source},code={code}")
     return flags
 
 

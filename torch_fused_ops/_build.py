@@ -116,14 +116,15 @@ def gencode_flags(cubins, ptx):
     cubins of a band (_band) share one PTX: that of the band's newest PTX target at or below
     them, else of the band's oldest cubin (arch-specific a/f cubins keep their own). This is
     what the sources allow: their device code changes only at 8.0 (bfloat16/float16 MMAs) and
-    9.0 (thread-block clusters), each a band's start. Measured on every .cu file (nvcc -ptx,
-    comments and the .version/.target lines aside): with nvcc 13.0 the PTX for 8.6 to 8.9
-    equals 8.0's (timex_fft_fused.cu's differs in NVVM's instruction order only), 10.3 to
-    12.1 differ from 10.0 only in that order, and 9.0 and 10.0 differ from their
-    predecessors in the code itself; with nvcc 12.4 (the heaviest four files) 7.2 and 7.5
-    equal 7.0's and 8.6 to 8.9 equal 8.0's. ptxas still compiles each cubin for its own GPU,
-    so the wheels hold machine code of every target with the fronts run 5 times instead of
-    12 (cu130) and 3 instead of 8 (cu12)."""
+    9.0 (thread-block clusters), each a band's start. Measured on every .cu file (nvcc -ptx;
+    comments, .version/.target lines and internal-name hashes aside): with nvcc 13.0 the PTX
+    for 8.6 to 8.9 equals 8.0's, and 10.3 to 12.1 equal 10.0's or differ from it (and in
+    timex_fft_fused.cu 8.6 from 8.0) only in NVVM's scheduling: instruction order and which
+    index arithmetic it recomputes (inspected: timex_fft_fused.cu, tile_pad_cuda.cu); 9.0 and
+    10.0 differ from their predecessors in the code itself. With nvcc 12.4 (the heaviest
+    four files) 7.2 and 7.5 equal 7.0's and 8.6 to 8.9 equal 8.0's. ptxas still compiles
+    each cubin for its own GPU, so the wheels hold machine code of every target with the
+    fronts run 5 times instead of 12 (cu130) and 3 instead of 8 (cu12)."""
     groups = {}  # virtual architecture -> the codes nvcc makes from its PTX
     for c in cubins:
         cap, suffix = _split(c)[:2], _split(c)[2]

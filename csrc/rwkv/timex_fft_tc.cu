@@ -178,12 +178,16 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const int64_t pairs = (B + 1) / 2, resident = resident_ctas<S>(T, on_chip, k);
   const int64_t splits = C >= resident ? 1 : std::max<int64_t>(1, std::min(pairs, resident / C));
   const int64_t items = C * splits, ctas = std::max<int64_t>(1, std::min(items, resident));
-  // ctas = items where split; none needed where acc is on chip and not split.
-  Tensor acc = fused_ops::empty({on_chip && splits == 1 ? 1 : ctas * N}, ScalarType::ComplexFloat,
-                                k);
+  // ctas = items where split; none where acc is on chip and not split (the kernel then never
+  // touches acc_all: no allocation, which short calls would pay in host time).
+  const bool acc_global = !on_chip || splits > 1;
+  Tensor acc;
+  if (acc_global) acc = fused_ops::empty({ctas * N}, ScalarType::ComplexFloat, k);
+  tc::cf32* const acc_ptr = acc_global ? as<tc::cf32>(acc) : nullptr;
   // Z's planes per CTA where they do not fit on chip with X's (N = 28672 and 32768).
   const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N));
-  Tensor zs = fused_ops::empty({std::max<int64_t>(1, ctas * scratch)}, ScalarType::Byte, k);
+  Tensor zs;
+  if (scratch > 0) zs = fused_ops::empty({ctas * scratch}, ScalarType::Byte, k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
@@ -192,7 +196,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
           kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
-          bits_out(grad_w), b, c, t, sp, false, as<tc::cf32>(acc),
+          bits_out(grad_w), b, c, t, sp, false, acc_ptr,
           scratch > 0 ? as<uint16_t>(zs) : nullptr));
     });
     if (splits > 1) {  // the reduce launch: a CTA per channel, acc in global memory
@@ -200,7 +204,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
           tc::backward_tc_kernel<S, kN>, c, tc::backward_threads(kN), tc::backward_smem_bytes(kN),
           stream, bits(g), bits(k), as<const tc::cf32>(spectra.first),
           as<const int>(spectra.second), bits_out(grad_k), bits_out(grad_w), b, c, t, sp, true,
-          as<tc::cf32>(acc), nullptr));
+          acc_ptr, nullptr));
     }
   });
   return {grad_w, grad_k};

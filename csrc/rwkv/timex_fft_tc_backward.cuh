@@ -117,7 +117,7 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 }
 
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
-// (C, T). acc_all: N complex floats per CTA (splits = 1; unused where ACC_SMEM) or per item
+// (C, T). acc_all: N complex floats per CTA (splits = 1; null where ACC_SMEM) or per item
 // (splits > 1: read by the reduce launch, one CTA per channel; where ACC_SMEM each item's sum is
 // copied there from shared memory at its end). scratch_all: backward_scratch_bytes(N) per CTA of
 // the grid (null where that is 0).
@@ -128,6 +128,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
                    uint16_t* __restrict__ scratch_all) {
+#if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   static_assert(!ACC_SMEM || (has_acc_smem(N) && !z_off_chip(N)), "acc on chip: has_acc_smem");
   constexpr int TH = backward_threads(N, ACC_SMEM);
@@ -166,8 +167,11 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     const int c = item / splits, s = item % splits;
     const int p0 = static_cast<int>(int64_t(s) * pairs / splits);
     const int p1 = static_cast<int>(int64_t(s + 1) * pairs / splits);
+    // (acc_all is null where ACC_SMEM and splits = 1: no sum leaves the chip.)
     cf32* const acc_global =
-        acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
+        ACC_SMEM && splits == 1
+            ? nullptr
+            : acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
     cf32* const acc = ACC_SMEM ? acc_smem : acc_global;
     const cf32* wrow = wz + int64_t(c) * N;
     float amax = 0.f;
@@ -238,6 +242,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       }
     }
   }
+#endif
 }
 
 }  // namespace fft_tc

@@ -22,6 +22,17 @@
 #define TIMEX_FFT_TC_KERNEL(threads, blocks) __global__ void __launch_bounds__(threads, blocks)
 #endif
 
+// TIMEX_FFT_TC_CODE: whether the kernels get their bodies in this compilation pass: the host
+// pass, the emulation and device code for sm_80 and newer (mma.sync on bfloat16/float16). For
+// the 7.x targets each kernel is an empty stub (tc_supported keeps the host from launching one
+// there), which keeps their nvcc time down: the bodies would compile to the same passes around
+// traps.
+#if defined(TIMEX_EMULATE) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define TIMEX_FFT_TC_CODE 1
+#else
+#define TIMEX_FFT_TC_CODE 0
+#endif
+
 namespace rwkv {
 namespace fft_tc {
 

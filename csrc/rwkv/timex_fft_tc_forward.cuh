@@ -74,6 +74,7 @@ TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
 conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
                const int* __restrict__ wexp, uint16_t* __restrict__ out, int B, int C, int T,
                float eps) {
+#if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   constexpr int TH = forward_threads(N);
   TIMEX_FFT_SHARED(smem);
@@ -99,6 +100,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   inverse_out<S, N, TH>(re, im, f16,
                         PairSink<S>(o0, o1, two, T, std::ldexp(1.f, wexp[c] - sh[0]),
                                     std::ldexp(1.f, wexp[c] - sh[1]), eps, out));
+#endif
 }
 
 }  // namespace fft_tc

@@ -3,9 +3,11 @@
 For each case: the host time of one call issued to an idle GPU (synchronised before each
 call, only the call timed; median of many), the wall time per call of back-to-back calls
 (max of host and GPU; step_host.per_call_us), the whole training step through eager
-autograd, and the profiler's host-side events of the op calls (the CUDA runtime calls among them: launches, attribute
-and occupancy queries, memsets) per call, so a fixed cost per call shows with its name.
+autograd, and the profiler's host-side events of the op calls (the CUDA runtime calls among
+them: launches, attribute and occupancy queries, memsets) per call, so a fixed cost per call
+shows with its name.
 Usage: python -m benchmarks.op_host [--cases timex lltm] [--dtype bfloat16 float32]
+[--timex-shapes "B,C,T" ...]
 """
 
 import argparse
@@ -58,7 +60,8 @@ def runtime_calls(fn, calls=50):
 def report(name, fns):
     print(f"\n### {name}")
     for label, fn in fns:
-        print(f"{label:34s} host {host_us(fn):8.1f} us   loop {per_call_us(fn, "cuda", n=200, rounds=5):8.1f} us")
+        loop = per_call_us(fn, "cuda", n=200, rounds=5)
+        print(f"{label:34s} host {host_us(fn):8.1f} us   loop {loop:8.1f} us")
     label, fn = fns[0]
     rows, gpu = runtime_calls(fn)
     print(f"profile of '{label}': GPU {gpu:.1f} us per call; host events per call:")
@@ -66,10 +69,14 @@ def report(name, fns):
         print(f"    {key[:60]:60s} x{count:5.2f} {us:8.2f} us")
 
 
-def timex_cases(dtype):
-    shapes = [(16, 512, 1024), (4, 1024, 2048), (1, 1024, 16384), (1, 128, 49152),
-              (1, 64, 65536)]
+TIMEX_SHAPES = [(16, 512, 1024), (4, 1024, 2048), (1, 1024, 16384), (1, 128, 49152),
+                (1, 64, 65536)]
+
+
+def timex_cases(dtype, shapes=TIMEX_SHAPES):
     fwd, bwd = torch.ops.rwkv_ops.timex_forward.default, torch.ops.rwkv_ops.timex_backward.default
+    keep = torch.ops.rwkv_ops.timex_forward_keep.default
+    kept = torch.ops.rwkv_ops.timex_backward_kept.default
     for B, C, T in shapes:
         w = torch.randn(C, T, device="cuda", dtype=dtype) * T ** -0.5
         k = torch.randn(B, C, T, device="cuda", dtype=dtype)
@@ -81,11 +88,17 @@ def timex_cases(dtype):
                 fwd(w, k, 0.0)
                 bwd(g, w, k)
 
+        def kept_ops():  # what timex's autograd.Function runs: the forward's spectra kept
+            with below_autograd():
+                _, kz, wz = keep(w, k, 0.0)
+                kept(g, w, k, kz, wz)
+
         def step():
             return torch.autograd.grad(rwkv_ops.timex(wl, kl), (wl, kl), g)
 
         algo = rwkv_ops.timex_algorithm(k)
         report(f"timex {dtype} {(B, C, T)} {algo}", [("fwd + bwd ops, below autograd", ops),
+                                                    ("keep + kept ops, below autograd", kept_ops),
                                                     ("step (timex + autograd.grad)", step)])
 
 
@@ -135,12 +148,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", nargs="+", default=["timex", "lltm"])
     parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--timex-shapes", nargs="+", default=None,
+                        help='TimeX shapes "B,C,T" (default: TIMEX_SHAPES)')
     args = parser.parse_args()
+    shapes = (TIMEX_SHAPES if args.timex_shapes is None else
+              [tuple(int(v) for v in s.strip("() ").split(",")) for s in args.timex_shapes])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     for dt in args.dtype:
         dtype = getattr(torch, dt)
         if "timex" in args.cases:
-            timex_cases(dtype)
+            timex_cases(dtype, shapes)
         if "lltm" in args.cases:
             lltm_cases(dtype)
 

@@ -51,6 +51,47 @@ T* as(const Tensor& t) {
 const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.const_data_ptr()); }
 uint16_t* bits_out(const Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 
+// RWKV_TIMEX_TC_PDL = 0 | 1 (or unset: 1), read at every call (to measure both ways): whether a
+// kernel that consumes the spectra just made starts while the spectrum kernel's last CTAs run
+// (launch_on_spectra).
+bool overlap_spectra() {
+  const char* v = std::getenv("RWKV_TIMEX_TC_PDL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  fused_ops::raise<std::invalid_argument>(
+      "environment variable RWKV_TIMEX_TC_PDL must be '0' or '1' (or unset), got '",
+      std::string(v), "'");
+}
+
+// Launches kernel, which reads W's spectra. Where they were made by the spectrum kernel
+// launched just before it on `stream` (just_made), as a programmatic dependent launch on sm_90
+// and newer (launch_dependents and wait_for_spectra, timex_fft_tc_common.cuh): its CTAs load
+// and transform their rows while the spectrum grid's last wave runs, and wait for that grid
+// before the middle. Else (kept spectra, older GPUs, RWKV_TIMEX_TC_PDL=0) an ordinary launch.
+// Only right after spectrum_tc_kernel: the kernels read g and k before they wait, which is
+// safe because the spectrum kernel, launched in stream order, started after their producers.
+template <typename Kernel, typename... Args>
+cudaError_t launch_on_spectra(bool just_made, const Tensor& on, Kernel kernel, int grid,
+                              int threads, int smem, cudaStream_t stream, Args... args) {
+  if (!just_made || fused_ops::device_properties(on).major < 9 || !overlap_spectra()) {
+    return fused_ops::launch_with_smem(kernel, grid, threads, smem, stream, args...);
+  }
+  const cudaError_t e =
+      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // W's spectra and their exponents.
 template <typename S>
 std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
@@ -77,11 +118,11 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
-    FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-        tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C), tc::forward_threads(kN),
-        tc::forward_smem_bytes(kN), stream, bits(k), as<const tc::cf32>(wz), as<const int>(wexp),
-        bits_out(out), static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
-        static_cast<float>(eps)));
+    FUSED_OPS_CUDA_CHECK(launch_on_spectra(
+        true, k, tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C),
+        tc::forward_threads(kN), tc::forward_smem_bytes(kN), stream, bits(k),
+        as<const tc::cf32>(wz), as<const int>(wexp), bits_out(out), static_cast<int>(B),
+        static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps)));
   });
   if (keep_wz != nullptr) *keep_wz = wz;
   if (keep_wexp != nullptr) *keep_wexp = wexp;
@@ -157,7 +198,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
                                           const Tensor* kept_wexp) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2), N = tc::transform_length(T);
   std::pair<Tensor, Tensor> spectra;
-  if (kept_wz != nullptr && kept_wexp != nullptr) {
+  const bool kept = kept_wz != nullptr && kept_wexp != nullptr;
+  if (kept) {
     FUSED_OPS_CHECK_VALUE(
         kept_wz->scalar_type() == ScalarType::ComplexFloat && kept_wz->dim() == 2 &&
             kept_wz->size(0) == C && kept_wz->size(1) == N && kept_wz->is_contiguous() &&
@@ -193,8 +235,9 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     const int sp = static_cast<int>(splits);
     with_backward_kernel<S, kN>(on_chip, [&](auto kernel, int threads, int smem) {
-      FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
-          kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
+      // Right after the spectrum kernel where the spectra were made here (not kept).
+      FUSED_OPS_CUDA_CHECK(launch_on_spectra(
+          !kept, k, kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
           as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
           bits_out(grad_w), b, c, t, sp, false, acc_ptr,
           scratch > 0 ? as<uint16_t>(zs) : nullptr));

@@ -208,6 +208,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         scale_sets<S, N, 1, TH>(re, im, xs);
         TIMEX_FFT_SYNC();
         forward_transform<N, 1, TH>(re, im, f16);
+        wait_for_spectra();  // wz and wexp from here on (at once after the first pair)
         // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
         amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im, wrow, acc,
                                                    p == p0, std::ldexp(1.f, -shift), f16);
@@ -219,6 +220,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         scale_sets<S, N, 2, TH>(re, im, scale);
         TIMEX_FFT_SYNC();
         forward_transform<N, 2, TH>(re, im, f16);
+        wait_for_spectra();  // wz and wexp from here on (at once after the first pair)
         amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N, wrow,
                                                     acc, p == p0, std::ldexp(1.f, -shift), f16);
       }

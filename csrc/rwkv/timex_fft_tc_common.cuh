@@ -38,6 +38,25 @@ namespace fft_tc {
 
 using fft::cf32;
 
+// Programmatic dependent launch (sm_90 and newer; no-ops elsewhere and in the emulation): the
+// spectrum kernel lets the launch that consumes its spectra start as soon as every one of its
+// CTAs is running (launch_dependents, at its start), and that kernel loads and transforms its
+// rows, which do not depend on the spectra, before it waits (wait_for_spectra) for the spectrum
+// grid to complete and its stores to be visible. A grid of a few waves leaves most of an SM
+// idle in its last; the consumer's CTAs fill it. Only a kernel launched right after the
+// spectrum kernel with timex_fft_tc.cu's launch_after_spectra does this; for any other launch
+// griddepcontrol.wait returns at once (the stream's order already holds).
+TIMEX_FFT_DEVICE void launch_dependents() {
+#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+TIMEX_FFT_DEVICE void wait_for_spectra() {
+#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Threads per CTA: N / 32 up to 256, so that each warp has at least 8 tiles per pass and 4
 // steps of the middle over which to spread its set-up (fragments, per-lane twiddles).
 TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; }

@@ -93,6 +93,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   DftFrags<Plane> f16;
   int sh[2];
   load_and_transform<S, N, TH>(re, im, k0, k1, T, vec, false, slots, f16, sh);
+  wait_for_spectra();  // wz and wexp from here on
   middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;

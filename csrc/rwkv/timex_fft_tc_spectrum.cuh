@@ -285,6 +285,7 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   constexpr int TH = forward_threads(N);
+  launch_dependents();  // the consumer waits for this grid's completion before its reads
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
   uint16_t* im = re + N;

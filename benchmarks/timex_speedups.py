@@ -29,7 +29,7 @@ import torch
 
 import rwkv_ops
 from benchmarks.report import emit
-from benchmarks.timing import (cuda_kernels, environment, input_sets, medians_ms,
+from benchmarks.timing import (cuda_busy_ms, environment, input_sets, medians_ms,
                                single_threaded)
 from rwkv_ops.reference import timex_fftconv
 
@@ -142,10 +142,11 @@ def measure_shape(B, C, T, dtype, budget, compare=None, reps=400, single=False):
                        budget_s=budget, rounds=3)
     n = len(variants)
     single_ms = dict(zip(single_names, times[2 * n:]))
-    # The GPU kernel time of the forward + backward of ours and of the FFT conv (profiler):
-    # the rest of a wall time is the host's (autograd, the op calls) where the GPU waits.
+    # The GPU's busy time in the forward + backward of ours and of the FFT conv (the union of
+    # the kernels' intervals, profiler: a kernel launched to overlap the one before it counts
+    # once): the rest of a wall time is the host's (autograd, the op calls) where the GPU waits.
     names = list(variants)
-    gpu = [sum(ms for _, ms in cuda_kernels(total_fns[names.index(name)]).values())
+    gpu = [cuda_busy_ms(total_fns[names.index(name)])
            for name in ("ours", "FFT conv")]
     return algo, gpu, {name: (times[i], times[n + i], errs[name])
                        for i, name in enumerate(variants)}, single_ms
@@ -178,8 +179,8 @@ def main(argv=None):
     lines = [f"TimeX vs the FFT convolution: {env.get('device')}, torch {env['torch']}, "
              f"CUDA {env['cuda']}, driver {env.get('driver')}, commit {commit}", "",
              "ms (CUDA-event medians, alternating rounds); fwd+bwd = forward and both gradients "
-             "through autograd; GPU = the kernels' time per fwd+bwd (profiler), ours / FFT "
-             "conv, and its ratio; speedup = "
+             "through autograd; GPU = the GPU's busy time per fwd+bwd (the union of the kernels' "
+             "intervals, profiler), ours / FFT conv, and its ratio; speedup = "
              "FFT conv time / ours; err = max |got - want| / max |want| over out, grad_w, "
              "grad_k vs float64 on the same rounded inputs", "",
              "| dtype | (B, C, T) | algorithm | ours fwd / fwd+bwd | GPU fwd+bwd: ours / FFT conv "

@@ -124,7 +124,7 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 template <typename S, int N, bool ACC_SMEM = false>
 TIMEX_FFT_TC_KERNEL(backward_threads(N, ACC_SMEM), backward_min_blocks(N, ACC_SMEM))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
-                   const cf32* __restrict__ wz, const int* __restrict__ wexp,
+                   const cf32* wz, const int* wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
                    uint16_t* __restrict__ scratch_all) {
@@ -173,7 +173,6 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
             ? nullptr
             : acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
     cf32* const acc = ACC_SMEM ? acc_smem : acc_global;
-    const cf32* wrow = wz + int64_t(c) * N;
     float amax = 0.f;
     for (int p = p0; p < p1; ++p) {
       const int b0 = 2 * p, b1 = b0 + 1;
@@ -208,9 +207,10 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         scale_sets<S, N, 1, TH>(re, im, xs);
         TIMEX_FFT_SYNC();
         forward_transform<N, 1, TH>(re, im, f16);
-        wait_for_spectra();  // wz and wexp from here on (at once after the first pair)
+        wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
         // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
-        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im, wrow, acc,
+        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im,
+                                                   wz + int64_t(c) * N, acc,
                                                    p == p0, std::ldexp(1.f, -shift), f16);
       } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
         load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0, two ? k + r1 : nullptr, T, vec,
@@ -220,9 +220,10 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         scale_sets<S, N, 2, TH>(re, im, scale);
         TIMEX_FFT_SYNC();
         forward_transform<N, 2, TH>(re, im, f16);
-        wait_for_spectra();  // wz and wexp from here on (at once after the first pair)
-        amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N, wrow,
-                                                    acc, p == p0, std::ldexp(1.f, -shift), f16);
+        wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
+        amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N,
+                                                    wz + int64_t(c) * N, acc, p == p0,
+                                                    std::ldexp(1.f, -shift), f16);
       }
       TIMEX_FFT_SYNC();
       inverse_out<S, N, TH>(re, im, f16,
@@ -238,7 +239,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       for (int it = tid / 32; it < N / 256; it += TH / 32) {
         for (int t = 0; t < 2; ++t) {
           cf32 v[4];
-          load4_rw(acc, it, lane, t, v);
+          load4(acc, it, lane, t, v);
           store4(acc_global, it, lane, t, v);
         }
       }

@@ -44,17 +44,32 @@ using fft::cf32;
 // rows, which do not depend on the spectra, before it waits (wait_for_spectra) for the spectrum
 // grid to complete and its stores to be visible. A grid of a few waves leaves most of an SM
 // idle in its last; the consumer's CTAs fill it. Only a kernel launched right after the
-// spectrum kernel with timex_fft_tc.cu's launch_after_spectra does this; for any other launch
+// spectrum kernel with timex_fft_tc.cu's launch_on_spectra does this; for any other launch
 // griddepcontrol.wait returns at once (the stream's order already holds).
 TIMEX_FFT_DEVICE void launch_dependents() {
 #if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-TIMEX_FFT_DEVICE void wait_for_spectra() {
+// The wait, then the pointers to the spectra (wz, wexp) as the compiler must see them after it:
+// loads through them cannot be scheduled above the wait (a load the compiler takes for one of
+// read-only memory, as through a const __restrict__ pointer, it may otherwise hoist anywhere,
+// and the spectrum kernel may still be writing there). Their loads are plain (coherent) ones,
+// not the read-only path, whose data must not change while the kernel runs.
+template <typename T>
+TIMEX_FFT_DEVICE void opaque_pointer(T*& p) {
+#ifndef TIMEX_EMULATE
+  asm volatile("" : "+l"(p));
+#else
+  (void)p;
+#endif
+}
+template <typename... P>
+TIMEX_FFT_DEVICE void wait_for_spectra(P*&... spectra) {
 #if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  (opaque_pointer(spectra), ...);
 }
 
 // Threads per CTA: N / 32 up to 256, so that each warp has at least 8 tiles per pass and 4
@@ -171,19 +186,6 @@ TIMEX_FFT_DEVICE void st16(uint16_t* dst, const uint16_t* src) {
   uint4 v;
   std::memcpy(&v, src, 16);
   *reinterpret_cast<uint4*>(dst) = v;
-#endif
-}
-
-// Two complex floats, 16 bytes, from global memory (read-only path).
-struct alignas(16) cf32x2 {
-  cf32 a, b;
-};
-TIMEX_FFT_DEVICE cf32x2 ldg_pair(const cf32* p) {
-#ifdef TIMEX_EMULATE
-  return {p[0], p[1]};
-#else
-  const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-  return {{v.x, v.y}, {v.z, v.w}};
 #endif
 }
 

@@ -71,9 +71,8 @@ TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint1
 // it so).
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
-conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
-               const int* __restrict__ wexp, uint16_t* __restrict__ out, int B, int C, int T,
-               float eps) {
+conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
+               uint16_t* __restrict__ out, int B, int C, int T, float eps) {
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   constexpr int TH = forward_threads(N);
@@ -93,7 +92,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* __restrict__ wz,
   DftFrags<Plane> f16;
   int sh[2];
   load_and_transform<S, N, TH>(re, im, k0, k1, T, vec, false, slots, f16, sh);
-  wait_for_spectra();  // wz and wexp from here on
+  wait_for_spectra(wz, wexp);  // W's from here on
   middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
   TIMEX_FFT_SYNC();
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;

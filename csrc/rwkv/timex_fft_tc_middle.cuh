@@ -245,14 +245,10 @@ struct MiddleLane {
 };
 
 // The lane's 4 entries (accumulators e = 0..3) of n-tile t of spectrum row `row` at step it
-// (middle layout), two 16-byte pairs; and stores of the same (row written by this lane only).
+// (middle layout), two 16-byte loads; and stores of the same (row written by this lane only).
+// Plain loads, not the read-only path: W's spectra may have been written while the kernel ran
+// (wait_for_spectra), acc and the scratch by the kernel itself.
 TIMEX_FFT_DEVICE void load4(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
-  const cf32x2 a = ldg_pair(row + middle_index(it, lane, t, 0));
-  const cf32x2 b = ldg_pair(row + middle_index(it, lane, t, 1));
-  v[0] = a.a, v[1] = a.b, v[2] = b.a, v[3] = b.b;
-}
-// The same for scratch that this kernel writes (not the read-only path).
-TIMEX_FFT_DEVICE void load4_rw(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const cf32* p = row + middle_index(it, lane, t, h);
@@ -284,7 +280,7 @@ TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::
 // times W's spectrum wrow, conj(DFT_16) and the inverse pass at stride 16 (MiddleLane), on
 // tensor cores; the products stay in registers.
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* __restrict__ wrow,
+TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* wrow,
                             const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -336,7 +332,7 @@ TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, cf
 template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,
-                                       const uint16_t* xim, const cf32* __restrict__ wrow,
+                                       const uint16_t* xim, const cf32* wrow,
                                        cf32* acc, bool first, float pscale,
                                        const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -359,7 +355,7 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
       m.dft(zr, zi, t, z);
       m.dft(xr, xi, t, x);
       load4(wrow, it, lane, t, w);
-      if (!first) load4_rw(acc, it, lane, t, a);
+      if (!first) load4(acc, it, lane, t, a);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const cf32 v = cmul(z[e], fft::conj(x[e]));
@@ -387,7 +383,7 @@ TIMEX_FFT_DEVICE void middle_from_spectrum(uint16_t* re, uint16_t* im, const cf3
     cf32 p[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      load4_rw(acc, it, lane, t, p[t]);
+      load4(acc, it, lane, t, p[t]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[t][e] = {p[t][e].x * scale, p[t][e].y * scale};
     }

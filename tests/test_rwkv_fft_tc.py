@@ -160,6 +160,27 @@ def test_backward_acc_places(tc, monkeypatch, shape):
         torch.ops.rwkv_ops.timex_backward(g, w, k)
 
 
+@pytest.mark.parametrize("shape", [(3, 2, 12289), (2, 512, 5000), (9, 2, 2500), (1, 3, 16384),
+                                   (4, 64, 1500)])
+def test_overlapped_launch(tc, monkeypatch, shape):
+    """The conv and backward kernels launched to overlap the spectrum kernel's last wave
+    (programmatic dependent launch on sm_90, RWKV_TIMEX_TC_PDL=1, the default) or after it: the
+    same bits, call after call (a read of a spectrum still being written would show as a
+    difference, as a version that let those loads move above the wait did at (3, 2, 12289) on
+    its second call); a bad value raises."""
+    w, k, g = make(*shape, torch.bfloat16)
+    got = {}
+    for pdl in ("0", "1"):
+        monkeypatch.setenv("RWKV_TIMEX_TC_PDL", pdl)
+        got[pdl] = [ours(w, k, g, 0.1) for _ in range(3)]
+    for run in got["1"] + got["0"][1:]:
+        for a, b in zip(run, got["0"][0]):
+            assert torch.equal(a, b), shape
+    monkeypatch.setenv("RWKV_TIMEX_TC_PDL", "on")
+    with pytest.raises(ValueError, match="RWKV_TIMEX_TC_PDL must be"):
+        ours(w, k, g, 0.1)
+
+
 @pytest.mark.parametrize("dtype", HALF)
 def test_graph_capture(tc, dtype):
     """Captured in a CUDA graph and replayed on new inputs: the eager call's bits."""

@@ -73,7 +73,8 @@ bool overlap_spectra() {
 template <typename Kernel, typename... Args>
 cudaError_t launch_on_spectra(bool just_made, const Tensor& on, Kernel kernel, int grid,
                               int threads, int smem, cudaStream_t stream, Args... args) {
-  if (!just_made || fused_ops::device_properties(on).major < 9 || !overlap_spectra()) {
+  // The setting first: a bad value raises on every GPU, not only where it would be used.
+  if (!overlap_spectra() || !just_made || fused_ops::device_properties(on).major < 9) {
     return fused_ops::launch_with_smem(kernel, grid, threads, smem, stream, args...);
   }
   const cudaError_t e =

@@ -160,6 +160,33 @@ def test_backward_acc_places(tc, monkeypatch, shape):
         torch.ops.rwkv_ops.timex_backward(g, w, k)
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", [(2, 3, 3000), (3, 3, 5000), (4, 3, 12289), (2, 3, 16384)])
+def test_nonfinite_stays_in_its_row(tc, dtype, shape):
+    """A pair's two rows share one complex transform, which mixes them: where one holds inf or
+    NaN, the kernels take each row through its own, so that out[b, c] and grad_k[b, c] are
+    finite wherever the definition's are (w[c] and k[b, c], resp. g[b, c], finite: the op's row
+    contract, tests/test_properties_paths.py) and there close to the float64 reference, and
+    non-finite where it is not. NaN in k[1, 0], inf in g[0, 2], NaN in w[1] (from N = 28672 on
+    paired with w[0] in the spectrum kernel's transform)."""
+    B, C, T = shape
+    w, k, g = make(B, C, T, dtype)
+    k[1, 0, T // 3] = float("nan")
+    g[0, 2, T // 2] = float("inf")
+    w[1, T // 5] = float("nan")
+    got = ours(w, k, g, 0.1)
+    clean = [t.double().nan_to_num(0.0, 0.0, 0.0) for t in (w, k, g)]
+    want = grads_of(timex_fftconv, *clean, 0.1)
+    fin_w, fin_k, fin_g = (torch.isfinite(t).all(-1) for t in (w, k, g))
+    rows = {"out": fin_w[None] & fin_k, "grad_w": (fin_g & fin_k).all(0),
+            "grad_k": fin_w[None] & fin_g}
+    for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+        ok = rows[name]
+        assert torch.isfinite(a[ok]).all(), (name, shape)
+        assert not torch.isfinite(a[~ok]).any(), (name, shape)  # the FFT's whole-row contract
+        assert rel_err(a[ok], b[ok]) < HALF_TOL[dtype], (name, shape)
+
+
 @pytest.mark.parametrize("shape", [(3, 2, 12289), (2, 512, 5000), (9, 2, 2500), (1, 3, 16384),
                                    (4, 64, 1500)])
 def test_overlapped_launch(tc, monkeypatch, shape):

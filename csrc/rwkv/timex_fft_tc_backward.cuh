@@ -81,7 +81,8 @@ TIMEX_FFT_HD constexpr int backward_min_blocks(int N, bool acc_smem = false) {
 // row whose term is the larger (the larger k max against its g scale) into [1, 2); the other
 // is then at most 2, and as much smaller as its term is. At most 2^126 a row (A clamped: only
 // for rows near the ends of bfloat16's range). Rows whose g or k is zero add nothing: their x
-// row is scaled by 0 (a NaN stays NaN, as the largest magnitudes skip NaNs). Returns A.
+// row is scaled by 0 (a NaN stays NaN, 0 times it; load_rows gives a row holding inf or NaN the
+// largest magnitude inf, so its scale is 2^(1 - sz)). Returns A.
 TIMEX_FFT_DEVICE int x_shifts(const float (&gmax)[2], const float (&kmax)[2], const int (&sz)[2],
                               float (&xscale)[2]) {
   bool any = false;
@@ -178,58 +179,70 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       const int b0 = 2 * p, b1 = b0 + 1;
       const bool two = b1 < B;
       const int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
-      TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
-      // z: g's rows, each scaled by its own power of two (grad_k's rows keep their own
-      // accuracy); x: k's rows scaled to match (x_shifts).
-      float gmax[2], kmax[2], zscale[2], xscale[2];
-      load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots, gmax);
-      const int sz[2] = {scale_shift(gmax[0]), scale_shift(gmax[1])};
-      zscale[0] = std::ldexp(1.f, sz[0]), zscale[1] = std::ldexp(1.f, sz[1]);
-      int shift;
-      if constexpr (kOffChip) {  // Z first, its planes to the scratch, then X on chip
-        const float zs[1][2] = {{zscale[0], zscale[1]}};
-        scale_sets<S, N, 1, TH>(re, im, zs);
-        TIMEX_FFT_SYNC();
-        forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
-        {  // each warp copies the fragments of the middle's steps that it will run
-          const MiddleLane<Plane, N> m(f16, lane);
-          for (int it = tid / 32; it < N / 256; it += TH / 32) {
-            uint32_t b[2][4];
-            m.load_m(re, im, it, b);
-            m.save_m(scratch, it, b);
-          }
+      // The pair's rows together; where exactly one of its g rows holds inf or NaN, which the
+      // transform would spread to the other's grad_k, each row alone (parts 1 and 2; a non-finite
+      // k only reaches grad_w's sum, whose channel it makes non-finite anyway). gmax is the same
+      // in every thread: a uniform branch.
+      for (int part = 0, parts = 1; part < parts; ++part) {
+        const bool both = two && parts == 1, first = p == p0 && part < 2;
+        const int64_t ra = part == 2 ? r1 : r0;
+        TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
+        // z: g's rows, each scaled by its own power of two (grad_k's rows keep their own
+        // accuracy); x: k's rows scaled to match (x_shifts).
+        float gmax[2], kmax[2], zscale[2], xscale[2];
+        load_rows<S, N, TH>(re, im, g + ra, both ? g + r1 : nullptr, T, vec, false, slots, gmax);
+        if (both && std::isfinite(gmax[0]) != std::isfinite(gmax[1])) {
+          parts = 3;
+          continue;
         }
-        TIMEX_FFT_SYNC();  // the planes are free for X
-        load_rows<S, N, TH>(re, im, k + r0, two ? k + r1 : nullptr, T, vec, false,
-                            slots + 2 * (TH / 32), kmax);
-        shift = x_shifts(gmax, kmax, sz, xscale);
-        const float xs[1][2] = {{xscale[0], xscale[1]}};
-        scale_sets<S, N, 1, TH>(re, im, xs);
+        const int sz[2] = {scale_shift(gmax[0]), scale_shift(gmax[1])};
+        zscale[0] = std::ldexp(1.f, sz[0]), zscale[1] = std::ldexp(1.f, sz[1]);
+        int shift;
+        if constexpr (kOffChip) {  // Z first, its planes to the scratch, then X on chip
+          const float zs[1][2] = {{zscale[0], zscale[1]}};
+          scale_sets<S, N, 1, TH>(re, im, zs);
+          TIMEX_FFT_SYNC();
+          forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
+          {  // each warp copies the fragments of the middle's steps that it will run
+            const MiddleLane<Plane, N> m(f16, lane);
+            for (int it = tid / 32; it < N / 256; it += TH / 32) {
+              uint32_t b[2][4];
+              m.load_m(re, im, it, b);
+              m.save_m(scratch, it, b);
+            }
+          }
+          TIMEX_FFT_SYNC();  // the planes are free for X
+          load_rows<S, N, TH>(re, im, k + ra, both ? k + r1 : nullptr, T, vec, false,
+                              slots + 2 * (TH / 32), kmax);
+          shift = x_shifts(gmax, kmax, sz, xscale);
+          const float xs[1][2] = {{xscale[0], xscale[1]}};
+          scale_sets<S, N, 1, TH>(re, im, xs);
+          TIMEX_FFT_SYNC();
+          forward_transform<N, 1, TH>(re, im, f16);
+          wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
+          // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
+          amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im,
+                                                     wz + int64_t(c) * N, acc,
+                                                     first, std::ldexp(1.f, -shift), f16);
+        } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
+          load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + ra, both ? k + r1 : nullptr, T, vec,
+                              false, slots + 2 * (TH / 32), kmax);
+          shift = x_shifts(gmax, kmax, sz, xscale);
+          const float scale[2][2] = {{zscale[0], zscale[1]}, {xscale[0], xscale[1]}};
+          scale_sets<S, N, 2, TH>(re, im, scale);
+          TIMEX_FFT_SYNC();
+          forward_transform<N, 2, TH>(re, im, f16);
+          wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
+          amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N,
+                                                      wz + int64_t(c) * N, acc, first,
+                                                      std::ldexp(1.f, -shift), f16);
+        }
         TIMEX_FFT_SYNC();
-        forward_transform<N, 1, TH>(re, im, f16);
-        wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
-        // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
-        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im,
-                                                   wz + int64_t(c) * N, acc,
-                                                   p == p0, std::ldexp(1.f, -shift), f16);
-      } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
-        load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0, two ? k + r1 : nullptr, T, vec,
-                            false, slots + 2 * (TH / 32), kmax);
-        shift = x_shifts(gmax, kmax, sz, xscale);
-        const float scale[2][2] = {{zscale[0], zscale[1]}, {xscale[0], xscale[1]}};
-        scale_sets<S, N, 2, TH>(re, im, scale);
-        TIMEX_FFT_SYNC();
-        forward_transform<N, 2, TH>(re, im, f16);
-        wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
-        amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N,
-                                                    wz + int64_t(c) * N, acc, p == p0,
-                                                    std::ldexp(1.f, -shift), f16);
+        inverse_out<S, N, TH>(re, im, f16,
+                              PairSink<S>(grad_k + ra, both ? grad_k + r1 : grad_k + ra, both, T,
+                                          std::ldexp(1.f, wexp[c] - sz[0]),
+                                          std::ldexp(1.f, wexp[c] - sz[1]), 0.f, grad_k));
       }
-      TIMEX_FFT_SYNC();
-      inverse_out<S, N, TH>(re, im, f16,
-                            PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
-                                        std::ldexp(1.f, wexp[c] - sz[0]),
-                                        std::ldexp(1.f, wexp[c] - sz[1]), 0.f, grad_k));
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done

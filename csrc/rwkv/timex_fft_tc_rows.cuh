@@ -46,6 +46,9 @@ TIMEX_FFT_DEVICE int scale_exponent(float m) {
   return ex;
 }
 
+// |x| with NaN as inf (a largest magnitude then says whether the row is finite).
+TIMEX_FFT_DEVICE float nan_as_inf(float m) { return m == m ? m : INFINITY; }
+
 // The shift s of a row whose largest magnitude is m: 2^s takes it into [1, 2) (s = 1 - ex for
 // m = f 2^ex, f in [0.5, 1)), at most 126 (a float 2^127 and more would overflow: rows of
 // bfloat16 subnormals stay below 1, still normal in float16); 0 for zeros, inf or NaN.
@@ -58,7 +61,8 @@ TIMEX_FFT_DEVICE int scale_shift(float m) { return std::min(1 - scale_exponent(m
 // is 1 and for a last chunk past T. Element by element, odd T (2561) took 7-10% more op time
 // than T % 8 = 0 (2568) at N = 6144; reading T % 8 = 4 (2100, 2500) 4 at a time instead took
 // 2-3% off the kernels' time (run 31 (d), (g)). amax: the largest magnitude of each row (r0's,
-// r1's) in every thread (block_max_n over 2 TH / 32 slots; NaNs do not count).
+// r1's) in every thread (block_max_n over 2 TH / 32 slots), inf where the row holds inf or NaN
+// (so a caller can keep such a row out of its partner's transform; its scale is then 1).
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
                                 const uint16_t* r1, int T, int vec, bool reversed, float* slots,
@@ -90,8 +94,8 @@ TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
       }
     }
     for (int j = 0; j < 8; ++j) {
-      amax[0] = std::fmax(amax[0], std::fabs(bits_to_float<S>(xr[j])));
-      amax[1] = std::fmax(amax[1], std::fabs(bits_to_float<S>(xi[j])));
+      amax[0] = std::fmax(amax[0], nan_as_inf(std::fabs(bits_to_float<S>(xr[j]))));
+      amax[1] = std::fmax(amax[1], nan_as_inf(std::fabs(bits_to_float<S>(xi[j]))));
     }
     st16(re + swz(e), xr);
     st16(im + swz(e), xi);

@@ -177,72 +177,78 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     float amax = 0.f;
     for (int p = p0; p < p1; ++p) {
       const int b0 = 2 * p, b1 = b0 + 1;
-      const bool two = b1 < B;
-      const int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
-      // The pair's rows together; where exactly one of its g rows holds inf or NaN, which the
-      // transform would spread to the other's grad_k, each row alone (parts 1 and 2; a non-finite
-      // k only reaches grad_w's sum, whose channel it makes non-finite anyway). gmax is the same
-      // in every thread: a uniform branch.
-      for (int part = 0, parts = 1; part < parts; ++part) {
-        const bool both = two && parts == 1, first = p == p0 && part < 2;
-        const int64_t ra = part == 2 ? r1 : r0;
-        TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
-        // z: g's rows, each scaled by its own power of two (grad_k's rows keep their own
-        // accuracy); x: k's rows scaled to match (x_shifts).
-        float gmax[2], kmax[2], zscale[2], xscale[2];
-        load_rows<S, N, TH>(re, im, g + ra, both ? g + r1 : nullptr, T, vec, false, slots, gmax);
-        if (both && std::isfinite(gmax[0]) != std::isfinite(gmax[1])) {
-          parts = 3;
-          continue;
-        }
-        const int sz[2] = {scale_shift(gmax[0]), scale_shift(gmax[1])};
-        zscale[0] = std::ldexp(1.f, sz[0]), zscale[1] = std::ldexp(1.f, sz[1]);
-        int shift;
-        if constexpr (kOffChip) {  // Z first, its planes to the scratch, then X on chip
-          const float zs[1][2] = {{zscale[0], zscale[1]}};
-          scale_sets<S, N, 1, TH>(re, im, zs);
-          TIMEX_FFT_SYNC();
-          forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
-          {  // each warp copies the fragments of the middle's steps that it will run
-            const MiddleLane<Plane, N> m(f16, lane);
-            for (int it = tid / 32; it < N / 256; it += TH / 32) {
-              uint32_t b[2][4];
-              m.load_m(re, im, it, b);
-              m.save_m(scratch, it, b);
-            }
-          }
-          TIMEX_FFT_SYNC();  // the planes are free for X
-          load_rows<S, N, TH>(re, im, k + ra, both ? k + r1 : nullptr, T, vec, false,
-                              slots + 2 * (TH / 32), kmax);
-          shift = x_shifts(gmax, kmax, sz, xscale);
-          const float xs[1][2] = {{xscale[0], xscale[1]}};
-          scale_sets<S, N, 1, TH>(re, im, xs);
-          TIMEX_FFT_SYNC();
-          forward_transform<N, 1, TH>(re, im, f16);
-          wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
-          // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
-          amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im,
-                                                     wz + int64_t(c) * N, acc,
-                                                     first, std::ldexp(1.f, -shift), f16);
-        } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
-          load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + ra, both ? k + r1 : nullptr, T, vec,
-                              false, slots + 2 * (TH / 32), kmax);
-          shift = x_shifts(gmax, kmax, sz, xscale);
-          const float scale[2][2] = {{zscale[0], zscale[1]}, {xscale[0], xscale[1]}};
-          scale_sets<S, N, 2, TH>(re, im, scale);
-          TIMEX_FFT_SYNC();
-          forward_transform<N, 2, TH>(re, im, f16);
-          wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
-          amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N,
-                                                      wz + int64_t(c) * N, acc, first,
-                                                      std::ldexp(1.f, -shift), f16);
-        }
-        TIMEX_FFT_SYNC();
-        inverse_out<S, N, TH>(re, im, f16,
-                              PairSink<S>(grad_k + ra, both ? grad_k + r1 : grad_k + ra, both, T,
-                                          std::ldexp(1.f, wexp[c] - sz[0]),
-                                          std::ldexp(1.f, wexp[c] - sz[1]), 0.f, grad_k));
+      bool two = b1 < B;
+      int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
+      TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
+      // z: g's rows, each scaled by its own power of two (grad_k's rows keep their own
+      // accuracy); x: k's rows scaled to match (x_shifts).
+      float gmax[2], kmax[2], zscale[2], xscale[2];
+      load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots, gmax);
+      // Exactly one g row holding inf or NaN (the same in every thread): a shared transform
+      // would spread it to the other row's grad_k. The finite row goes alone (r0, reloaded), the
+      // other's grad_k is all NaN (nan_row: the FFT's whole-row contract), and grad_w's sum,
+      // which the definition makes non-finite, is made NaN (pscale NaN). A non-finite k only
+      // reaches grad_w's sum, non-finite anyway.
+      uint16_t* nan_row = nullptr;
+      float poison = 1.f;
+      if (two && std::isfinite(gmax[0]) != std::isfinite(gmax[1])) {
+        const bool first_ok = std::isfinite(gmax[0]);
+        nan_row = grad_k + (first_ok ? r1 : r0);
+        r0 = first_ok ? r0 : r1;
+        two = false;
+        poison = NAN;
+        TIMEX_FFT_SYNC();  // load_rows' readers of the slots are done
+        load_rows<S, N, TH>(re, im, g + r0, nullptr, T, vec, false, slots, gmax);
       }
+      const int sz[2] = {scale_shift(gmax[0]), scale_shift(gmax[1])};
+      zscale[0] = std::ldexp(1.f, sz[0]), zscale[1] = std::ldexp(1.f, sz[1]);
+      int shift;
+      if constexpr (kOffChip) {  // Z first, its planes to the scratch, then X on chip
+        const float zs[1][2] = {{zscale[0], zscale[1]}};
+        scale_sets<S, N, 1, TH>(re, im, zs);
+        TIMEX_FFT_SYNC();
+        forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
+        {  // each warp copies the fragments of the middle's steps that it will run
+          const MiddleLane<Plane, N> m(f16, lane);
+          for (int it = tid / 32; it < N / 256; it += TH / 32) {
+            uint32_t b[2][4];
+            m.load_m(re, im, it, b);
+            m.save_m(scratch, it, b);
+          }
+        }
+        TIMEX_FFT_SYNC();  // the planes are free for X
+        load_rows<S, N, TH>(re, im, k + r0, two ? k + r1 : nullptr, T, vec, false,
+                            slots + 2 * (TH / 32), kmax);
+        shift = x_shifts(gmax, kmax, sz, xscale);
+        const float xs[1][2] = {{xscale[0], xscale[1]}};
+        scale_sets<S, N, 1, TH>(re, im, xs);
+        TIMEX_FFT_SYNC();
+        forward_transform<N, 1, TH>(re, im, f16);
+        wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
+        // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
+        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im,
+                                                   wz + int64_t(c) * N, acc,
+                                                   p == p0, poison * std::ldexp(1.f, -shift),
+                                                   f16);
+      } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
+        load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0, two ? k + r1 : nullptr, T, vec,
+                            false, slots + 2 * (TH / 32), kmax);
+        shift = x_shifts(gmax, kmax, sz, xscale);
+        const float scale[2][2] = {{zscale[0], zscale[1]}, {xscale[0], xscale[1]}};
+        scale_sets<S, N, 2, TH>(re, im, scale);
+        TIMEX_FFT_SYNC();
+        forward_transform<N, 2, TH>(re, im, f16);
+        wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
+        amax = middle_backward<Plane, N, TH, false>(re, im, re, im, re + 2 * N, im + 2 * N,
+                                                    wz + int64_t(c) * N, acc, p == p0,
+                                                    poison * std::ldexp(1.f, -shift), f16);
+      }
+      TIMEX_FFT_SYNC();
+      inverse_out<S, N, TH>(re, im, f16,
+                            PairSink<S>(grad_k + r0, two ? grad_k + r1 : grad_k + r0, two, T,
+                                        std::ldexp(1.f, wexp[c] - sz[0]),
+                                        std::ldexp(1.f, wexp[c] - sz[1]), 0.f, grad_k));
+      if (nan_row != nullptr) fill_nan<S, TH>(nan_row, T);
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done

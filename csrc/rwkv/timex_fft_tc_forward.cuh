@@ -50,20 +50,25 @@ TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFra
 // Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, each scaled by its own power of
 // two 2^sh[j] into float16's range (scale_shift: a row far smaller than its partner keeps its
 // own relative accuracy), then transformed: the planes hold the unitary transform of
-// r0 2^sh[0] + i r1 2^sh[1]. f16: initialised here. amax: load_rows' (inf for a row holding
-// inf or NaN).
+// r0 2^sh[0] + i r1 2^sh[1]. f16: initialised here. scale_and_transform: the part after the
+// load, for rows already in the planes with largest magnitudes amax.
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
-                                         const uint16_t* r1, int T, int vec, bool reversed,
-                                         float* slots, DftFrags<Plane>& f16, int (&sh)[2],
-                                         float (&amax)[2]) {
-  load_rows<S, N, TH>(re, im, r0, r1, T, vec, reversed, slots, amax);
+TIMEX_FFT_DEVICE void scale_and_transform(uint16_t* re, uint16_t* im, const float (&amax)[2],
+                                          DftFrags<Plane>& f16, int (&sh)[2]) {
   sh[0] = scale_shift(amax[0]), sh[1] = scale_shift(amax[1]);
   const float scale[1][2] = {{std::ldexp(1.f, sh[0]), std::ldexp(1.f, sh[1])}};
   scale_sets<S, N, 1, TH>(re, im, scale);
   f16.init(static_cast<int>(threadIdx.x) % 32);
   TIMEX_FFT_SYNC();
   forward_transform<N, 1, TH>(re, im, f16);
+}
+template <typename S, int N, int TH = threads(N)>
+TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
+                                         const uint16_t* r1, int T, int vec, bool reversed,
+                                         float* slots, DftFrags<Plane>& f16, int (&sh)[2]) {
+  float amax[2];
+  load_rows<S, N, TH>(re, im, r0, r1, T, vec, reversed, slots, amax);
+  scale_and_transform<S, N, TH>(re, im, amax, f16, sh);
 }
 
 // The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
@@ -86,7 +91,7 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
   const int pairs = (B + 1) / 2;
   const int c = static_cast<int>(blockIdx.x) / pairs, pair = static_cast<int>(blockIdx.x) % pairs;
   const int b0 = 2 * pair, b1 = b0 + 1;
-  const bool two = b1 < B;
+  bool two = b1 < B;
   const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
   const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : nullptr;
   const int vec = vector_width(T, k);
@@ -95,26 +100,27 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
   DftFrags<Plane> f16;
   int sh[2];
   float amax[2];
-  // The pair in one transform; where exactly one of its rows holds inf or NaN, which the
-  // transform would spread to the other, each row through its own (parts 1 and 2: the op's
-  // non-finite values stay in their rows). amax is the same in every thread: a uniform branch.
-  for (int part = 0, parts = 1; part < parts; ++part) {
-    const bool both = two && parts == 1;
-    if (part > 0) TIMEX_FFT_SYNC();  // the previous part's readers of the planes are done
-    load_and_transform<S, N, TH>(re, im, part == 2 ? k1 : k0, both ? k1 : nullptr, T, vec, false,
-                                 slots, f16, sh, amax);
-    if (both && std::isfinite(amax[0]) != std::isfinite(amax[1])) {
-      parts = 3;
-      continue;
-    }
-    wait_for_spectra(wz, wexp);  // W's from here on
-    middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
-    TIMEX_FFT_SYNC();
-    uint16_t* const oa = part == 2 ? o1 : o0;
-    inverse_out<S, N, TH>(re, im, f16,
-                          PairSink<S>(oa, both ? o1 : oa, both, T, std::ldexp(1.f, wexp[c] - sh[0]),
-                                      std::ldexp(1.f, wexp[c] - sh[1]), eps, out));
+  load_rows<S, N, TH>(re, im, k0, k1, T, vec, false, slots, amax);
+  // Exactly one row holding inf or NaN (the same in every thread): a shared transform would
+  // spread it to the other row. The finite row goes alone (reloaded), the other's output is all
+  // NaN (nan_row: the FFT's whole-row contract, tests/test_properties_paths.py).
+  uint16_t* nan_row = nullptr;
+  if (two && std::isfinite(amax[0]) != std::isfinite(amax[1])) {
+    const bool first_ok = std::isfinite(amax[0]);
+    nan_row = first_ok ? o1 : o0;
+    o0 = first_ok ? o0 : o1;
+    two = false;
+    TIMEX_FFT_SYNC();  // load_rows' readers of the slots are done
+    load_rows<S, N, TH>(re, im, first_ok ? k0 : k1, nullptr, T, vec, false, slots, amax);
   }
+  scale_and_transform<S, N, TH>(re, im, amax, f16, sh);
+  wait_for_spectra(wz, wexp);  // W's from here on
+  middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
+  TIMEX_FFT_SYNC();
+  inverse_out<S, N, TH>(re, im, f16,
+                        PairSink<S>(o0, o1, two, T, std::ldexp(1.f, wexp[c] - sh[0]),
+                                    std::ldexp(1.f, wexp[c] - sh[1]), eps, out));
+  if (nan_row != nullptr) fill_nan<S, TH>(nan_row, T);
 #endif
 }
 

@@ -136,6 +136,14 @@ TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale
   }
 }
 
+// Row o (T elements of S) all NaN: the output of a row whose inputs hold inf or NaN, kept out of
+// its partner's transform (the FFT's whole-row contract). The block's threads in turn.
+template <typename S, int TH>
+TIMEX_FFT_DEVICE void fill_nan(uint16_t* o, int T) {
+  const uint16_t nan = to_bits<S>(NAN);
+  for (int t = static_cast<int>(threadIdx.x); t < T; t += TH) o[t] = nan;
+}
+
 // Where the inverse transform's y goes: y's real part times scale0 + eps to row o0 and its
 // imaginary part times scale1 + eps to o1 (where `two`), rounded to S; t < T. emit: times t
 // and t + 1 (t even) as floats; copy: 8 times from e on, already scaled and rounded (the

@@ -295,9 +295,8 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
     const int c = static_cast<int>(blockIdx.x);
     DftFrags<Plane> f16;
     int sh[2];
-    float amax[2];
     load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
-                                 slots, f16, sh, amax);
+                                 slots, f16, sh);
     // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary), before the middle. A bound
     // on its outputs (middle_bound; 1.01 covers the float16 rounding of its DFT matrices and
     // of the data between its two products) sets we, so that one sweep of the middle stores

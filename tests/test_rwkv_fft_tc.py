@@ -160,20 +160,11 @@ def test_backward_acc_places(tc, monkeypatch, shape):
         torch.ops.rwkv_ops.timex_backward(g, w, k)
 
 
-@pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("shape", [(2, 3, 3000), (3, 3, 5000), (4, 3, 12289), (2, 3, 16384)])
-def test_nonfinite_stays_in_its_row(tc, dtype, shape):
-    """A pair's two rows share one complex transform, which mixes them: where one holds inf or
-    NaN, the kernels take each row through its own, so that out[b, c] and grad_k[b, c] are
-    finite wherever the definition's are (w[c] and k[b, c], resp. g[b, c], finite: the op's row
-    contract, tests/test_properties_paths.py) and there close to the float64 reference, and
-    non-finite where it is not. NaN in k[1, 0], inf in g[0, 2], NaN in w[1] (from N = 28672 on
-    paired with w[0] in the spectrum kernel's transform)."""
-    B, C, T = shape
-    w, k, g = make(B, C, T, dtype)
-    k[1, 0, T // 3] = float("nan")
-    g[0, 2, T // 2] = float("inf")
-    w[1, T // 5] = float("nan")
+def check_nonfinite_rows(w, k, g, dtype, shape):
+    """out[b, c] and grad_k[b, c] are finite wherever the definition's are (w[c] and k[b, c],
+    resp. g[b, c], finite: the op's row contract, tests/test_properties_paths.py) and there
+    close to the float64 reference, and non-finite where they are not; grad_w[c] likewise
+    (g[:, c] and k[:, c] finite)."""
     got = ours(w, k, g, 0.1)
     clean = [t.double().nan_to_num(0.0, 0.0, 0.0) for t in (w, k, g)]
     want = grads_of(timex_fftconv, *clean, 0.1)
@@ -185,6 +176,38 @@ def test_nonfinite_stays_in_its_row(tc, dtype, shape):
         assert torch.isfinite(a[ok]).all(), (name, shape)
         assert not torch.isfinite(a[~ok]).any(), (name, shape)  # the FFT's whole-row contract
         assert rel_err(a[ok], b[ok]) < HALF_TOL[dtype], (name, shape)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", [(2, 3, 3000), (3, 3, 5000), (4, 3, 12289), (2, 3, 16384)])
+def test_nonfinite_stays_in_its_row(tc, dtype, shape):
+    """A pair's two rows share one complex transform, which mixes them: where one holds inf or
+    NaN, the kernels take each row through its own (check_nonfinite_rows). NaN in k[1, 0], inf
+    in g[0, 2], NaN in w[1] (from N = 28672 on paired with w[0] in the spectrum kernel's
+    transform)."""
+    B, C, T = shape
+    w, k, g = make(B, C, T, dtype)
+    k[1, 0, T // 3] = float("nan")
+    g[0, 2, T // 2] = float("inf")
+    w[1, T // 5] = float("nan")
+    check_nonfinite_rows(w, k, g, dtype, shape)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", [(3, 5, 5000), (1, 5, 8000), (3, 5, 12289), (5, 5, 16384)])
+def test_nonfinite_in_last_rows_of_odd_batch(tc, dtype, shape):
+    """Where B is odd, the conv kernel pairs the last rows of channels 2j and 2j + 1 in one
+    transform, and the backward takes the last row's g and k through one: NaN in w[1] (its
+    spectrum kept out of the pair with channel 0's row), NaN in k[B-1, 2] (channel 3's row
+    then alone), inf in g[B-1, 3] and NaN in k[B-1, 4] (g and k of one row apart again; channel
+    4 the odd C's last, alone in the conv)."""
+    B, C, T = shape
+    w, k, g = make(B, C, T, dtype)
+    w[1, T // 5] = float("nan")
+    k[B - 1, 2, T // 3] = float("nan")
+    g[B - 1, 3, T // 2] = float("inf")
+    k[B - 1, 4, T // 7] = float("nan")
+    check_nonfinite_rows(w, k, g, dtype, shape)
 
 
 @pytest.mark.parametrize("shape", [(3, 2, 12289), (2, 512, 5000), (9, 2, 2500), (1, 3, 16384),

@@ -103,11 +103,11 @@ void check(int B, int C, int T, double eps, double tol, double kscale = 1, doubl
   }
   const S guard = static_cast<S>(777.0);
   std::vector<S> out(size_t(B) * C * T + 8, guard);
-  const int pairs = (B + 1) / 2;
-  launch(pairs * C, forward_threads(N), forward_smem_bytes(N), [&] {
-    conv_tc_kernel<S, N>(reinterpret_cast<const uint16_t*>(grad_k ? in.gp : in.kp), wz.data(),
-                         wexp.data(), reinterpret_cast<uint16_t*>(out.data()), B, C, T,
-                         grad_k ? 0.f : float(eps));
+  with_conv_kernel<S, N>(B, [&](auto kernel) {
+    launch(static_cast<int>(conv_ctas(N, B, C)), forward_threads(N), forward_smem_bytes(N), [&] {
+      kernel(reinterpret_cast<const uint16_t*>(grad_k ? in.gp : in.kp), wz.data(), wexp.data(),
+             reinterpret_cast<uint16_t*>(out.data()), B, C, T, grad_k ? 0.f : float(eps));
+    });
   });
   std::vector<double> o(size_t(B) * C * T);
   bool guards = true;
@@ -135,12 +135,12 @@ int main() {
   check<H, 4096>(2, 1, 2048, 0.0, 2e-3);
   check<BF, 4096>(1, 1, 1537, 0.0, 1e-2);
   check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
-  check<H, 8192>(3, 1, 3001, 0.25, 2e-3);
+  check<H, 8192>(3, 3, 3001, 0.25, 2e-3);                // two channels' last rows, C odd
   check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
   check<BF, 6144>(2, 1, 3072, 0.0, 1e-2);                // outer radix 24
   check<H, 6144>(3, 1, 2049, 0.25, 2e-3);
   check<BF, 12288>(2, 1, 6144, 0.0, 1e-2);               // outer radix 3
-  check<H, 12288>(3, 1, 4097, 0.25, 2e-3);
+  check<H, 12288>(3, 2, 4097, 0.25, 2e-3);
   check<BF, 24576>(2, 1, 12288, 0.0, 1e-2);              // outer radix 6
   check<H, 24576>(3, 1, 10241, 0.25, 2e-3);
   check<BF, 20480>(2, 1, 10240, 0.0, 1e-2);              // outer radix 5
@@ -151,7 +151,7 @@ int main() {
   check<BF, 4096>(2, 1, 2000, 0.0, 1e-2, 1e-20, 1e-10);  // far below float16's range
   check<BF, 2048>(2, 1, 1024, 0.0, 1e-2, 1e30, 1.0);     // far above it
   check<BF, 2048>(3, 2, 1001, 0.0, 1e-2, 1, 1, true);
-  check<H, 8192>(2, 1, 4096, 0.0, 2e-3, 1, 1, true);
+  check<H, 8192>(3, 2, 4096, 0.0, 2e-3, 1, 1, true);
   check<H, 6144>(2, 1, 3072, 0.0, 2e-3, 1, 1, true);
   return failures != 0;
 }
@@ -219,8 +219,9 @@ def test_transform_lengths(tmp_path):
 # The op's path ("fft_tc"): W's spectra from spectrum_tc_kernel (not from float64), the conv
 # kernel on them, and backward_tc_kernel's grad_k and grad_w, against the float64 definition;
 # as timex_fft_tc.cu launches them: every batch split (one item per CTA with the reduce launch;
-# several items per CTA, several pairs per item), odd B (a pair of one row), odd T, misaligned
-# rows (element-wise loads and stores), and outputs bounded by guards.
+# several items per CTA, several pairs per item), odd B (two channels' last rows in one
+# transform, or a row alone; the backward's last row with its g and k in one), odd T,
+# misaligned rows (element-wise loads and stores), and outputs bounded by guards.
 OP_EMULATOR = r"""
 #include <complex>
 #include <cstdio>
@@ -316,17 +317,21 @@ void check_spectra(int C, int T, int odd, double tol) {
 }
 
 // ctas: the backward's grid where splits == 1 (fewer than C: CTAs loop over channels).
-// kscale, gscale: k's and g's odd batch rows times these (powers of two), eps then 0: each row
-// is checked against its own largest value (row_err), so a row far smaller than its pair
-// partner must keep its own accuracy. ACC: the backward's running sum in shared memory.
+// kscale, gscale: k's and g's rows (b, c) with b + c odd times these (powers of two), eps then
+// 0: each row is checked against its own largest value (row_err), so a row far smaller than
+// its pair partner (the next batch row, or where B is odd the last row of the next channel)
+// must keep its own accuracy, and so must a row's g against its k where they share a
+// transform (the backward's last row of an odd B). ACC: the backward's running sum in shared
+// memory.
 template <typename S, int N, bool ACC = false>
 void check(int B, int C, int T, int splits, int ctas, int offset, double tol, double kscale = 1,
            double gscale = 1) {
   const double eps = kscale == 1 && gscale == 1 ? 0.25 : 0.0;
   auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 8);
   if (eps == 0.0) {
-    for (int b = 1; b < B; b += 2) {
-      for (size_t i = size_t(b) * C * T; i < size_t(b + 1) * C * T; ++i) {
+    for (int r = 0; r < B * C; ++r) {
+      if ((r / C + r % C) % 2 == 0) continue;  // (b + c) odd: a pair's rows differ, either kind
+      for (size_t i = size_t(r) * T; i < size_t(r + 1) * T; ++i) {
         in.k[offset + i] = static_cast<S>(static_cast<double>(in.k[offset + i]) * kscale);
         in.g[offset + i] = static_cast<S>(static_cast<double>(in.g[offset + i]) * gscale);
       }
@@ -342,19 +347,23 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   const S guard = static_cast<S>(777.0);
   const size_t n = size_t(B) * C * T;
   std::vector<S> out(n + offset + 8, guard), gk(n + offset + 8, guard), gw(size_t(C) * T, guard);
-  launch((B + 1) / 2 * C, forward_threads(N), forward_smem_bytes(N), [&] {
-    conv_tc_kernel<S, N>(u16(in.kp), wz.data(), wexp.data(), u16(out.data() + offset), B, C, T,
-                         static_cast<float>(eps));
+  with_conv_kernel<S, N>(B, [&](auto kernel) {
+    launch(static_cast<int>(conv_ctas(N, B, C)), forward_threads(N), forward_smem_bytes(N), [&] {
+      kernel(u16(in.kp), wz.data(), wexp.data(), u16(out.data() + offset), B, C, T,
+             static_cast<float>(eps));
+    });
   });
   const int pairs = (B + 1) / 2, items = C * splits;
   const int grid = splits > 1 ? items : ctas;
   std::vector<cf32> acc(size_t(grid) * N);
   // X's planes per CTA past two sets on chip (N = 32768), else none (a null pointer).
   std::vector<uint16_t> xs(size_t(grid) * backward_scratch_bytes(N) / 2);
-  launch(grid, backward_threads(N, ACC), backward_smem_bytes(N, ACC), [&] {
-    backward_tc_kernel<S, N, ACC>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
-                                  u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, false,
-                                  acc.data(), xs.empty() ? nullptr : xs.data());
+  with_backward_kernel<S, N>(ACC, B, [&](auto kernel, int threads, int smem) {
+    launch(grid, threads, smem, [&] {
+      kernel(u16(in.gp), u16(in.kp), wz.data(), wexp.data(), u16(gk.data() + offset),
+             u16(gw.data()), B, C, T, splits, false, acc.data(),
+             xs.empty() ? nullptr : xs.data());
+    });
   });
   if (splits > 1) {
     launch(C, backward_threads(N), backward_smem_bytes(N), [&] {
@@ -429,6 +438,10 @@ int main() {
   check<H, 32768>(3, 1, 16384, 2, 0, 0, 2e-3, 0x1p-12, 1.0);
   check<BF, 24576>(2, 1, 12000, 1, 1, 0, 1e-2, 1.0, 0x1p-20);
   check<BF, 20480>(2, 1, 10000, 1, 1, 0, 1e-2, 1.0, 0x1p-20);
+  // odd B: the last rows of channels 0 and 1 in one conv transform, 2^20 apart, channel 2's
+  // alone; the backward's last rows with g and k 2^32 and 2^24 apart, in both orders
+  check<BF, 12288>(3, 3, 6000, 1, 2, 0, 1e-2, 0x1p-20, 0x1p12);
+  check<H, 8192>(1, 2, 4000, 1, 1, 0, 2e-3, 0x1p12, 0x1p-12);
   return failures != 0;
 }
 """.replace("STORAGE_FREQUENCY\n", STORAGE_FREQUENCY)

@@ -1,6 +1,6 @@
 // RWKV TimeX: host side of the FFT convolution on tensor cores (timex_fft_tc.h). Per call:
 // W's spectra (C rows, a CTA per one or two; the backward takes the forward's where the caller kept
-// them), then the forward's conv kernel (a CTA per channel and pair of batch rows) or the
+// them), then the forward's conv kernel (a CTA per pair of rows: conv_ctas) or the
 // backward kernel (both gradients; a reduce launch where the batch is split).
 #include "rwkv/timex_fft_tc.h"
 
@@ -119,11 +119,13 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
-    FUSED_OPS_CUDA_CHECK(launch_on_spectra(
-        true, k, tc::conv_tc_kernel<S, kN>, static_cast<int>((B + 1) / 2 * C),
-        tc::forward_threads(kN), tc::forward_smem_bytes(kN), stream, bits(k),
-        as<const tc::cf32>(wz), as<const int>(wexp), bits_out(out), static_cast<int>(B),
-        static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps)));
+    tc::with_conv_kernel<S, kN>(B, [&](auto kernel) {
+      FUSED_OPS_CUDA_CHECK(launch_on_spectra(
+          true, k, kernel, static_cast<int>(tc::conv_ctas(kN, B, C)), tc::forward_threads(kN),
+          tc::forward_smem_bytes(kN), stream, bits(k), as<const tc::cf32>(wz),
+          as<const int>(wexp), bits_out(out), static_cast<int>(B), static_cast<int>(C),
+          static_cast<int>(T), static_cast<float>(eps)));
+    });
   });
   if (keep_wz != nullptr) *keep_wz = wz;
   if (keep_wexp != nullptr) *keep_wexp = wexp;
@@ -159,18 +161,6 @@ bool acc_on_chip(int64_t N, const Tensor& k) {
       "got '", std::string(v), "'");
 }
 
-// fn(kernel, threads, smem bytes) with backward_tc_kernel for S and N, acc on chip or not.
-template <typename S, int N, typename Fn>
-void with_backward_kernel(bool on_chip, Fn&& fn) {
-  if constexpr (tc::has_acc_smem(N)) {
-    if (on_chip) {
-      return fn(tc::backward_tc_kernel<S, N, true>, tc::backward_threads(N, true),
-                tc::backward_smem_bytes(N, true));
-    }
-  }
-  fn(tc::backward_tc_kernel<S, N, false>, tc::backward_threads(N), tc::backward_smem_bytes(N));
-}
-
 // backward_tc_kernel's CTAs that k's device keeps resident for rows of T (the occupancy query
 // once per dtype, length, place of acc and device).
 template <typename S>
@@ -179,7 +169,9 @@ int64_t resident_ctas(int64_t T, bool on_chip, const Tensor& k) {
   return memo.get({tc::transform_length(T), on_chip, k.get_device_index()}, [&] {
     int per_sm = 1;
     with_length(T, [&](auto n) {
-      with_backward_kernel<S, decltype(n)::value>(on_chip, [&](auto kernel, int th, int smem) {
+      // (B = 2: the even-B build; the odd one has the same bounds and shared memory.)
+      tc::with_backward_kernel<S, decltype(n)::value>(on_chip, 2, [&](auto kernel, int th,
+                                                                      int smem) {
         if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem) !=
                 cudaSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, th, smem) !=
@@ -235,7 +227,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     constexpr int kN = decltype(n)::value;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     const int sp = static_cast<int>(splits);
-    with_backward_kernel<S, kN>(on_chip, [&](auto kernel, int threads, int smem) {
+    tc::with_backward_kernel<S, kN>(on_chip, B, [&](auto kernel, int threads, int smem) {
       // Right after the spectrum kernel where the spectra were made here (not kept).
       FUSED_OPS_CUDA_CHECK(launch_on_spectra(
           !kept, k, kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),

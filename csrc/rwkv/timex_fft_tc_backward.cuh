@@ -14,7 +14,11 @@
 // and sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by its own power of two,
 // x's rows so that the pair's two terms keep one weight (x_shifts). Per channel one more
 // inverse, of acc, gives grad_w: 3 transforms per pair and one per channel, as the FMA backward
-// (timex_fft_backward.cuh) has per row.
+// (timex_fft_backward.cuh) has per row. The last row of an odd B, alone in its pair, takes 2
+// instead of 3 where the blocks pair (mirror_blocks; the ODD_B build, as the conv kernel's):
+// z = g[b0, c] + i k[b0, c] in one transform, G and X parted in the middle
+// (middle_backward_row), G conj(W^) through the inverse; a row holding inf or NaN goes the
+// pair's way (k's must not reach grad_k).
 //
 // Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
 // item i = c splits + s. splits = 1: a CTA loops over its items and ends each channel with
@@ -26,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "rwkv/timex_fft_tc_forward.cuh"
 
@@ -122,7 +127,7 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 // (splits > 1: read by the reduce launch, one CTA per channel; where ACC_SMEM each item's sum is
 // copied there from shared memory at its end). scratch_all: backward_scratch_bytes(N) per CTA of
 // the grid (null where that is 0).
-template <typename S, int N, bool ACC_SMEM = false>
+template <typename S, int N, bool ACC_SMEM = false, bool ODD_B = false>
 TIMEX_FFT_TC_KERNEL(backward_threads(N, ACC_SMEM), backward_min_blocks(N, ACC_SMEM))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const cf32* wz, const int* wexp,
@@ -132,6 +137,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   static_assert(!ACC_SMEM || (has_acc_smem(N) && !z_off_chip(N)), "acc on chip: has_acc_smem");
+  static_assert(!ODD_B || mirror_blocks(N), "a row's g and k in one transform: mirror_blocks");
   constexpr int TH = backward_threads(N, ACC_SMEM);
   constexpr bool kOffChip = z_off_chip(N);
   TIMEX_FFT_SHARED(smem);
@@ -180,9 +186,33 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       bool two = b1 < B;
       int64_t r0 = (int64_t(b0) * C + c) * T, r1 = (int64_t(b1) * C + c) * T;
       TIMEX_FFT_SYNC();  // the previous pair's (or channel's) reads of the planes are done
+      float gmax[2], kmax[2], zscale[2], xscale[2];
+      if constexpr (ODD_B) {
+        if (!two) {  // a row alone: its g and k rows in one transform, where both are finite
+          float m[2];
+          load_rows<S, N, TH>(re, im, g + r0, k + r0, T, vec, false, slots, m);
+          const int sg = scale_shift(m[0]), sx = scale_shift(m[1]);
+          // g's and k's products 2^(sg + sx) must be undone within float's normal range.
+          if (std::isfinite(m[0]) && std::isfinite(m[1]) && std::abs(sg + sx) <= 125) {
+            const float scale[1][2] = {{std::ldexp(1.f, sg), std::ldexp(1.f, sx)}};
+            scale_sets<S, N, 1, TH>(re, im, scale);
+            TIMEX_FFT_SYNC();
+            forward_transform<N, 1, TH>(re, im, f16);
+            wait_for_spectra(wz, wexp);  // W's from here on
+            amax = middle_backward_row<Plane, N, TH>(
+                re, im, wz + int64_t(c) * N, acc, p == p0, std::ldexp(1.f, -(sg + sx)),
+                m[0] > 0.f ? 0.5f : 0.f, m[1] > 0.f ? 0.5f : 0.f, f16);
+            TIMEX_FFT_SYNC();
+            inverse_out<S, N, TH>(re, im, f16,
+                                  PairSink<S>(grad_k + r0, grad_k + r0, false, T,
+                                              std::ldexp(1.f, wexp[c] - sg), 0.f, 0.f, grad_k));
+            continue;
+          }
+          TIMEX_FFT_SYNC();  // the planes' and slots' readers are done: g's row alone, below
+        }
+      }
       // z: g's rows, each scaled by its own power of two (grad_k's rows keep their own
       // accuracy); x: k's rows scaled to match (x_shifts).
-      float gmax[2], kmax[2], zscale[2], xscale[2];
       load_rows<S, N, TH>(re, im, g + r0, two ? g + r1 : nullptr, T, vec, false, slots, gmax);
       // Exactly one g row holding inf or NaN (the same in every thread): a shared transform
       // would spread it to the other row's grad_k. The finite row goes alone (r0, reloaded), the
@@ -254,7 +284,8 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
       amax = block_max<N, TH>(amax, slots);
       grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
-    } else if constexpr (ACC_SMEM) {  // the item's sum to the reduce launch (own entries)
+    } else if constexpr (ACC_SMEM) {  // the item's sum to the reduce launch
+      TIMEX_FFT_SYNC();  // middle_backward_row wrote other threads' entries
       for (int it = tid / 32; it < N / 256; it += TH / 32) {
         for (int t = 0; t < 2; ++t) {
           cf32 v[4];
@@ -265,6 +296,27 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
     }
   }
 #endif
+}
+
+// fn(kernel, threads, smem bytes) with the backward kernel for acc on chip or not (ACC_SMEM,
+// has_acc_smem) and B (ODD_B where B is odd and the blocks pair).
+template <typename S, int N, typename Fn>
+void with_backward_kernel(bool acc_smem, int64_t B, Fn&& fn) {
+  const auto pick = [&](auto acc) {
+    constexpr bool kAcc = decltype(acc)::value;
+    if constexpr (mirror_blocks(N)) {
+      if (B % 2 == 1) {
+        return fn(backward_tc_kernel<S, N, kAcc, true>, backward_threads(N, kAcc),
+                  backward_smem_bytes(N, kAcc));
+      }
+    }
+    fn(backward_tc_kernel<S, N, kAcc, false>, backward_threads(N, kAcc),
+       backward_smem_bytes(N, kAcc));
+  };
+  if constexpr (has_acc_smem(N)) {
+    if (acc_smem) return pick(std::true_type{});
+  }
+  pick(std::false_type{});
 }
 
 }  // namespace fft_tc

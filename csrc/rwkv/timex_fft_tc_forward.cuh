@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "rwkv/timex_fft_tc.cuh"
+#include "rwkv/timex_fft_tc_mirror.cuh"
 
 namespace rwkv {
 namespace fft_tc {
@@ -47,11 +48,10 @@ TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFra
   }
 }
 
-// Rows r0 + i r1 (r1 null: zeros; load_rows) into the planes, each scaled by its own power of
-// two 2^sh[j] into float16's range (scale_shift: a row far smaller than its partner keeps its
-// own relative accuracy), then transformed: the planes hold the unitary transform of
-// r0 2^sh[0] + i r1 2^sh[1]. f16: initialised here. scale_and_transform: the part after the
-// load, for rows already in the planes with largest magnitudes amax.
+// Rows r0 + i r1 that load_rows left in the planes (largest magnitudes amax), each scaled by
+// its own power of two 2^sh[j] into float16's range (scale_shift: a row far smaller than its
+// partner keeps its own relative accuracy), then transformed: the planes hold the unitary
+// transform of r0 2^sh[0] + i r1 2^sh[1]. f16: initialised here.
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void scale_and_transform(uint16_t* re, uint16_t* im, const float (&amax)[2],
                                           DftFrags<Plane>& f16, int (&sh)[2]) {
@@ -62,41 +62,70 @@ TIMEX_FFT_DEVICE void scale_and_transform(uint16_t* re, uint16_t* im, const floa
   TIMEX_FFT_SYNC();
   forward_transform<N, 1, TH>(re, im, f16);
 }
-template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void load_and_transform(uint16_t* re, uint16_t* im, const uint16_t* r0,
-                                         const uint16_t* r1, int T, int vec, bool reversed,
-                                         float* slots, DftFrags<Plane>& f16, int (&sh)[2]) {
-  float amax[2];
-  load_rows<S, N, TH>(re, im, r0, r1, T, vec, reversed, slots, amax);
-  scale_and_transform<S, N, TH>(re, im, amax, f16, sh);
+
+// W's exponent (spectrum_tc_kernel's wexp) for a channel whose w row holds inf or NaN: 2^it is
+// inf, so every output that its spectrum scales is inf or NaN (the FFT's whole-row contract),
+// and the conv kernel keeps that spectrum out of a transform that a row of another channel
+// shares (middle_two_channels' u = 0).
+constexpr int kNonFiniteExp = 1 << 16;
+
+// Whether the conv kernel pairs the last batch rows of channels 2 j and 2 j + 1 (B odd) in
+// one transform (middle_two_channels): where the blocks pair so (mirror_blocks). Elsewhere,
+// and for the last channel of an odd C, that row has a transform to itself, half of it empty.
+// Only the kernel built for it (ODD_B) has that path: with it, the kernel for even B took 2%
+// more time at N = 8192 and 32768 (ptxas: more spills; H200, bfloat16). Its CTAs: a
+// (channel, pair of rows) each; where it pairs channels, B per channel pair j (the last of an
+// odd C too: its second channel's B / 2 CTAs return at once).
+TIMEX_FFT_HD constexpr bool conv_pairs_channels(int N, int64_t B) {
+  return mirror_blocks(N) && B % 2 == 1;
+}
+TIMEX_FFT_HD constexpr int64_t conv_ctas(int N, int64_t B, int64_t C) {
+  return conv_pairs_channels(N, B) ? (C + 1) / 2 * B : (B + 1) / 2 * C;
 }
 
-// The convolution of one (channel, pair of rows), N >= 2T. k, out: (B, C, T) contiguous of S;
-// wz, wexp: spectrum_tc_kernel's (timex_fft_tc_spectrum.cuh; given W's spectrum conjugated and
-// g, eps 0, it computes TimeX's grad_k, the correlation of g with h: the emulation test checks
-// it so).
-template <typename S, int N>
+// The convolution of a pair of rows (conv_ctas), N >= 2T: rows b0, b0 + 1 of channel c, or
+// where it pairs channels row B - 1 of channels c and c1 = c + 1. k, out: (B, C, T)
+// contiguous of S; wz, wexp: spectrum_tc_kernel's (timex_fft_tc_spectrum.cuh; given W's
+// spectrum conjugated and g, eps 0, it computes TimeX's grad_k, the correlation of g with h:
+// the emulation test checks it so).
+template <typename S, int N, bool ODD_B = false>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
 conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
                uint16_t* __restrict__ out, int B, int C, int T, float eps) {
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
+  static_assert(!ODD_B || mirror_blocks(N), "two channels' rows: conv_pairs_channels");
   constexpr int TH = forward_threads(N);
   TIMEX_FFT_SHARED(smem);
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
   // Channel-major: a channel's pairs run together, so that its spectrum (8 N bytes, 64 MiB
-  // over 1024 channels at N = 8192: more than L2) is read from memory once.
-  const int pairs = (B + 1) / 2;
-  const int c = static_cast<int>(blockIdx.x) / pairs, pair = static_cast<int>(blockIdx.x) % pairs;
-  const int b0 = 2 * pair, b1 = b0 + 1;
-  bool two = b1 < B;
+  // over 1024 channels at N = 8192: more than L2) is read from memory once; where channels
+  // pair, the pair's two channels' pairs, then the pair of their last rows.
+  const int id = static_cast<int>(blockIdx.x);
+  int c, c1, b0;  // the second row's channel c1 (c but in a pair of channels)
+  bool two;
+  if (ODD_B) {  // B odd (with_conv_kernel)
+    const int half = B / 2, j = id / B, r = id % B;
+    if (r == B - 1) {
+      c = 2 * j, b0 = B - 1, two = c + 1 < C;
+      c1 = two ? c + 1 : c;  // an odd C's last channel: its row alone
+    } else {
+      const int second = r >= half ? 1 : 0;
+      c = 2 * j + second, c1 = c, b0 = 2 * (r - second * half), two = true;
+      if (c >= C) return;  // the second channel of an odd C's last pair (the whole CTA)
+    }
+  } else {
+    const int pairs = (B + 1) / 2;
+    c = id / pairs, c1 = c, b0 = 2 * (id % pairs), two = b0 + 1 < B;
+  }
+  const int b1 = c1 != c ? b0 : b0 + 1;
   const uint16_t* k0 = k + (int64_t(b0) * C + c) * T;
-  const uint16_t* k1 = two ? k + (int64_t(b1) * C + c) * T : nullptr;
+  const uint16_t* k1 = two ? k + (int64_t(b1) * C + c1) * T : nullptr;
   const int vec = vector_width(T, k);
   uint16_t* o0 = out + (int64_t(b0) * C + c) * T;
-  uint16_t* o1 = two ? out + (int64_t(b1) * C + c) * T : o0;  // written only where two
+  uint16_t* o1 = two ? out + (int64_t(b1) * C + c1) * T : o0;  // written only where two
   DftFrags<Plane> f16;
   int sh[2];
   float amax[2];
@@ -109,19 +138,41 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
     const bool first_ok = std::isfinite(amax[0]);
     nan_row = first_ok ? o1 : o0;
     o0 = first_ok ? o0 : o1;
+    c = first_ok ? c : c1;
+    c1 = c;
     two = false;
     TIMEX_FFT_SYNC();  // load_rows' readers of the slots are done
     load_rows<S, N, TH>(re, im, first_ok ? k0 : k1, nullptr, T, vec, false, slots, amax);
   }
   scale_and_transform<S, N, TH>(re, im, amax, f16, sh);
   wait_for_spectra(wz, wexp);  // W's from here on
-  middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
+  if constexpr (ODD_B) {
+    if (c1 != c) {  // a row of zeros, or of a channel with a non-finite w, adds nothing
+      const bool use0 = amax[0] > 0.f && wexp[c] != kNonFiniteExp;
+      const bool use1 = amax[1] > 0.f && wexp[c1] != kNonFiniteExp;
+      middle_two_channels<Plane, N, TH>(re, im, wz + int64_t(c) * N, wz + int64_t(c1) * N,
+                                        use0 ? 0.5f : 0.f, use1 ? 0.5f : 0.f, f16);
+    } else {
+      middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
+    }
+  } else {
+    middle<Plane, N, TH>(re, im, wz + int64_t(c) * N, f16);
+  }
   TIMEX_FFT_SYNC();
   inverse_out<S, N, TH>(re, im, f16,
                         PairSink<S>(o0, o1, two, T, std::ldexp(1.f, wexp[c] - sh[0]),
-                                    std::ldexp(1.f, wexp[c] - sh[1]), eps, out));
+                                    std::ldexp(1.f, wexp[c1] - sh[1]), eps, out));
   if (nan_row != nullptr) fill_nan<S, TH>(nan_row, T);
 #endif
+}
+
+// fn(kernel) with the conv kernel for B (conv_pairs_channels: the ODD_B build where B is odd).
+template <typename S, int N, typename Fn>
+void with_conv_kernel(int64_t B, Fn&& fn) {
+  if constexpr (mirror_blocks(N)) {
+    if (conv_pairs_channels(N, B)) return fn(conv_tc_kernel<S, N, true>);
+  }
+  fn(conv_tc_kernel<S, N, false>);
 }
 
 }  // namespace fft_tc

@@ -187,20 +187,28 @@ struct MiddleLane {
   // stride 16 to the planes at step it (the top of this struct).
   TIMEX_FFT_DEVICE void inverse_store(uint16_t* re, uint16_t* im, int it,
                                       const cf32 (&p)[2][4]) const {
+    uint32_t pr[2][2], pi[2][2];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) pack_tile(p[t], t, pr, pi);
+    inverse_store(re, im, it, pr, pi);
+  }
+  // P's B fragments for G^T's n-tile u (k1 = 8u + g): k2 = 2q.. from P's n-tile 0, 2q + 8..
+  // from its n-tile 1, rows e / 2 = u; pack_tile: those of n-tile t's 4 entries p (rounded to
+  // S: a caller that makes P a tile at a time keeps 8 registers instead of 16).
+  static TIMEX_FFT_DEVICE void pack_tile(const cf32 (&p)[4], int t, uint32_t (&pr)[2][2],
+                                         uint32_t (&pi)[2][2]) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      pr[u][t] = pack2<S>(p[2 * u].x, p[2 * u + 1].x);
+      pi[u][t] = pack2<S>(p[2 * u].y, p[2 * u + 1].y);
+    }
+  }
+  TIMEX_FFT_DEVICE void inverse_store(uint16_t* re, uint16_t* im, int it,
+                                      const uint32_t (&pr)[2][2],
+                                      const uint32_t (&pi)[2][2]) const {
     constexpr int R1 = radix1(N);
     constexpr int ROUT = N / R1 == 256 ? R1 : 16;  // the pass outside: (ROUT, 256)
     constexpr int sp = N / (ROUT * 256);
-    // P's B fragments for G^T's n-tile u (k1 = 8u + g): k2 = 2q.. from P's n-tile 0, 2q + 8..
-    // from its n-tile 1, rows e / 2 = u.
-    uint32_t pr[2][2], pi[2][2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        pr[u][t] = pack2<S>(p[t][2 * u].x, p[t][2 * u + 1].x);
-        pi[u][t] = pack2<S>(p[t][2 * u].y, p[t][2 * u + 1].y);
-      }
-    }
     // G'^T's accumulators as G''s B fragments for M''s n-tile j (n2 = 8j + g): k1 = 2q.. from
     // G^T's n-tile 0, 2q + 8.. from its n-tile 1, rows g + 8j.
     uint32_t gr[2][2], gi[2][2];

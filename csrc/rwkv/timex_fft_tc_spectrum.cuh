@@ -9,21 +9,14 @@
 // 4% less, at 6144 5% less to 22% more, at 4096 12% more: there the grid is a wave or two of
 // CTAs bound by their latency, and pairs halve the CTAs while each does more. (Since run 34
 // one channel a CTA sweeps the middle once, 7-12% less time, so N = 16384's 4% is gone too.)
-//
-// Pairing f with -f in the storage order (the top of timex_fft_tc.cuh: position s holds
-// f = d_1 + r_1 (d_2 + 16 (...)), s's most significant digit f's least): -f takes f's lowest
-// nonzero digit d to r - d and every higher one to 15 - d; in s, the highest nonzero digit,
-// and every lower one complemented. A middle step covers the 256 positions of one block
-// (digits k1 = (s / 16) % 16, k2 = s % 16, f's two highest), so for a block b > 0 every
-// position p of it pairs with 255 - p of block partner(b): lane (4 g + q)'s entry (t, e) with
-// lane 31 - lane's entry (1 - t, 3 - e) (middle_position), one __shfl_xor_sync. Block 0 pairs
-// within itself: 16 k1 + k2 with 16 (16 - k1) + 15 - k2 for k1 > 0, k2 with 16 - k2 for k1 = 0.
+
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "rwkv/timex_fft_tc_forward.cuh"
+#include "rwkv/timex_fft_tc_mirror.cuh"
 
 namespace rwkv {
 namespace fft_tc {
@@ -38,30 +31,6 @@ TIMEX_FFT_HD constexpr int64_t spectrum_ctas(int N, int64_t C) {
 }
 TIMEX_FFT_HD constexpr int spectrum_smem_bytes(int N) {
   return forward_smem_bytes(N) + (spectrum_pairs(N) ? 2048 : 0);
-}
-
-// The blocks of 256 positions pair by the two digits above the middle's: a block index b =
-// 16 d_1 + d_2 (N / 256 = 16 r_1 where spectrum_pairs). b in [1, 16) pairs with 16 - b, b in
-// [16, 16 r_1) with 16 r_1 + 15 - b. Units of work: unit 0 is block 0; units 1 .. 8 the pairs
-// (u, 16 - u) (8 with itself); the rest (16 + v, 16 r_1 - 1 - v) for v < 8 (r_1 - 1).
-template <int N>
-struct BlockPairs {
-  static constexpr int kR1 = radix1(N);
-  static_assert(N / 256 == 16 * kR1, "two digits above the middle's");
-  static constexpr int kUnits = 1 + 8 + 8 * (kR1 - 1);
-  static TIMEX_FFT_HD constexpr void blocks(int u, int& a, int& b) {
-    if (u <= 8) {
-      a = u, b = u == 0 ? 0 : 16 - u;
-    } else {
-      a = 16 + (u - 9), b = 16 * kR1 + 15 - a;
-    }
-  }
-};
-
-// The position within block 0 that holds -f of the position p's f (the top of this file).
-TIMEX_FFT_HD constexpr int block0_partner(int p) {
-  const int k1 = p / 16, k2 = p % 16;
-  return k1 != 0 ? 16 * (16 - k1) + 15 - k2 : (16 - k2) % 16;
 }
 
 // The sum over the block of every thread's v[j], for each j < 2, in every thread (the same
@@ -123,27 +92,16 @@ TIMEX_FFT_DEVICE bool norm_shifts(const uint16_t* re, const uint16_t* im, const 
   return together;
 }
 
-// Both channels' spectra from Y's entries y (at some position) and p (at the position of -f):
-// w0 = (y + conj p) u0, w1 = (y - conj p) / i u1.
-TIMEX_FFT_DEVICE void separate(cf32 y, cf32 p, float u0, float u1, cf32& w0, cf32& w1) {
-  w0 = {(y.x + p.x) * u0, (y.y - p.y) * u0};
-  w1 = {(y.y + p.y) * u1, (p.x - y.x) * u1};
-}
-
-// The planes hold Y / sqrt(N) (the unitary transform) before the middle's pass. Each warp
-// takes units of BlockPairs in turn: the middle's pass of the unit's blocks a and b, then per
-// n-tile t the DFT of a's tile t and b's tile 1 - t (b == a: a's, the same step twice), each
-// entry's partner by a shuffle (block 0: through buf), both spectra times u0 and u1. STORE: to
-// rows w0 and w1 (w1 null: the pair's second channel is missing), middle layout; else only the
-// largest |component| of each channel's entries in m. A tile at a time, not a block's two:
-// their 32 entries at once spilled (550 bytes a thread at 80 registers).
+// The planes hold Y / sqrt(N) (the unitary transform) before the middle's pass; through
+// mirror_sweep (timex_fft_tc_mirror.cuh), both spectra times u0 and u1. STORE: to rows w0 and
+// w1 (w1 null: the pair's second channel is missing), middle layout; else only the largest
+// |component| of each channel's entries in m. A tile at a time, not a block's two: their 32
+// entries at once spilled (550 bytes a thread at 80 registers).
 template <typename S, int N, int TH, bool STORE>
 TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, cf32* w0row,
                                        cf32* w1row, float u0, float u1, const DftFrags<S>& f16,
                                        cf32* buf, float (&m)[2]) {
-  using P = BlockPairs<N>;
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int g = lane / 4, q = lane % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
   const MiddleLane<S, N> ml(f16, lane);
   m[0] = m[1] = 0.f;
   const auto emit = [&](int it, int t, const cf32 (&y)[4], const cf32 (&p)[4]) {
@@ -159,56 +117,10 @@ TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, c
       if (w1row != nullptr) store4(w1row, it, lane, t, b);
     }
   };
-  // Entry e of this lane's tile t in a block: position 16 (g + 8 (e / 2)) + 8 t + 2 q + e % 2.
-  const auto pos = [&](int t, int e) { return 16 * (g + 8 * (e / 2)) + 8 * t + 2 * q + e % 2; };
-  for (int u = warp; u < P::kUnits; u += TH / 32) {
-    int a, b;
-    P::blocks(u, a, b);
-    uint32_t ar[4], ai[4], br[4], bi[4];
-    ml.load(re, im, a, ar, ai);
-    if (a == 0) {  // block 0 pairs within itself, not lane with lane ^ 31
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        cf32 y[4];
-        ml.dft(ar, ai, t, y);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) buf[pos(t, e)] = y[e];
-      }
-      __syncwarp();
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        cf32 y[4], p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[e] = buf[pos(t, e)], p[e] = buf[block0_partner(pos(t, e))];
-        emit(0, t, y, p);
-      }
-      __syncwarp();  // buf's readers are done before the next pass writes it
-      continue;
-    }
-    if (b != a) {
-      ml.load(re, im, b, br, bi);
-    } else {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) br[r] = ar[r], bi[r] = ai[r];
-    }
-    // Entry (t, e) of block a pairs with lane ^ 31's entry (1 - t, 3 - e) of block b, and
-    // block b's the other way round.
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      cf32 ya[4], yb[4], pa[4], pb[4];
-      ml.dft(ar, ai, t, ya);
-      ml.dft(br, bi, 1 - t, yb);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        pa[e] = {__shfl_xor_sync(0xffffffffu, yb[3 - e].x, 31),
-                 __shfl_xor_sync(0xffffffffu, yb[3 - e].y, 31)};
-        pb[e] = {__shfl_xor_sync(0xffffffffu, ya[3 - e].x, 31),
-                 __shfl_xor_sync(0xffffffffu, ya[3 - e].y, 31)};
-      }
-      emit(a, t, ya, pa);
-      if (b != a) emit(b, 1 - t, yb, pb);
-    }
-  }
+  mirror_sweep<N, TH>(
+      re, im, ml, buf,
+      [&](int, int blk, int t, const cf32(&y)[4], const cf32(&p)[4]) { emit(blk, t, y, p); },
+      [](int, int) {});
 }
 
 // A bound on the middle's outputs, from the planes it starts from (the transform before the
@@ -273,7 +185,8 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
 // W's spectra: wz[c] (N complex floats, the middle's layout) = the unnormalised DFT of h[s] =
 // w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below 16 where one
 // channel has the CTA, below 1 where two share it (what the conv kernel's middle needs to keep
-// its products within float16: Plane, timex_fft_tc_common.cuh). w: (C, T) contiguous of S;
+// its products within float16: Plane, timex_fft_tc_common.cuh); wexp[c] = kNonFiniteExp where
+// w[c] holds inf or NaN. w: (C, T) contiguous of S;
 // spectrum_ctas(N, C) CTAs. One channel a CTA, or where spectrum_pairs channels c0 = 2
 // blockIdx.x and c1 = c0 + 1 (missing where C is odd: zeros, not stored) in one transform; where
 // those rows must not share one (norm_shifts), each goes through its own, its partner's plane
@@ -295,8 +208,10 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
     const int c = static_cast<int>(blockIdx.x);
     DftFrags<Plane> f16;
     int sh[2];
-    load_and_transform<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true,
-                                 slots, f16, sh);
+    float amax[2];
+    load_rows<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true, slots,
+                        amax);
+    scale_and_transform<S, N, TH>(re, im, amax, f16, sh);
     // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary), before the middle. A bound
     // on its outputs (middle_bound; 1.01 covers the float16 rounding of its DFT matrices and
     // of the data between its two products) sets we, so that one sweep of the middle stores
@@ -309,7 +224,7 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
     const int eb = scale_exponent(1.01f * std::sqrt(float(N)) * bound), we = eb - sh[0] - 4;
     middle_spectrum<Plane, N, TH>(re, im, wz + int64_t(c) * N,
                                   std::ldexp(std::sqrt(float(N)), 4 - eb), f16);
-    if (threadIdx.x == 0) wexp[c] = we;
+    if (threadIdx.x == 0) wexp[c] = std::isfinite(amax[0]) ? we : kNonFiniteExp;
   } else {
     cf32* buf = reinterpret_cast<cf32*>(smem + forward_smem_bytes(N));
     const int c0 = 2 * static_cast<int>(blockIdx.x);
@@ -333,6 +248,8 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restric
       transform_and_separate<S, N, TH>(re, im, sh, zero, wz + int64_t(c) * N,
                                        together && two ? wz + int64_t(c + 1) * N : nullptr,
                                        wexp + c, wexp + c + 1, slots, buf);
+      // (Together, both rows are finite: norm_shifts.)
+      if (threadIdx.x == 0 && !std::isfinite(amax[0])) wexp[c] = kNonFiniteExp;
     }
   }
 #endif

@@ -3,8 +3,10 @@
 // to global memory (a row pair: out and grad_k; one real row reversed: grad_w).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "rwkv/timex_fft_tc_common.cuh"
 #include "rwkv/timex_fft_tc_outer.cuh"
@@ -46,8 +48,14 @@ TIMEX_FFT_DEVICE int scale_exponent(float m) {
   return ex;
 }
 
-// |x| with NaN as inf (a largest magnitude then says whether the row is finite).
-TIMEX_FFT_DEVICE float nan_as_inf(float m) { return m == m ? m : INFINITY; }
+// The magnitude whose bits (S's, sign cleared) are m, NaN as inf (a largest magnitude then
+// says whether the row is finite). Magnitudes order as their bits, and NaN's bits exceed
+// inf's: the largest of a row's is an integer max (load_rows), two operations an element.
+template <typename S>
+TIMEX_FFT_DEVICE float magnitude_of_bits(uint32_t m) {
+  constexpr uint32_t kInf = std::is_same_v<S, c10::BFloat16> ? 0x7f80u : 0x7c00u;
+  return m >= kInf ? INFINITY : bits_to_float<S>(static_cast<uint16_t>(m));
+}
 
 // The shift s of a row whose largest magnitude is m: 2^s takes it into [1, 2) (s = 1 - ex for
 // m = f 2^ex, f in [0.5, 1)), at most 126 (a float 2^127 and more would overflow: rows of
@@ -68,7 +76,7 @@ TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
                                 const uint16_t* r1, int T, int vec, bool reversed, float* slots,
                                 float (&amax)[2]) {
   const int tid = static_cast<int>(threadIdx.x);
-  amax[0] = amax[1] = 0.f;
+  uint32_t m0 = 0, m1 = 0;  // the largest magnitudes' bits (magnitude_of_bits)
   for (int e = 8 * tid; e < N; e += 8 * TH) {
     uint16_t xr[8], xi[8];
     if (vec > 1 && e + 8 <= T) {
@@ -94,12 +102,13 @@ TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
       }
     }
     for (int j = 0; j < 8; ++j) {
-      amax[0] = std::fmax(amax[0], nan_as_inf(std::fabs(bits_to_float<S>(xr[j]))));
-      amax[1] = std::fmax(amax[1], nan_as_inf(std::fabs(bits_to_float<S>(xi[j]))));
+      m0 = std::max(m0, uint32_t{xr[j]} & 0x7fffu);
+      m1 = std::max(m1, uint32_t{xi[j]} & 0x7fffu);
     }
     st16(re + swz(e), xr);
     st16(im + swz(e), xi);
   }
+  amax[0] = magnitude_of_bits<S>(m0), amax[1] = magnitude_of_bits<S>(m1);
   block_max_n<N, TH>(amax, slots);
 }
 

@@ -61,15 +61,13 @@ TIMEX_FFT_DEVICE void separate(cf32 y, cf32 p, float u0, float u1, cf32& w0, cf3
 }
 
 // The middle's first half over the planes (the transform before the pass at stride 16), a
-// BlockPairs unit per warp in turn: for each n-tile t of the unit's blocks (slot 0: block a,
-// slot 1: block b, none where b == a), tile(slot, block, t, y, p), y the lane's 4 entries of
-// the spectrum there (MiddleLane::dft) and p those at the positions of -f; after the unit,
-// unit_done(a, b). A block's tiles come in the order t = 0, 1 for slot 0, 1, 0 for slot 1.
-// buf: 256 cf32 of shared memory (block 0 pairs within itself, through it).
-template <int N, int TH, typename S, typename Tile, typename Done>
+// BlockPairs unit per warp in turn: for each n-tile t of the unit's blocks, tile(block, t, y,
+// p), y the lane's 4 entries of the spectrum there (MiddleLane::dft) and p those at the
+// positions of -f (the spectrum kernel's separation; its partners by shuffles, block 0's
+// through buf: 256 cf32 of shared memory).
+template <int N, int TH, typename S, typename Tile>
 TIMEX_FFT_DEVICE void mirror_sweep(const uint16_t* re, const uint16_t* im,
-                                   const MiddleLane<S, N>& ml, cf32* buf, Tile&& tile,
-                                   Done&& unit_done) {
+                                   const MiddleLane<S, N>& ml, cf32* buf, Tile&& tile) {
   using P = BlockPairs<N>;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
@@ -94,10 +92,9 @@ TIMEX_FFT_DEVICE void mirror_sweep(const uint16_t* re, const uint16_t* im,
         cf32 y[4], p[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) y[e] = buf[pos(t, e)], p[e] = buf[block0_partner(pos(t, e))];
-        tile(0, 0, t, y, p);
+        tile(0, t, y, p);
       }
       __syncwarp();  // buf's readers are done before the next pass writes it
-      unit_done(0, 0);
       continue;
     }
     if (b != a) {
@@ -120,10 +117,9 @@ TIMEX_FFT_DEVICE void mirror_sweep(const uint16_t* re, const uint16_t* im,
         pb[e] = {__shfl_xor_sync(0xffffffffu, ya[3 - e].x, 31),
                  __shfl_xor_sync(0xffffffffu, ya[3 - e].y, 31)};
       }
-      tile(0, a, t, ya, pa);
-      if (b != a) tile(1, b, 1 - t, yb, pb);
+      tile(a, t, ya, pa);
+      if (b != a) tile(b, 1 - t, yb, pb);
     }
-    unit_done(a, b);
   }
 }
 

@@ -117,10 +117,7 @@ TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, c
       if (w1row != nullptr) store4(w1row, it, lane, t, b);
     }
   };
-  mirror_sweep<N, TH>(
-      re, im, ml, buf,
-      [&](int, int blk, int t, const cf32(&y)[4], const cf32(&p)[4]) { emit(blk, t, y, p); },
-      [](int, int) {});
+  mirror_sweep<N, TH>(re, im, ml, buf, emit);
 }
 
 // A bound on the middle's outputs, from the planes it starts from (the transform before the

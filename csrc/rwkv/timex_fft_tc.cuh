@@ -9,7 +9,9 @@
 // 12288, 20480, 24576 or 28672: transform_length), is convolved circularly with the real kernel
 // h[s] = w[c, T-1-s]: since h is real, y = x * h = k[b, c] * h + i k[b + 1, c] * h, and out[b,
 // c, t] = Re y[t] + eps, out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap: N >= 2T - 1). No
-// split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh).
+// split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh), except where two
+// rows with different kernels share a transform: W's spectra of two channels, and where B is
+// odd the last rows of two channels (timex_fft_tc_mirror.cuh).
 //
 // The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 16, 24}: valid_length): pass
 // j has radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16

@@ -187,22 +187,21 @@ struct MiddleLane {
   // stride 16 to the planes at step it (the top of this struct).
   TIMEX_FFT_DEVICE void inverse_store(uint16_t* re, uint16_t* im, int it,
                                       const cf32 (&p)[2][4]) const {
+    // P's B fragments for G^T's n-tile u (k1 = 8u + g): k2 = 2q.. from P's n-tile 0, 2q + 8..
+    // from its n-tile 1, rows e / 2 = u.
     uint32_t pr[2][2], pi[2][2];
 #pragma unroll
-    for (int t = 0; t < 2; ++t) pack_tile(p[t], t, pr, pi);
+    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        pr[u][t] = pack2<S>(p[t][2 * u].x, p[t][2 * u + 1].x);
+        pi[u][t] = pack2<S>(p[t][2 * u].y, p[t][2 * u + 1].y);
+      }
+    }
     inverse_store(re, im, it, pr, pi);
   }
-  // P's B fragments for G^T's n-tile u (k1 = 8u + g): k2 = 2q.. from P's n-tile 0, 2q + 8..
-  // from its n-tile 1, rows e / 2 = u; pack_tile: those of n-tile t's 4 entries p (rounded to
-  // S: a caller that makes P a tile at a time keeps 8 registers instead of 16).
-  static TIMEX_FFT_DEVICE void pack_tile(const cf32 (&p)[4], int t, uint32_t (&pr)[2][2],
-                                         uint32_t (&pi)[2][2]) {
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      pr[u][t] = pack2<S>(p[2 * u].x, p[2 * u + 1].x);
-      pi[u][t] = pack2<S>(p[2 * u].y, p[2 * u + 1].y);
-    }
-  }
+  // The same from P's B fragments already packed (pr[u][t]: entries 2u, 2u + 1 of n-tile t,
+  // as the staged sweep keeps them in the planes, timex_fft_tc_mirror.cuh).
   TIMEX_FFT_DEVICE void inverse_store(uint16_t* re, uint16_t* im, int it,
                                       const uint32_t (&pr)[2][2],
                                       const uint32_t (&pi)[2][2]) const {
@@ -252,33 +251,34 @@ struct MiddleLane {
   }
 };
 
+// Entries p[0], p[1] of a spectrum row (p 16-byte aligned), one 16-byte access; and stores.
+TIMEX_FFT_DEVICE void load2(const cf32* p, cf32& v0, cf32& v1) {
+#ifdef TIMEX_EMULATE
+  v0 = p[0], v1 = p[1];
+#else
+  const float4 f = *reinterpret_cast<const float4*>(p);
+  v0 = {f.x, f.y}, v1 = {f.z, f.w};
+#endif
+}
+TIMEX_FFT_DEVICE void store2(cf32* p, cf32 v0, cf32 v1) {
+#ifdef TIMEX_EMULATE
+  p[0] = v0, p[1] = v1;
+#else
+  *reinterpret_cast<float4*>(p) = make_float4(v0.x, v0.y, v1.x, v1.y);
+#endif
+}
+
 // The lane's 4 entries (accumulators e = 0..3) of n-tile t of spectrum row `row` at step it
 // (middle layout), two 16-byte loads; and stores of the same (row written by this lane only).
 // Plain loads, not the read-only path: W's spectra may have been written while the kernel ran
 // (wait_for_spectra), acc and the scratch by the kernel itself.
 TIMEX_FFT_DEVICE void load4(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const cf32* p = row + middle_index(it, lane, t, h);
-#ifdef TIMEX_EMULATE
-    v[2 * h] = p[0], v[2 * h + 1] = p[1];
-#else
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    v[2 * h] = {f.x, f.y}, v[2 * h + 1] = {f.z, f.w};
-#endif
-  }
+  for (int h = 0; h < 2; ++h) load2(row + middle_index(it, lane, t, h), v[2 * h], v[2 * h + 1]);
 }
 TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)[4]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    cf32* p = row + middle_index(it, lane, t, h);
-#ifdef TIMEX_EMULATE
-    p[0] = v[2 * h], p[1] = v[2 * h + 1];
-#else
-    *reinterpret_cast<float4*>(p) =
-        make_float4(v[2 * h].x, v[2 * h].y, v[2 * h + 1].x, v[2 * h + 1].y);
-#endif
-  }
+  for (int h = 0; h < 2; ++h) store2(row + middle_index(it, lane, t, h), v[2 * h], v[2 * h + 1]);
 }
 
 // The larger of |re| and |im| (within sqrt 2 of |v|; a squared norm would overflow float first).

@@ -123,23 +123,6 @@ TIMEX_FFT_DEVICE void mirror_sweep(const uint16_t* re, const uint16_t* im,
   }
 }
 
-// Entries p[0], p[1] of a spectrum row (p 16-byte aligned), one 16-byte access; and stores.
-TIMEX_FFT_DEVICE void load2(const cf32* p, cf32& v0, cf32& v1) {
-#ifdef TIMEX_EMULATE
-  v0 = p[0], v1 = p[1];
-#else
-  const float4 f = *reinterpret_cast<const float4*>(p);
-  v0 = {f.x, f.y}, v1 = {f.z, f.w};
-#endif
-}
-TIMEX_FFT_DEVICE void store2(cf32* p, cf32 v0, cf32 v1) {
-#ifdef TIMEX_EMULATE
-  p[0] = v0, p[1] = v1;
-#else
-  *reinterpret_cast<float4*>(p) = make_float4(v0.x, v0.y, v1.x, v1.y);
-#endif
-}
-
 // K = 2: entries i, i + 1 of a spectrum row in the middle's layout (i even) and their
 // partners j + 1, j (one 16-byte access each); K = 1: entries i and j.
 template <int K>

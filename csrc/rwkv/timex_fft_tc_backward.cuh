@@ -122,6 +122,80 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
   inverse_out<S, N, TH>(re, im, f16, ReversedRealSink<S>{grad_w_row, T, scale});
 }
 
+// The channel's last batch row of an odd B and its grad_w through one inverse (splits = 1: the
+// row is the channel's last term): the planes hold P = G conj(W^) staged and acc the Hermitian
+// part H of the channel's sum (middle_backward_row's FINAL), amax H's largest |component| over
+// the block. F = a H + i b P, the powers of two a and b taking both parts' 2-norms into
+// [64, 128) (norm_shifts' reason: the planes' rounding, relative to |F|, then costs either part
+// at most sqrt 2 of its own accuracy), through the inverse middle and passes: grad_w's row
+// (reversed) from the real part, as grad_w_inverse, and grad_k's row from the imaginary part,
+// times k_scale (the row's own scale as the pair's sink has it). One inverse instead of two.
+// slots: 2 TH / 32 floats, free.
+template <typename S, int N, int TH>
+TIMEX_FFT_DEVICE void row_and_grad_w(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
+                                     float* slots, uint16_t* grad_w_row, uint16_t* grad_k_row,
+                                     const uint16_t* grad_k, int T, float k_scale,
+                                     const DftFrags<Plane>& f16) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int e = scale_exponent(amax);
+  const float pre = std::ldexp(1.f, 1 - e);  // H's components below 2, as grad_w_inverse
+  float ss[2] = {0.f, 0.f};  // |H pre|^2, |P|^2 over this thread's entries
+  for (int it = warp; it < N / 256; it += TH / 32) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = middle_index(it, lane, t, h);
+        cf32 a0, a1, p0, p1;
+        load2(acc + i, a0, a1);
+        staged_two<Plane>(re, im, i, p0, p1);  // P's
+        a0 = {a0.x * pre, a0.y * pre}, a1 = {a1.x * pre, a1.y * pre};
+        ss[0] += a0.x * a0.x + a0.y * a0.y + a1.x * a1.x + a1.y * a1.y;
+        ss[1] += p0.x * p0.x + p0.y * p0.y + p1.x * p1.x + p1.y * p1.y;
+      }
+    }
+  }
+  block_sum2<N, TH>(ss, slots);
+  // Where either part holds inf or NaN, the shared inverse would spread it to the other's
+  // outputs: then P goes through alone (grad_k's row; H not read) and H through its own
+  // inverse after it (grad_w_inverse), as without this routine. Only on such inputs.
+  const bool together = std::isfinite(ss[0]) && std::isfinite(ss[1]);
+  int sh[2];
+  for (int j = 0; j < 2; ++j) {  // 2^sh[j] takes the part's 2-norm into [64, 128)
+    int ex = 0;
+    if (ss[j] > 0.f) std::frexp(std::sqrt(ss[j]), &ex);
+    sh[j] = ss[j] > 0.f ? 7 - ex : 0;
+  }
+  const float a = pre * std::ldexp(1.f, sh[0]), b = std::ldexp(1.f, sh[1]);
+  const MiddleLane<Plane, N> ml(f16, lane);
+  for (int it = warp; it < N / 256; it += TH / 32) {
+    uint32_t pr[2][2], pi[2][2];  // F's B fragments for the inverse: entries 2u, 2u + 1 of tile t
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int i = middle_index(it, lane, t, u);
+        cf32 a0{0.f, 0.f}, a1{0.f, 0.f}, p0, p1;
+        if (together) load2(acc + i, a0, a1);
+        staged_two<Plane>(re, im, i, p0, p1);  // P's
+        pr[u][t] = pack2<Plane>(a * a0.x - b * p0.y, a * a1.x - b * p1.y);
+        pi[u][t] = pack2<Plane>(a * a0.y + b * p0.x, a * a1.y + b * p1.x);
+      }
+    }
+    __syncwarp();  // every lane's reads of the block are done before the stores
+    ml.inverse_store(re, im, it, pr, pi);
+  }
+  TIMEX_FFT_SYNC();
+  // The planes hold IDFT_u(F) (unitary); IDFT(A) = sqrt(N) IDFT_u(A_u), as grad_w_inverse.
+  inverse_out<S, N, TH>(re, im, f16,
+                        GradWAndRowSink<S>(together ? grad_w_row : nullptr, grad_k_row, T,
+                                           std::sqrt(float(N)) / a, k_scale / b, grad_k));
+  if (!together) {
+    TIMEX_FFT_SYNC();  // the inverse's readers of the planes are done
+    grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w_row, T, f16);
+  }
+}
+
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
 // (C, T). acc_all: N complex floats per CTA (splits = 1; null where ACC_SMEM) or per item
 // (splits > 1: read by the reduce launch, one CTA per channel; where ACC_SMEM each item's sum is
@@ -181,6 +255,7 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
             : acc_all + int64_t(splits == 1 ? static_cast<int>(blockIdx.x) : item) * N;
     cf32* const acc = ACC_SMEM ? acc_smem : acc_global;
     float amax = 0.f;
+    bool grad_w_done = false;  // by row_and_grad_w
     for (int p = p0; p < p1; ++p) {
       const int b0 = 2 * p, b1 = b0 + 1;
       bool two = b1 < B;
@@ -199,9 +274,23 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
             TIMEX_FFT_SYNC();
             forward_transform<N, 1, TH>(re, im, f16);
             wait_for_spectra(wz, wexp);  // W's from here on
-            amax = middle_backward_row<Plane, N, TH>(
-                re, im, wz + int64_t(c) * N, acc, p == p0, std::ldexp(1.f, -(sg + sx)),
-                m[0] > 0.f ? 0.5f : 0.f, m[1] > 0.f ? 0.5f : 0.f, f16);
+            const float pscale = std::ldexp(1.f, -(sg + sx));
+            const float ug = m[0] > 0.f ? 0.5f : 0.f, ux = m[1] > 0.f ? 0.5f : 0.f;
+            if (splits == 1) {  // the channel's last term: grad_w and this row in one inverse
+              amax = middle_backward_row<Plane, N, TH, true>(re, im, wz + int64_t(c) * N, acc,
+                                                             p == p0, pscale, ug, ux, f16);
+              TIMEX_FFT_SYNC();  // acc's and the planes' writers are done
+              amax = block_max<N, TH>(amax, slots);
+              // (block_sum2's slots after block_max's, which other warps may still read)
+              row_and_grad_w<S, N, TH>(re, im, acc, amax, slots + 2 * (TH / 32),
+                                       grad_w + int64_t(c) * T,
+                                       grad_k + r0, grad_k, T, std::ldexp(1.f, wexp[c] - sg),
+                                       f16);
+              grad_w_done = true;
+              continue;
+            }
+            amax = middle_backward_row<Plane, N, TH>(re, im, wz + int64_t(c) * N, acc, p == p0,
+                                                     pscale, ug, ux, f16);
             TIMEX_FFT_SYNC();
             inverse_out<S, N, TH>(re, im, f16,
                                   PairSink<S>(grad_k + r0, grad_k + r0, false, T,
@@ -281,9 +370,11 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
       if (nan_row != nullptr) fill_nan<S, TH>(nan_row, T);
     }
     if (splits == 1) {
-      TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
-      amax = block_max<N, TH>(amax, slots);
-      grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
+      if (!ODD_B || !grad_w_done) {  // (a constant for even B: its kernel as before)
+        TIMEX_FFT_SYNC();  // grad_k's copy from the planes is done
+        amax = block_max<N, TH>(amax, slots);
+        grad_w_inverse<S, N, TH>(re, im, acc, amax, grad_w + int64_t(c) * T, T, f16);
+      }
     } else if constexpr (ACC_SMEM) {  // the item's sum to the reduce launch
       TIMEX_FFT_SYNC();  // middle_backward_row wrote other threads' entries
       for (int it = tid / 32; it < N / 256; it += TH / 32) {

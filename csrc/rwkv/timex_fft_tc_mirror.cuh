@@ -154,11 +154,23 @@ TIMEX_FFT_DEVICE void put_pairs(cf32* row, int i, int j, const cf32 (&vi)[K],
 // block 0 for entry i with partner j (taken by the lane of the lower position; f = -f, at 0
 // and N / 2: j = i); y, p the staged spectrum there, K entries each; its products oy, op go
 // back to those positions (no other lane touches them); then the inverse
-// (MiddleLane::inverse_store) of each block from its products. Not mirror_sweep's shuffles:
+// (MiddleLane::inverse_store) of each block from its products (not where !INVERSE: the
+// products stay staged, S at middle_index positions). Not mirror_sweep's shuffles:
 // two blocks' fragments, entries and products held in registers for the inverse spilled
 // 440-600 bytes a thread at the conv kernel's 80 registers (ptxas -v, sm_90). The cost: the
 // spectrum and the products each rounded to float16 once more than in middle.
-template <int N, int TH, typename S, typename Pair>
+// Staged entries i, i + 1 (i even) of the planes, as floats.
+template <typename S>
+TIMEX_FFT_DEVICE void staged_two(const uint16_t* re, const uint16_t* im, int i, cf32& v0,
+                                 cf32& v1) {
+  const uint32_t r = ld32(re + i), m = ld32(im + i);
+  v0 = {bits_to_float<S>(static_cast<uint16_t>(r & 0xffffu)),
+        bits_to_float<S>(static_cast<uint16_t>(m & 0xffffu))};
+  v1 = {bits_to_float<S>(static_cast<uint16_t>(r >> 16)),
+        bits_to_float<S>(static_cast<uint16_t>(m >> 16))};
+}
+
+template <int N, int TH, bool INVERSE = true, typename S, typename Pair>
 TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const MiddleLane<S, N>& ml,
                                           Pair&& pair) {
   using P = BlockPairs<N>;
@@ -179,14 +191,7 @@ TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const Midd
       }
     }
   };
-  // Staged entries i, i + 1 (i even), and their stores.
-  const auto two_at = [&](int i, cf32 (&v)[2]) {
-    const uint32_t r = ld32(re + i), m = ld32(im + i);
-    v[0] = {bits_to_float<S>(static_cast<uint16_t>(r & 0xffffu)),
-            bits_to_float<S>(static_cast<uint16_t>(m & 0xffffu))};
-    v[1] = {bits_to_float<S>(static_cast<uint16_t>(r >> 16)),
-            bits_to_float<S>(static_cast<uint16_t>(m >> 16))};
-  };
+  const auto two_at = [&](int i, cf32 (&v)[2]) { staged_two<S>(re, im, i, v[0], v[1]); };
   const auto put_two = [&](int i, cf32 v0, cf32 v1) {
     st32(re + i, pack2<S>(v0.x, v1.x));
     st32(im + i, pack2<S>(v0.y, v1.y));
@@ -245,9 +250,11 @@ TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const Midd
         }
       }
     }
-    __syncwarp();  // the products of both blocks are in place
-    inverse(a);
-    if (b != a) inverse(b);
+    if constexpr (INVERSE) {
+      __syncwarp();  // the products of both blocks are in place
+      inverse(a);
+      if (b != a) inverse(b);
+    }
   }
 }
 
@@ -291,14 +298,17 @@ TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const cf32
 // G conj(X) pscale (set where `first`, else added; at -f its conjugate), and G conj(W) goes on
 // through the inverse: grad_k's row (the correlation of g with h) in the real part. Every
 // entry of acc is written, not by middle_backward's lane (the caller's barriers order the
-// two). Returns the largest |component| of the acc entries that this lane wrote.
-template <typename S, int N, int TH>
+// two). Returns the largest |component| of the acc entries that this lane wrote. FINAL (the
+// channel's last term, its sum complete: row_and_grad_w): acc gets the sum's Hermitian part
+// (A[f] + conj A[-f]) / 2, whose inverse is real, Re IDFT(A), what grad_w takes, and G conj(W)
+// stays staged in the planes (mirror_sweep_staged's !INVERSE).
+template <typename S, int N, int TH, bool FINAL = false>
 TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const cf32* wrow,
                                            cf32* acc, bool first, float pscale, float ug,
                                            float ux, const DftFrags<S>& f16) {
   const MiddleLane<S, N> ml(f16, static_cast<int>(threadIdx.x) % 32);
   float amax = 0.f;
-  mirror_sweep_staged<N, TH>(re, im, ml, [&](auto k, int i, int j, const auto& y,
+  mirror_sweep_staged<N, TH, !FINAL>(re, im, ml, [&](auto k, int i, int j, const auto& y,
                                              const auto& p, auto& oy, auto& op) {
     constexpr int K = decltype(k)::value;
     cf32 wi[K], wj[K], ai[K], aj[K];
@@ -312,6 +322,10 @@ TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const cf3
       const cf32 s{v.x * pscale, v.y * pscale};
       ai[r] = first ? s : cf32{ai[r].x + s.x, ai[r].y + s.y};
       aj[r] = first ? fft::conj(s) : cf32{aj[r].x + s.x, aj[r].y - s.y};
+      if constexpr (FINAL) {
+        ai[r] = {0.5f * (ai[r].x + aj[r].x), 0.5f * (ai[r].y - aj[r].y)};
+        aj[r] = fft::conj(ai[r]);
+      }
       amax = std::fmax(amax, std::fmax(norm_inf(ai[r]), norm_inf(aj[r])));
       oy[r] = cmul(gs, fft::conj(wi[r]));
       op[r] = cmul(fft::conj(gs), fft::conj(wj[r]));

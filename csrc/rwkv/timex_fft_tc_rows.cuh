@@ -40,6 +40,22 @@ TIMEX_FFT_DEVICE float block_max(float v, float* slots) {
   return a[0];
 }
 
+// The sum over the block of every thread's v[j], for each j < 2, in every thread (the same
+// fixed order in every thread, so deterministic); slots: 2 TH / 32 floats, free (the caller
+// syncs after its last readers of them), free again at the caller's next barrier.
+template <int N, int TH>
+TIMEX_FFT_DEVICE void block_sum2(float (&v)[2], float* slots) {
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    for (int m = 16; m > 0; m /= 2) v[j] += __shfl_xor_sync(0xffffffffu, v[j], m);
+  }
+  if (tid % 32 == 0) slots[2 * (tid / 32)] = v[0], slots[2 * (tid / 32) + 1] = v[1];
+  TIMEX_FFT_SYNC();
+  v[0] = v[1] = 0.f;
+  for (int w = 0; w < TH / 32; ++w) v[0] += slots[2 * w], v[1] += slots[2 * w + 1];
+}
+
 // The exponent ex of a largest magnitude m = f 2^ex (f in [0.5, 1)): 2^(1 - ex) takes m into
 // [1, 2); 1 for zeros, inf or NaN (which then reach the output as they are).
 TIMEX_FFT_DEVICE int scale_exponent(float m) {
@@ -216,6 +232,41 @@ struct ReversedRealSink {
   }
   TIMEX_FFT_DEVICE void copy(int e, const uint16_t (&yr)[8], const uint16_t (&)[8]) const {
     for (int j = 0; j < 8 && e + j < T; ++j) o[T - 1 - e - j] = yr[j];
+  }
+};
+
+// The backward's last row of an odd B and its channel's grad_w from one inverse: grad_w's row
+// from y's real part (reversed, w[T-1-t] = Re y[t] scale_w, as ReversedRealSink) and a row of
+// grad_k from its imaginary part (k[t] = Im y[t] scale_k), rounded to S, t < T; grad_w's
+// not written where w_row is null.
+template <typename S>
+struct GradWAndRowSink {
+  uint16_t* w;
+  uint16_t* k;
+  int T;
+  float scale_w, scale_k;
+  int vec;  // copy's accesses to k, in elements: vector_width
+  TIMEX_FFT_DEVICE GradWAndRowSink(uint16_t* w_row, uint16_t* k_row, int t, float sw, float sk,
+                                   const uint16_t* k_base)
+      : w(w_row), k(k_row), T(t), scale_w(sw), scale_k(sk), vec(vector_width(t, k_base)) {}
+  TIMEX_FFT_DEVICE float re(float v) const { return v * scale_w; }
+  TIMEX_FFT_DEVICE float im(float v) const { return v * scale_k; }
+  TIMEX_FFT_DEVICE void emit(int t, float r0, float i0, float r1, float i1) const {
+    if (t < T) k[t] = to_bits<S>(im(i0));
+    if (t + 1 < T) k[t + 1] = to_bits<S>(im(i1));
+    if (w == nullptr) return;
+    if (t < T) w[T - 1 - t] = to_bits<S>(re(r0));
+    if (t + 1 < T) w[T - 2 - t] = to_bits<S>(re(r1));
+  }
+  TIMEX_FFT_DEVICE void copy(int e, const uint16_t (&yr)[8], const uint16_t (&yi)[8]) const {
+    if (w != nullptr) {
+      for (int j = 0; j < 8 && e + j < T; ++j) w[T - 1 - e - j] = yr[j];
+    }
+    if (vec > 1 && e + 8 <= T) {
+      st8_elems(k + e, yi, vec);
+    } else {
+      for (int j = 0; j < 8 && e + j < T; ++j) k[e + j] = yi[j];
+    }
   }
 };
 

@@ -33,22 +33,6 @@ TIMEX_FFT_HD constexpr int spectrum_smem_bytes(int N) {
   return forward_smem_bytes(N) + (spectrum_pairs(N) ? 2048 : 0);
 }
 
-// The sum over the block of every thread's v[j], for each j < 2, in every thread (the same
-// fixed order in every thread, so deterministic); slots: 2 TH / 32 floats, free (the caller
-// syncs after its last readers of them), free again at the caller's next barrier.
-template <int N, int TH>
-TIMEX_FFT_DEVICE void block_sum2(float (&v)[2], float* slots) {
-  const int tid = static_cast<int>(threadIdx.x);
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    for (int m = 16; m > 0; m /= 2) v[j] += __shfl_xor_sync(0xffffffffu, v[j], m);
-  }
-  if (tid % 32 == 0) slots[2 * (tid / 32)] = v[0], slots[2 * (tid / 32) + 1] = v[1];
-  TIMEX_FFT_SYNC();
-  v[0] = v[1] = 0.f;
-  for (int w = 0; w < TH / 32; ++w) v[0] += slots[2 * w], v[1] += slots[2 * w + 1];
-}
-
 // The shifts sh of the two rows that load_rows left in the planes (S's bits; amax: their
 // largest magnitudes) for one complex transform: each row's 2-norm times 2^sh[j] in [64, 128).
 // Scaled by their largest magnitudes instead, a sparse row's spectrum (a spike's is flat, its

@@ -66,8 +66,8 @@ void check(int B, int C, int T, double eps, double tol, double kscale = 1, doubl
     for (auto& x : in.w) x = static_cast<S>(as_double(x) * wscale);
     timex_reference(in.w.data(), in.kp, in.gp, B, C, T, eps, in.out_ref, in.gk_ref, in.gw_ref);
   }
-  // wz: DFT_N(h_c)[f(s)], h_c[t] = w[c, T-1-t], in float64, in the kernel's layout.
-  std::vector<cf32> wz(size_t(C) * N);
+  // wz: DFT_N(h_c)[f(s)], h_c[t] = w[c, T-1-t], in float64, in the kernel's layout (ch16).
+  std::vector<ch16> wz(size_t(C) * N);
   std::vector<int> wexp(C);
   std::vector<int> freq(N);
   std::vector<bool> seen(N, false);
@@ -98,7 +98,7 @@ void check(int B, int C, int T, double eps, double tol, double kscale = 1, doubl
     for (int i = 0; i < N; ++i) {
       std::complex<double> v = std::ldexp(1.0, -wexp[c]) * H[freq[middle_position(i)]];
       if (grad_k) v = std::conj(v);
-      wz[size_t(c) * N + i] = {float(v.real()), float(v.imag())};
+      wz[size_t(c) * N + i] = to_ch16({float(v.real()), float(v.imag())});
     }
   }
   const S guard = static_cast<S>(777.0);
@@ -273,7 +273,7 @@ void check_spectra(int C, int T, int odd, double tol) {
       w[size_t(c) * T + t] = static_cast<S>(v);
     }
   }
-  std::vector<cf32> wz(size_t(C) * N, cf32{7e7f, 7e7f});
+  std::vector<ch16> wz(size_t(C) * N, to_ch16({7e7f, 7e7f}));  // inf: any entry not stored
   std::vector<int> wexp(C, 99);
   const int spectrum_grid = static_cast<int>(spectrum_ctas(N, C));
   launch(spectrum_grid, forward_threads(N), spectrum_smem_bytes(N), [&] {
@@ -291,7 +291,7 @@ void check_spectra(int C, int T, int odd, double tol) {
         const double a = -2.0 * pi * double((int64_t(f) * t) % N) / N;
         h += as_double(w[size_t(c) * T + T - 1 - t]) * std::polar(1.0, a);
       }
-      const cf32 v = wz[size_t(c) * N + i];
+      const cf32 v = to_cf32(wz[size_t(c) * N + i]);
       finite &= std::isfinite(v.x) && std::isfinite(v.y);
       vmax = std::max(vmax, double(std::max(std::fabs(v.x), std::fabs(v.y))));
       const std::complex<double> got(std::ldexp(double(v.x), wexp[c]),
@@ -338,7 +338,7 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
     }
     timex_reference(in.w.data(), in.kp, in.gp, B, C, T, eps, in.out_ref, in.gk_ref, in.gw_ref);
   }
-  std::vector<cf32> wz(size_t(C) * N);
+  std::vector<ch16> wz(size_t(C) * N);
   std::vector<int> wexp(C, 99);
   const int spectrum_grid = static_cast<int>(spectrum_ctas(N, C));
   launch(spectrum_grid, forward_threads(N), spectrum_smem_bytes(N), [&] {

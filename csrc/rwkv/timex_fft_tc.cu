@@ -97,14 +97,14 @@ cudaError_t launch_on_spectra(bool just_made, const Tensor& on, Kernel kernel, i
 template <typename S>
 std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1), N = tc::transform_length(T);
-  Tensor wz = fused_ops::empty({C, N}, ScalarType::ComplexFloat, w);
+  Tensor wz = fused_ops::empty({C, N}, ScalarType::ComplexHalf, w);  // tc::ch16
   Tensor wexp = fused_ops::empty({C}, ScalarType::Int, w);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
     FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
         tc::spectrum_tc_kernel<S, kN>, static_cast<int>(tc::spectrum_ctas(kN, C)),
         tc::forward_threads(kN), tc::spectrum_smem_bytes(kN), stream, bits(w),
-        static_cast<int>(C), static_cast<int>(T), as<tc::cf32>(wz), as<int>(wexp)));
+        static_cast<int>(C), static_cast<int>(T), as<tc::ch16>(wz), as<int>(wexp)));
   });
   return {wz, wexp};
 }
@@ -122,7 +122,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
     tc::with_conv_kernel<S, kN>(B, [&](auto kernel) {
       FUSED_OPS_CUDA_CHECK(launch_on_spectra(
           true, k, kernel, static_cast<int>(tc::conv_ctas(kN, B, C)), tc::forward_threads(kN),
-          tc::forward_smem_bytes(kN), stream, bits(k), as<const tc::cf32>(wz),
+          tc::forward_smem_bytes(kN), stream, bits(k), as<const tc::ch16>(wz),
           as<const int>(wexp), bits_out(out), static_cast<int>(B), static_cast<int>(C),
           static_cast<int>(T), static_cast<float>(eps)));
     });
@@ -194,7 +194,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const bool kept = kept_wz != nullptr && kept_wexp != nullptr;
   if (kept) {
     FUSED_OPS_CHECK_VALUE(
-        kept_wz->scalar_type() == ScalarType::ComplexFloat && kept_wz->dim() == 2 &&
+        kept_wz->scalar_type() == ScalarType::ComplexHalf && kept_wz->dim() == 2 &&
             kept_wz->size(0) == C && kept_wz->size(1) == N && kept_wz->is_contiguous() &&
             kept_wexp->scalar_type() == ScalarType::Int && kept_wexp->dim() == 1 &&
             kept_wexp->size(0) == C && kept_wexp->is_contiguous(),
@@ -231,14 +231,14 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
       // Right after the spectrum kernel where the spectra were made here (not kept).
       FUSED_OPS_CUDA_CHECK(launch_on_spectra(
           !kept, k, kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
-          as<const tc::cf32>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
+          as<const tc::ch16>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
           bits_out(grad_w), b, c, t, sp, false, acc_ptr,
           scratch > 0 ? as<uint16_t>(zs) : nullptr));
     });
     if (splits > 1) {  // the reduce launch: a CTA per channel, acc in global memory
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
           tc::backward_tc_kernel<S, kN>, c, tc::backward_threads(kN), tc::backward_smem_bytes(kN),
-          stream, bits(g), bits(k), as<const tc::cf32>(spectra.first),
+          stream, bits(g), bits(k), as<const tc::ch16>(spectra.first),
           as<const int>(spectra.second), bits_out(grad_k), bits_out(grad_w), b, c, t, sp, true,
           acc_ptr, nullptr));
     }

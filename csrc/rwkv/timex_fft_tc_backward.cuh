@@ -204,7 +204,7 @@ TIMEX_FFT_DEVICE void row_and_grad_w(uint16_t* re, uint16_t* im, const cf32* acc
 template <typename S, int N, bool ACC_SMEM = false, bool ODD_B = false>
 TIMEX_FFT_TC_KERNEL(backward_threads(N, ACC_SMEM), backward_min_blocks(N, ACC_SMEM))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
-                   const cf32* wz, const int* wexp,
+                   const ch16* wz, const int* wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
                    uint16_t* __restrict__ scratch_all) {

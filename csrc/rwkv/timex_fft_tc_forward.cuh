@@ -90,7 +90,7 @@ TIMEX_FFT_HD constexpr int64_t conv_ctas(int N, int64_t B, int64_t C) {
 // the emulation test checks it so).
 template <typename S, int N, bool ODD_B = false>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
-conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
+conv_tc_kernel(const uint16_t* __restrict__ k, const ch16* wz, const int* wexp,
                uint16_t* __restrict__ out, int B, int C, int T, float eps) {
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
@@ -100,8 +100,8 @@ conv_tc_kernel(const uint16_t* __restrict__ k, const cf32* wz, const int* wexp,
   uint16_t* re = reinterpret_cast<uint16_t*>(smem);
   uint16_t* im = re + N;
   float* slots = reinterpret_cast<float*>(im + N);
-  // Channel-major: a channel's pairs run together, so that its spectrum (8 N bytes, 64 MiB
-  // over 1024 channels at N = 8192: more than L2) is read from memory once; where channels
+  // Channel-major: a channel's pairs run together, so that its spectrum (4 N bytes, 32 MiB
+  // over 1024 channels at N = 8192: most of L2) is read from memory once; where channels
   // pair, the pair's two channels' pairs, then the pair of their last rows.
   const int id = static_cast<int>(blockIdx.x);
   int c, c1, b0;  // the second row's channel c1 (c but in a pair of channels)

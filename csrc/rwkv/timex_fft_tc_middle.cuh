@@ -251,7 +251,28 @@ struct MiddleLane {
   }
 };
 
-// Entries p[0], p[1] of a spectrum row (p 16-byte aligned), one 16-byte access; and stores.
+// An entry of W's spectra: two float16 (the real part in the low half), half the bytes of a
+// cf32. Every batch pair's conv and backward CTA reads its channel's row (8 N bytes as cf32),
+// and the spectrum kernel's stores of those rows are most of its memory traffic; the products
+// with W are rounded to float16 for the inverse anyway, and W's scaling (spectrum_tc_kernel's
+// wexp) keeps its components below 16, so float16 costs them one more rounding, not range.
+struct alignas(4) ch16 {
+  uint32_t bits;
+};
+TIMEX_FFT_DEVICE cf32 to_cf32(ch16 v) {
+  return {bits_to_float<Plane>(static_cast<uint16_t>(v.bits & 0xffffu)),
+          bits_to_float<Plane>(static_cast<uint16_t>(v.bits >> 16))};
+}
+TIMEX_FFT_DEVICE ch16 to_ch16(cf32 v) { return {pack2<Plane>(v.x, v.y)}; }
+
+// One entry of a spectrum row (cf32 or ch16) as cf32, and its store.
+TIMEX_FFT_DEVICE cf32 load1(const cf32* p) { return *p; }
+TIMEX_FFT_DEVICE cf32 load1(const ch16* p) { return to_cf32(*p); }
+TIMEX_FFT_DEVICE void store1(cf32* p, cf32 v) { *p = v; }
+TIMEX_FFT_DEVICE void store1(ch16* p, cf32 v) { *p = to_ch16(v); }
+
+// Entries p[0], p[1] of a spectrum row (p 16-byte aligned as cf32, 8 as ch16), one access;
+// and stores.
 TIMEX_FFT_DEVICE void load2(const cf32* p, cf32& v0, cf32& v1) {
 #ifdef TIMEX_EMULATE
   v0 = p[0], v1 = p[1];
@@ -267,16 +288,34 @@ TIMEX_FFT_DEVICE void store2(cf32* p, cf32 v0, cf32 v1) {
   *reinterpret_cast<float4*>(p) = make_float4(v0.x, v0.y, v1.x, v1.y);
 #endif
 }
+TIMEX_FFT_DEVICE void load2(const ch16* p, cf32& v0, cf32& v1) {
+#ifdef TIMEX_EMULATE
+  v0 = to_cf32(p[0]), v1 = to_cf32(p[1]);
+#else
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  v0 = to_cf32(ch16{u.x}), v1 = to_cf32(ch16{u.y});
+#endif
+}
+TIMEX_FFT_DEVICE void store2(ch16* p, cf32 v0, cf32 v1) {
+#ifdef TIMEX_EMULATE
+  p[0] = to_ch16(v0), p[1] = to_ch16(v1);
+#else
+  *reinterpret_cast<uint2*>(p) = make_uint2(to_ch16(v0).bits, to_ch16(v1).bits);
+#endif
+}
 
 // The lane's 4 entries (accumulators e = 0..3) of n-tile t of spectrum row `row` at step it
-// (middle layout), two 16-byte loads; and stores of the same (row written by this lane only).
+// (middle layout), two loads (cf32 or ch16 rows); and stores of the same (row written by this
+// lane only).
 // Plain loads, not the read-only path: W's spectra may have been written while the kernel ran
 // (wait_for_spectra), acc and the scratch by the kernel itself.
-TIMEX_FFT_DEVICE void load4(const cf32* row, int it, int lane, int t, cf32 (&v)[4]) {
+template <typename E>
+TIMEX_FFT_DEVICE void load4(const E* row, int it, int lane, int t, cf32 (&v)[4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) load2(row + middle_index(it, lane, t, h), v[2 * h], v[2 * h + 1]);
 }
-TIMEX_FFT_DEVICE void store4(cf32* row, int it, int lane, int t, const cf32 (&v)[4]) {
+template <typename E>
+TIMEX_FFT_DEVICE void store4(E* row, int it, int lane, int t, const cf32 (&v)[4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) store2(row + middle_index(it, lane, t, h), v[2 * h], v[2 * h + 1]);
 }
@@ -288,7 +327,7 @@ TIMEX_FFT_DEVICE float norm_inf(cf32 v) { return std::fmax(std::fabs(v.x), std::
 // times W's spectrum wrow, conj(DFT_16) and the inverse pass at stride 16 (MiddleLane), on
 // tensor cores; the products stay in registers.
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* wrow,
+TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const ch16* wrow,
                             const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -309,9 +348,9 @@ TIMEX_FFT_DEVICE void middle(uint16_t* re, uint16_t* im, const cf32* wrow,
 }
 
 // The spectrum alone (the W-spectrum kernel): the pass at stride 16 and DFT_16 (MiddleLane's
-// load and dft), times `scale`, to `row` (N complex floats, middle layout).
+// load and dft), times `scale`, to `row` (N entries, middle layout).
 template <typename S, int N, int TH = threads(N)>
-TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, cf32* row,
+TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, ch16* row,
                                       float scale, const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
@@ -340,7 +379,7 @@ TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, cf
 template <typename S, int N, int TH = threads(N), bool Z_GLOBAL = false>
 TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_t* zre,
                                        const uint16_t* zim, const uint16_t* xre,
-                                       const uint16_t* xim, const cf32* wrow,
+                                       const uint16_t* xim, const ch16* wrow,
                                        cf32* acc, bool first, float pscale,
                                        const DftFrags<S>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;

@@ -125,23 +125,23 @@ TIMEX_FFT_DEVICE void mirror_sweep(const uint16_t* re, const uint16_t* im,
 
 // K = 2: entries i, i + 1 of a spectrum row in the middle's layout (i even) and their
 // partners j + 1, j (one 16-byte access each); K = 1: entries i and j.
-template <int K>
-TIMEX_FFT_DEVICE void at_pairs(const cf32* row, int i, int j, cf32 (&vi)[K], cf32 (&vj)[K]) {
+template <int K, typename E>
+TIMEX_FFT_DEVICE void at_pairs(const E* row, int i, int j, cf32 (&vi)[K], cf32 (&vj)[K]) {
   if constexpr (K == 2) {
     load2(row + i, vi[0], vi[1]);
     load2(row + j, vj[1], vj[0]);
   } else {
-    vi[0] = row[i], vj[0] = row[j];
+    vi[0] = load1(row + i), vj[0] = load1(row + j);
   }
 }
-template <int K>
-TIMEX_FFT_DEVICE void put_pairs(cf32* row, int i, int j, const cf32 (&vi)[K],
+template <int K, typename E>
+TIMEX_FFT_DEVICE void put_pairs(E* row, int i, int j, const cf32 (&vi)[K],
                                 const cf32 (&vj)[K]) {
   if constexpr (K == 2) {
     store2(row + i, vi[0], vi[1]);
     store2(row + j, vj[1], vj[0]);
   } else {
-    row[i] = vi[0], row[j] = vj[0];
+    store1(row + i, vi[0]), store1(row + j, vj[0]);
   }
 }
 
@@ -267,8 +267,8 @@ TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const Midd
 // own wexp). Its magnitudes keep middle's bound: |X0 W0| + |X1 W1| <= (|X0| + |X1|) max |W|.
 // At -f: X_j[-f] = conj X_j[f] (real rows).
 template <typename S, int N, int TH>
-TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const cf32* w0row,
-                                          const cf32* w1row, float u0, float u1,
+TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const ch16* w0row,
+                                          const ch16* w1row, float u0, float u1,
                                           const DftFrags<S>& f16) {
   const MiddleLane<S, N> ml(f16, static_cast<int>(threadIdx.x) % 32);
   mirror_sweep_staged<N, TH>(re, im, ml, [&](auto k, int i, int j, const auto& y,
@@ -303,7 +303,7 @@ TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const cf32
 // (A[f] + conj A[-f]) / 2, whose inverse is real, Re IDFT(A), what grad_w takes, and G conj(W)
 // stays staged in the planes (mirror_sweep_staged's !INVERSE).
 template <typename S, int N, int TH, bool FINAL = false>
-TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const cf32* wrow,
+TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const ch16* wrow,
                                            cf32* acc, bool first, float pscale, float ug,
                                            float ux, const DftFrags<S>& f16) {
   const MiddleLane<S, N> ml(f16, static_cast<int>(threadIdx.x) % 32);

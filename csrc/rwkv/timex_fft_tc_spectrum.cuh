@@ -82,8 +82,8 @@ TIMEX_FFT_DEVICE bool norm_shifts(const uint16_t* re, const uint16_t* im, const 
 // |component| of each channel's entries in m. A tile at a time, not a block's two: their 32
 // entries at once spilled (550 bytes a thread at 80 registers).
 template <typename S, int N, int TH, bool STORE>
-TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, cf32* w0row,
-                                       cf32* w1row, float u0, float u1, const DftFrags<S>& f16,
+TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, ch16* w0row,
+                                       ch16* w1row, float u0, float u1, const DftFrags<S>& f16,
                                        cf32* buf, float (&m)[2]) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const MiddleLane<S, N> ml(f16, lane);
@@ -135,11 +135,11 @@ TIMEX_FFT_DEVICE float middle_bound(const uint16_t* re, const uint16_t* im) {
 // The planes' rows (S's bits, load_rows'), scaled by 2^sh[j], through the transform and the
 // separation to rows w0 and w1 (w1 null: not stored) and their exponents: the largest
 // components first, then the stores with the exponents they imply (the middle's steps again
-// from the planes: cheaper than a rescaling pass over 16 N bytes in global memory). A zero
+// from the planes: cheaper than a rescaling pass over 8 N bytes in global memory). A zero
 // row (zero[j]) gets zeros exactly, whatever its partner's rounding leaves.
 template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const int (&sh)[2],
-                                             const bool (&zero)[2], cf32* w0, cf32* w1, int* e0,
+                                             const bool (&zero)[2], ch16* w0, ch16* w1, int* e0,
                                              int* e1, float* slots, cf32* buf) {
   const float scale[1][2] = {{std::ldexp(1.f, sh[0]), std::ldexp(1.f, sh[1])}};
   scale_sets<S, N, 1, TH>(re, im, scale);
@@ -163,7 +163,7 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
   }
 }
 
-// W's spectra: wz[c] (N complex floats, the middle's layout) = the unnormalised DFT of h[s] =
+// W's spectra: wz[c] (N entries in two float16: ch16, the middle's layout) = the unnormalised DFT of h[s] =
 // w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below 16 where one
 // channel has the CTA, below 1 where two share it (what the conv kernel's middle needs to keep
 // its products within float16: Plane, timex_fft_tc_common.cuh); wexp[c] = kNonFiniteExp where
@@ -174,7 +174,7 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
 // zero.
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
-spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, cf32* __restrict__ wz,
+spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, ch16* __restrict__ wz,
                    int* __restrict__ wexp) {
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");

@@ -292,9 +292,11 @@ ALGOS = ["auto", "direct", "fft", "fft_library"]
 
 def tc_faster(B, T):
     """Whether auto takes the tensor-core FFT in bfloat16 for B rows of T (timex_cuda.cu)."""
+    if B == 1:
+        return 8192 < T <= 12288
     if 3072 < T <= 4096:
-        return B == 4 or B >= 6
-    return B >= 2
+        return B >= 4
+    return True
 
 
 def expected_algorithm(device, dtype, T, algo, B):

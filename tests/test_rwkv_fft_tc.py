@@ -285,8 +285,9 @@ def test_forced_where_it_cannot_run(tc):
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (1536 from B = 16) up to T = 16384, where it measured faster (tc_faster):
-    from B = 2, but for 3072 < T <= 4096 from B = 4 and not B = 5; the fused kernels else,
-    for float16 (their error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
+    from B = 2, but for 3072 < T <= 4096 from B = 4, and with B = 1 for 8192 < T <= 12288;
+    the fused kernels else, for float16 (their error is the FFT conv's) and for float32; past
+    T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),
@@ -306,17 +307,19 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 1, 6144, "fft_fused"),
                               (torch.bfloat16, 2, 4097, "fft_tc"),
                               (torch.bfloat16, 1, 6145, "fft_fused"),
+                              (torch.bfloat16, 1, 8192, "fft_fused"),
+                              (torch.bfloat16, 1, 8193, "fft_tc"),
                               (torch.bfloat16, 2, 6145, "fft_tc"),
                               (torch.bfloat16, 4, 8192, "fft_tc"),
                               (torch.bfloat16, 2, 8193, "fft_tc"),
-                              (torch.bfloat16, 1, 12288, "fft_fused"),
-                              (torch.bfloat16, 1, 9000, "fft_fused"),
+                              (torch.bfloat16, 1, 12288, "fft_tc"),
+                              (torch.bfloat16, 1, 9000, "fft_tc"),
                               (torch.bfloat16, 1, 12289, "fft_fused"),
                               (torch.bfloat16, 2, 12289, "fft_tc"),
                               (torch.bfloat16, 4, 12289, "fft_tc"),
                               (torch.bfloat16, 3, 14337, "fft_tc"),
                               (torch.bfloat16, 5, 14337, "fft_tc"),
-                              (torch.bfloat16, 5, 4096, "fft_fused"),
+                              (torch.bfloat16, 5, 4096, "fft_tc"),
                               (torch.bfloat16, 6, 3073, "fft_tc"),
                               (torch.bfloat16, 7, 4096, "fft_tc"),
                               (torch.bfloat16, 2, 16384, "fft_tc"),

@@ -195,31 +195,36 @@ constexpr int64_t kF64DirectMaxT = 256;
 // bfloat16 where tc_faster(B, T): the tensor-core kernels (timex_fft_tc.h, T <= 16384).
 // Measured forward + backward op time against the fused kernels at C = 512 on the H200
 // (benchmarks/results/timex_crossover_tc_h100.md, its last sections): W's spectrum, a
-// full-length transform and 8 N bytes per channel, is shared by B / 2 pairs, and an odd B
-// leaves a pair half empty, so small B favours the fused kernels. After the coalesced middle
-// layout (274c093; run 33) unless marked:
+// full-length transform and 4 N bytes per channel, is shared by B / 2 pairs, so small B
+// favours the fused kernels. Even B after the coalesced middle layout (274c093; run 33) unless
+// marked; odd B with the kernels built for it (from N = 8192 the last rows share transforms)
+// and the last row's grad_k and grad_w through one inverse (run 37, f661ed9; C = 512 and
+// 1024):
 //   1024 < T <= 2048 (N = 4096): 10-22% less time with B = 2, 8-16% with 3, 14-21% with 4;
 //     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024;
 //   2048 < T <= 3072 (N = 6144; runs 31, 32): 4-11% less with B = 2, 12-20% with 4, 21-29% with
 //     8; 37-43% more with 1;
-//   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4, 7-10% with 6, 1-3% with 7; 9-11% more
-//     with 2, 16-20% with 3, 3-6% with 5;
+//   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4, 3-6% with 5, 7-10% with 6, 1-3% with
+//     7; 9-11% more with 2, 2-7% with 3, up to 43% with 1 (C = 1024; at C = 512 from 36% more
+//     to 2% less between calls: 0.1 ms, bound by the host);
 //   4096 < T <= 6144 (N = 12288; runs 30, 32): 16-20% less with B = 2, 31% with 4; 20-31% more
 //     with 1;
-//   6144 < T <= 8192 (N = 16384): 13-15% less with B = 2, 7-9% with 3, 26-27% with 4; 28-36%
-//     more with 1;
-//   8192 < T <= 12288 (N = 20480, 24576; run 30): 24-32% less with B = 2, 36-49% with 4 and 8;
-//     9-22% more with 1;
+//   6144 < T <= 8192 (N = 16384): 13-15% less with B = 2, 14-17% with 3, 22-23% with 5, 26-27%
+//     with 4; 11-17% more with 1;
+//   8192 < T <= 12288 (N = 20480, 24576): 24-32% less with B = 2, 34-43% with 3, 36-49% with 4
+//     and 8, 40-48% with 5; with 1 1-26% less from C = 256 to 2048 (at C = 128 4% more at
+//     T = 8193, 11% less at 10000, 1% more at 12288);
 //   T > 12288 (N = 28672, 32768): with W's spectra two channels a CTA (a0abc1d), 13-16% less
-//     with B = 2, 1-3% with 3 (2-3% more before); before it 18-20% with 4, 9-10% with 5;
-//     35-37% more with 1.
+//     with B = 2, 13-17% with 3, 20-22% with 5 (18-20% with 4 before a0abc1d); 4-9% more with 1
+//     (after W's spectra went to float16: 2% less at T = 12300 and tied at 16384, C = 512).
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 bool tc_faster(int64_t B, int64_t T) {
-  if (T > 3072 && T <= 4096) return B == 4 || B >= 6;
-  return B >= 2;
+  if (B == 1) return T > 8192 && T <= 12288;
+  if (T > 3072 && T <= 4096) return B >= 4;
+  return true;
 }
 
 fft::Kernel fastest_fft(const Tensor& k) {

@@ -249,9 +249,9 @@ def test_graph_capture(tc, dtype):
 
 
 def test_kept_spectra_and_compile(tc):
-    """Eager training keeps W's spectra (wz: (C, N) complex32) and exponents (kz: (C,) int32)
-    from the forward for the backward: the ops' bits; kept tensors of the wrong shape raise
-    ValueError; torch.compile(fullgraph) gives the same results."""
+    """Eager training keeps W's spectra (wz: (C, N) int32, two float16 an entry) and exponents
+    (kz: (C,) int32) from the forward for the backward: the ops' bits; kept tensors of the
+    wrong shape raise ValueError; torch.compile(fullgraph) gives the same results."""
     w, k, g = make(3, 5, 1500, torch.bfloat16)
     want = ours(w, k, g, 0.3)
     wg, kg = (t.clone().requires_grad_() for t in (w, k))
@@ -260,7 +260,7 @@ def test_kept_spectra_and_compile(tc):
         assert torch.equal(a, b)
     out, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)
     assert kz.shape == (5,) and kz.dtype == torch.int32
-    assert wz.shape == (5, 4096) and wz.dtype == torch.complex32
+    assert wz.shape == (5, 4096) and wz.dtype == torch.int32
     for a, b in zip(torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz), want[1:]):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="spectra and exponents that timex_forward_keep"):

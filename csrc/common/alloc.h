@@ -25,7 +25,6 @@ inline int32_t aoti_dtype(ScalarType t) {
     case ScalarType::Double: return aoti_torch_dtype_float64();
     case ScalarType::Half: return aoti_torch_dtype_float16();
     case ScalarType::BFloat16: return aoti_torch_dtype_bfloat16();
-    case ScalarType::ComplexHalf: return aoti_torch_dtype_complex32();
     case ScalarType::ComplexFloat: return aoti_torch_dtype_complex64();
     case ScalarType::ComplexDouble: return aoti_torch_dtype_complex128();
     case ScalarType::Byte: return aoti_torch_dtype_uint8();

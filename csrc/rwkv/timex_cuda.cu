@@ -353,9 +353,9 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 // (M = the power of two >= T for the fused kernels, 24576, 32768, 49152 or 65536 for the
 // cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward to the
 // backward, which then skips their transforms and the tables' allocation and launch; where the
-// tensor-core kernels run, W's spectra (C, N) complex32 as wz and their exponents (C,)
-// int32 as kz; else an empty tensor as both (one allocation fewer: short calls are bound by
-// host time).
+// tensor-core kernels run, W's spectra (C, N) int32 (two float16 an entry) as wz and their
+// exponents (C,) int32 as kz; else an empty tensor as both (one allocation fewer: short calls
+// are bound by host time).
 std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double eps) {
   check_timex_inputs(w, k);
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;

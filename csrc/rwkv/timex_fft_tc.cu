@@ -97,7 +97,9 @@ cudaError_t launch_on_spectra(bool just_made, const Tensor& on, Kernel kernel, i
 template <typename S>
 std::pair<Tensor, Tensor> w_spectra(const Tensor& w, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1), N = tc::transform_length(T);
-  Tensor wz = fused_ops::empty({C, N}, ScalarType::ComplexHalf, w);  // tc::ch16
+  // Each entry a tc::ch16 (two float16) in an int32: a complex32 tensor would make torch warn
+  // that ComplexHalf is experimental at every first allocation.
+  Tensor wz = fused_ops::empty({C, N}, ScalarType::Int, w);
   Tensor wexp = fused_ops::empty({C}, ScalarType::Int, w);
   with_length(T, [&](auto n) {
     constexpr int kN = decltype(n)::value;
@@ -194,7 +196,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   const bool kept = kept_wz != nullptr && kept_wexp != nullptr;
   if (kept) {
     FUSED_OPS_CHECK_VALUE(
-        kept_wz->scalar_type() == ScalarType::ComplexHalf && kept_wz->dim() == 2 &&
+        kept_wz->scalar_type() == ScalarType::Int && kept_wz->dim() == 2 &&
             kept_wz->size(0) == C && kept_wz->size(1) == N && kept_wz->is_contiguous() &&
             kept_wexp->scalar_type() == ScalarType::Int && kept_wexp->dim() == 1 &&
             kept_wexp->size(0) == C && kept_wexp->is_contiguous(),

@@ -163,12 +163,12 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
   }
 }
 
-// W's spectra: wz[c] (N entries in two float16: ch16, the middle's layout) = the unnormalised DFT of h[s] =
-// w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below 16 where one
-// channel has the CTA, below 1 where two share it (what the conv kernel's middle needs to keep
-// its products within float16: Plane, timex_fft_tc_common.cuh); wexp[c] = kNonFiniteExp where
-// w[c] holds inf or NaN. w: (C, T) contiguous of S;
-// spectrum_ctas(N, C) CTAs. One channel a CTA, or where spectrum_pairs channels c0 = 2
+// W's spectra: wz[c] (N entries of two float16, ch16, the middle's layout) = the unnormalised
+// DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below
+// 16 where one channel has the CTA, below 1 where two share it (what the conv kernel's middle
+// needs to keep its products within float16: Plane, timex_fft_tc_common.cuh); wexp[c] =
+// kNonFiniteExp where w[c] holds inf or NaN. w: (C, T) contiguous of S; spectrum_ctas(N, C)
+// CTAs. One channel a CTA, or where spectrum_pairs channels c0 = 2
 // blockIdx.x and c1 = c0 + 1 (missing where C is odd: zeros, not stored) in one transform; where
 // those rows must not share one (norm_shifts), each goes through its own, its partner's plane
 // zero.

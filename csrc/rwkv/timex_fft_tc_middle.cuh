@@ -265,11 +265,9 @@ TIMEX_FFT_DEVICE cf32 to_cf32(ch16 v) {
 }
 TIMEX_FFT_DEVICE ch16 to_ch16(cf32 v) { return {pack2<Plane>(v.x, v.y)}; }
 
-// One entry of a spectrum row (cf32 or ch16) as cf32, and its store.
+// One entry of a spectrum row (cf32 or ch16) as cf32.
 TIMEX_FFT_DEVICE cf32 load1(const cf32* p) { return *p; }
 TIMEX_FFT_DEVICE cf32 load1(const ch16* p) { return to_cf32(*p); }
-TIMEX_FFT_DEVICE void store1(cf32* p, cf32 v) { *p = v; }
-TIMEX_FFT_DEVICE void store1(ch16* p, cf32 v) { *p = to_ch16(v); }
 
 // Entries p[0], p[1] of a spectrum row (p 16-byte aligned as cf32, 8 as ch16), one access;
 // and stores.

@@ -134,14 +134,14 @@ TIMEX_FFT_DEVICE void at_pairs(const E* row, int i, int j, cf32 (&vi)[K], cf32 (
     vi[0] = load1(row + i), vj[0] = load1(row + j);
   }
 }
-template <int K, typename E>
-TIMEX_FFT_DEVICE void put_pairs(E* row, int i, int j, const cf32 (&vi)[K],
+template <int K>
+TIMEX_FFT_DEVICE void put_pairs(cf32* row, int i, int j, const cf32 (&vi)[K],
                                 const cf32 (&vj)[K]) {
   if constexpr (K == 2) {
     store2(row + i, vi[0], vi[1]);
     store2(row + j, vj[1], vj[0]);
   } else {
-    store1(row + i, vi[0]), store1(row + j, vj[0]);
+    row[i] = vi[0], row[j] = vj[0];
   }
 }
 

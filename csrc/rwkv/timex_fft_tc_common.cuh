@@ -199,6 +199,17 @@ TIMEX_FFT_DEVICE void ldg16(uint16_t* dst, const uint16_t* src) {
 #endif
 }
 
+// Asks L1 for the 128-byte line holding p, where p points to global memory (elsewhere, as the
+// backward's acc in shared memory, nothing): a hint that no register waits on, so that a
+// later load of the line waits for L1 instead of L2 or memory.
+TIMEX_FFT_DEVICE void prefetch_l1(const void* p) {
+#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__)
+  if (__isGlobal(p)) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
+
 // The widest access, in elements (8, 4 or 2; 1: element by element), with which rows of T
 // elements from `base` on are read or written whole: every row starts 2 w-byte aligned.
 TIMEX_FFT_HD inline int vector_width(int64_t T, const void* base) {

@@ -148,7 +148,10 @@ TIMEX_FFT_DEVICE void put_pairs(cf32* row, int i, int j, const cf32 (&vi)[K],
 // The sweep for kernels that run the inverse after it (conv, backward), with the spectrum
 // staged in the planes. Per unit, one warp: the middle's first half of blocks a and b (b != a)
 // into the blocks' own planes, rounded to S, at their middle_index positions within the block
-// (only this warp touches the block's 256 positions: swz keeps them within it); then each
+// (only this warp touches the block's 256 positions: swz keeps them within it), after
+// prefetch(a', b') for the warp's next unit (prefetch_l1 of the rows that pair reads there: its
+// loads had waited on L2 right where they were used, a quarter of the conv kernel's stall
+// samples at (1, 512, 16384) (ncu, H200)); then each
 // frequency pair (f, -f) once, pair(k, i, j, y, p, oy, op): k = 2 for entries i, i + 1 (f in
 // block a, its lane's) with partners j + 1, j (the middle's layout holds -f there), k = 1 in
 // block 0 for entry i with partner j (taken by the lane of the lower position; f = -f, at 0
@@ -170,11 +173,18 @@ TIMEX_FFT_DEVICE void staged_two(const uint16_t* re, const uint16_t* im, int i, 
         bits_to_float<S>(static_cast<uint16_t>(m >> 16))};
 }
 
-template <int N, int TH, bool INVERSE = true, typename S, typename Pair>
+template <int N, int TH, bool INVERSE = true, typename S, typename Pre, typename Pair>
 TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const MiddleLane<S, N>& ml,
-                                          Pair&& pair) {
+                                          Pre&& prefetch, Pair&& pair) {
   using P = BlockPairs<N>;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const auto prefetch_unit = [&](int u) {
+    if (u >= P::kUnits) return;
+    int a, b;
+    P::blocks(u, a, b);
+    prefetch(a, b);
+  };
+  prefetch_unit(warp);
   const auto stage = [&](int blk) {
     uint32_t xr[4], xi[4];
     ml.load(re, im, blk, xr, xi);
@@ -210,6 +220,7 @@ TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const Midd
     ml.inverse_store(re, im, blk, pr, pi);
   };
   for (int u = warp; u < P::kUnits; u += TH / 32) {
+    prefetch_unit(u + TH / 32);
     int a, b;
     P::blocks(u, a, b);
     stage(a);
@@ -270,9 +281,15 @@ template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const ch16* w0row,
                                           const ch16* w1row, float u0, float u1,
                                           const DftFrags<S>& f16) {
-  const MiddleLane<S, N> ml(f16, static_cast<int>(threadIdx.x) % 32);
-  mirror_sweep_staged<N, TH>(re, im, ml, [&](auto k, int i, int j, const auto& y,
-                                             const auto& p, auto& oy, auto& op) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const MiddleLane<S, N> ml(f16, lane);
+  // W's 8 lines of each block, each channel: a lane a line.
+  const auto prefetch = [&](int a, int b) {
+    const bool second = lane >= 16, at_b = lane % 16 >= 8;
+    if ((second ? u1 : u0) != 0.f) prefetch_step(second ? w1row : w0row, at_b ? b : a, lane % 8);
+  };
+  mirror_sweep_staged<N, TH>(re, im, ml, prefetch, [&](auto k, int i, int j, const auto& y,
+                                                       const auto& p, auto& oy, auto& op) {
     constexpr int K = decltype(k)::value;
     const cf32 zero{0.f, 0.f};
     cf32 w0i[K], w0j[K], w1i[K], w1j[K];
@@ -306,10 +323,21 @@ template <typename S, int N, int TH, bool FINAL = false>
 TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const ch16* wrow,
                                            cf32* acc, bool first, float pscale, float ug,
                                            float ux, const DftFrags<S>& f16) {
-  const MiddleLane<S, N> ml(f16, static_cast<int>(threadIdx.x) % 32);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const MiddleLane<S, N> ml(f16, lane);
   float amax = 0.f;
-  mirror_sweep_staged<N, TH, !FINAL>(re, im, ml, [&](auto k, int i, int j, const auto& y,
-                                             const auto& p, auto& oy, auto& op) {
+  // W's 8 lines of each block (lanes 0-15) and acc's 16 (lanes 16-31, two each).
+  const auto prefetch = [&](int a, int b) {
+    if (lane < 16) {
+      prefetch_step(wrow, lane < 8 ? a : b, lane % 8);
+    } else if (!first) {
+      prefetch_step(acc, a, lane - 16);
+      prefetch_step(acc, b, lane - 16);
+    }
+  };
+  mirror_sweep_staged<N, TH, !FINAL>(re, im, ml, prefetch, [&](auto k, int i, int j,
+                                                               const auto& y, const auto& p,
+                                                               auto& oy, auto& op) {
     constexpr int K = decltype(k)::value;
     cf32 wi[K], wj[K], ai[K], aj[K];
     at_pairs<K>(wrow, i, j, wi, wj);

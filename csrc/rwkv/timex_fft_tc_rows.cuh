@@ -84,15 +84,29 @@ TIMEX_FFT_DEVICE int scale_shift(float m) { return std::min(1 - scale_exponent(m
 // aligned since vec divides T, its elements in reverse order), element by element where vec
 // is 1 and for a last chunk past T. Element by element, odd T (2561) took 7-10% more op time
 // than T % 8 = 0 (2568) at N = 6144; reading T % 8 = 4 (2100, 2500) 4 at a time instead took
-// 2-3% off the kernels' time (run 31 (d), (g)). amax: the largest magnitude of each row (r0's,
-// r1's) in every thread (block_max_n over 2 TH / 32 slots), inf where the row holds inf or NaN
-// (so a caller can keep such a row out of its partner's transform; its scale is then 1).
+// 2-3% off the kernels' time (run 31 (d), (g)). The thread's chunks below N / 2 (where rows of
+// T <= N / 2 lie) are all asked of L1 first (prefetch_l1): loaded one after another, each
+// chunk's wait on memory had 4-10% of the kernels' stall samples at N = 32768 (ncu, H200).
+// (Loaded ahead into registers instead, they made the backward kernels spill.) amax: the
+// largest magnitude of each row (r0's, r1's) in every thread (block_max_n over 2 TH / 32
+// slots), inf where the row holds inf or NaN (so a caller can keep such a row out of its
+// partner's transform; its scale is then 1).
 template <typename S, int N, int TH = threads(N)>
 TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
                                 const uint16_t* r1, int T, int vec, bool reversed, float* slots,
                                 float (&amax)[2]) {
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t m0 = 0, m1 = 0;  // the largest magnitudes' bits (magnitude_of_bits)
+  constexpr int kFront = (N / 2 + 8 * TH - 1) / (8 * TH);  // the chunks below N / 2
+#pragma unroll
+  for (int c = 0; c < kFront; ++c) {
+    const int e = 8 * (tid + TH * c);
+    if (vec > 1 && e + 8 <= T) {
+      const int at = reversed ? T - 8 - e : e;
+      prefetch_l1(r0 + at);
+      if (r1 != nullptr) prefetch_l1(r1 + at);
+    }
+  }
   for (int e = 8 * tid; e < N; e += 8 * TH) {
     uint16_t xr[8], xi[8];
     if (vec > 1 && e + 8 <= T) {

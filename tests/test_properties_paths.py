@@ -290,16 +290,17 @@ lengths = st.one_of(st.integers(1, 40), st.sampled_from(CROSS_T), st.sampled_fro
 ALGOS = ["auto", "direct", "fft", "fft_library"]
 
 
-def tc_faster(B, T):
-    """Whether auto takes the tensor-core FFT in bfloat16 for B rows of T (timex_cuda.cu)."""
+def tc_faster(B, C, T):
+    """Whether auto takes the tensor-core FFT in bfloat16 for B rows of C channels of T
+    (timex_cuda.cu)."""
     if B == 1:
-        return 8192 < T <= 12288
+        return 8192 < T <= 12288 or (T > 12288 and C >= 512)
     if 3072 < T <= 4096:
         return B >= 4
     return True
 
 
-def expected_algorithm(device, dtype, T, algo, B):
+def expected_algorithm(device, dtype, T, algo, B, C):
     """What timex_algorithm must report for k (B, C, T) (csrc/rwkv/timex.cpp, timex_cuda.cu)."""
     if device == "cpu":
         if algo == "auto":
@@ -321,8 +322,8 @@ def expected_algorithm(device, dtype, T, algo, B):
         direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 640)
         if T <= direct_max:
             return "direct"
-        # bfloat16 where tc_faster(B, T) on the tensor-core FFT (sm_80 and newer, T <= 16384)
-        if (dtype == torch.bfloat16 and T <= 16384 and tc_faster(B, T)
+        # bfloat16 where tc_faster(B, C, T) on the tensor-core FFT (sm_80 and newer, T <= 16384)
+        if (dtype == torch.bfloat16 and T <= 16384 and tc_faster(B, C, T)
                 and torch.cuda.get_device_capability(0)[0] >= 8):
             return "fft_tc"
         return fastest
@@ -392,7 +393,7 @@ def test_timex_across_crossovers(device, T, dtype, algo, seed, eps, data):
     with environment(RWKV_TIMEX_ALGO=None if algo == "auto" else algo):
         kd = k.to(device)
         kind = rwkv_ops.timex_algorithm(kd)
-        assert kind == expected_algorithm(device, dtype, T, algo, B), (T, dtype, algo, kind)
+        assert kind == expected_algorithm(device, dtype, T, algo, B, C), (T, dtype, algo, kind)
         out = rwkv_ops.timex(w.to(device), kd, eps)
         grad_w, grad_k = torch.ops.rwkv_ops.timex_backward(g.to(device), w.to(device), kd)
     event(f"{kind}, T {'> 1025' if T > 1025 else '<= 40' if T <= 40 else 'at a crossover'}")

@@ -192,7 +192,7 @@ constexpr int64_t kF64DirectMaxT = 256;
 // at T = 22050, 32768, 44100, 49152 and 65536 1.3x to 2.5x faster (benchmarks/results/
 // timex_cluster_p3_h100.md). So the cluster kernels wherever they run.
 //
-// bfloat16 where tc_faster(B, T): the tensor-core kernels (timex_fft_tc.h, T <= 16384).
+// bfloat16 where tc_faster(B, C, T): the tensor-core kernels (timex_fft_tc.h, T <= 16384).
 // Measured forward + backward op time against the fused kernels at C = 512 on the H200
 // (benchmarks/results/timex_crossover_tc_h100.md, its last sections): W's spectrum, a
 // full-length transform and 4 N bytes per channel, is shared by B / 2 pairs, so small B
@@ -216,20 +216,22 @@ constexpr int64_t kF64DirectMaxT = 256;
 //     T = 8193, 11% less at 10000, 1% more at 12288);
 //   T > 12288 (N = 28672, 32768): with W's spectra two channels a CTA (a0abc1d), 13-16% less
 //     with B = 2, 13-17% with 3, 20-22% with 5 (18-20% with 4 before a0abc1d); 4-9% more with 1
-//     (after W's spectra went to float16: 2% less at T = 12300 and tied at 16384, C = 512).
+//     (after W's spectra went to float16: 2% less at T = 12300 and tied at 16384, C = 512);
+//     with 1 after the L1 prefetches (5ce62b2, run 38) 6-10% less at C = 512 and 1024, 25-26%
+//     more at C = 128 (its 64 spectrum CTAs leave half the SMs idle).
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
-bool tc_faster(int64_t B, int64_t T) {
-  if (B == 1) return T > 8192 && T <= 12288;
+bool tc_faster(int64_t B, int64_t C, int64_t T) {
+  if (B == 1) return (T > 8192 && T <= 12288) || (T > 12288 && C >= 512);
   if (T > 3072 && T <= 4096) return B >= 4;
   return true;
 }
 
 fft::Kernel fastest_fft(const Tensor& k) {
   if (k.scalar_type() == torch::headeronly::ScalarType::BFloat16 &&
-      tc_faster(k.size(0), k.size(2)) && fft::tc_supported(k)) {
+      tc_faster(k.size(0), k.size(1), k.size(2)) && fft::tc_supported(k)) {
     return fft::Kernel::kFftTc;
   }
   if (fft::fused_supported(k)) return fft::Kernel::kFftFused;

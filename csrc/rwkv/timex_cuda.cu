@@ -217,7 +217,7 @@ constexpr int64_t kF64DirectMaxT = 256;
 //   T > 12288 (N = 28672, 32768): with W's spectra two channels a CTA (a0abc1d), 13-16% less
 //     with B = 2, 13-17% with 3, 20-22% with 5 (18-20% with 4 before a0abc1d); 4-9% more with 1
 //     (after W's spectra went to float16: 2% less at T = 12300 and tied at 16384, C = 512);
-//     with 1 after the L1 prefetches (5ce62b2, run 38) 6-10% less at C = 512 and 1024, 25-26%
+//     with 1 after the L1 prefetches (5ce62b2, run 38) 5-10% less at C = 512 and 1024, 23-26%
 //     more at C = 128 (its 64 spectrum CTAs leave half the SMs idle).
 // Not float16, though as fast: their float16 planes round every pass, which bfloat16's output
 // rounding hides (2-norm errors 1.0-1.1x the FFT conv's) but float16's does not: up to 4.4x

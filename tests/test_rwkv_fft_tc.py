@@ -123,12 +123,14 @@ def test_unbalanced_pairs(tc, dtype, T):
 
 
 @pytest.mark.parametrize("shape", [(9, 2, 2048), (7, 1, 8192), (2, 3000, 500), (40, 1, 1000),
-                                   (1, 700, 8192), (9, 2, 16000), (3, 300, 12000)])
+                                   (1, 700, 8192), (9, 2, 16000), (3, 300, 12000),
+                                   (3, 300, 16384), (2, 300, 13000)])
 def test_backward_work_splits(tc, shape):
     """The backward kernel's work splits: a channel's pairs in several items (partial sums, the
     reduce launch; an odd B leaves a pair of one row), more channels than resident CTAs (each
-    CTA loops over channels), one pair per channel; at N = 32768 (Z's planes in each CTA's
-    scratch) split and looping: grads within bfloat16's bound and deterministic."""
+    CTA loops over channels), one pair per channel; at N = 32768 and 28672 (Z's copy in shared
+    memory, at 32768 its last quarter in each CTA's scratch) split and looping: grads within
+    bfloat16's bound and deterministic."""
     w, k, g = make(*shape, torch.bfloat16)
     got = ours(w, k, g, 0.1)
     want = grads_of(timex_fftconv, w.double(), k.double(), g.double(), 0.1)

@@ -305,11 +305,11 @@ void check_spectra(int C, int T, int odd, double tol) {
       continue;
     }
     worst = std::max(worst, finite && std::isfinite(e) ? e : 1e30);
-    // The stored scale (spectrum_tc_kernel): the largest component in [0.5, 1) where paired,
-    // in [0.35, 16) where one channel has the CTA (a bound sets it there); the float16 store
-    // may round the largest up to the bound itself (from within a relative 2^-12 of it).
-    const double lo = spectrum_pairs(N) ? 0.5 : 0.35, hi = spectrum_pairs(N) ? 1.0 : 16.0;
-    if (hmax > 0 && !(vmax >= lo && vmax <= hi)) worst = 1e30;
+    // The stored scale (spectrum_tc_kernel): the largest component below 16, a bound sets it
+    // (the float16 store may round the largest up to 16 itself, from within a relative 2^-12
+    // of it); at least 0.35 where one channel has the CTA, and for these inputs where two do
+    // (0.37 for the spike beside a dense row; lower for flatter spectra against peaked ones).
+    if (hmax > 0 && !(vmax >= 0.35 && vmax <= 16.0)) worst = 1e30;
   }
   const bool ok = worst < tol;
   failures += !ok;
@@ -357,20 +357,23 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
   const int pairs = (B + 1) / 2, items = C * splits;
   const int grid = splits > 1 ? items : ctas;
   std::vector<cf32> acc(size_t(grid) * N);
-  // X's planes per CTA past two sets on chip (N = 32768), else none (a null pointer).
-  std::vector<uint16_t> xs(size_t(grid) * backward_scratch_bytes(N) / 2);
+  // Z's copy past two sets on chip (N = 28672, 32768): the steps sm_90's 227 KiB a block hold
+  // in shared memory (all at 28672, 96 of 128 at 32768), the rest per CTA in scratch, else
+  // none (a null pointer).
+  const int zsteps = z_shared_steps(N, 227 * 1024);
+  std::vector<uint16_t> xs(size_t(grid) * backward_scratch_bytes(N, zsteps) / 2);
   with_backward_kernel<S, N>(ACC, B, [&](auto kernel, int threads, int smem) {
-    launch(grid, threads, smem, [&] {
+    launch(grid, threads, smem + 1024 * zsteps, [&] {
       kernel(u16(in.gp), u16(in.kp), wz.data(), wexp.data(), u16(gk.data() + offset),
              u16(gw.data()), B, C, T, splits, false, acc.data(),
-             xs.empty() ? nullptr : xs.data());
+             xs.empty() ? nullptr : xs.data(), zsteps);
     });
   });
   if (splits > 1) {
     launch(C, backward_threads(N), backward_smem_bytes(N), [&] {
       backward_tc_kernel<S, N>(u16(in.gp), u16(in.kp), wz.data(), wexp.data(),
                                u16(gk.data() + offset), u16(gw.data()), B, C, T, splits, true,
-                               acc.data(), nullptr);
+                               acc.data(), nullptr, 0);
     });
   }
   const TimexCheck r = timex_check(in, out, gk, gw, offset, T, guard);

@@ -163,6 +163,13 @@ bool acc_on_chip(int64_t N, const Tensor& k) {
       "got '", std::string(v), "'");
 }
 
+// The steps of the backward's Z copy that k's device holds in shared memory at length N
+// (tc::z_shared_steps).
+int z_steps(int64_t N, const Tensor& k) {
+  return tc::z_shared_steps(static_cast<int>(N),
+                            fused_ops::device_properties(k).sharedMemPerBlockOptin);
+}
+
 // backward_tc_kernel's CTAs that k's device keeps resident for rows of T (the occupancy query
 // once per dtype, length, place of acc and device).
 template <typename S>
@@ -174,6 +181,7 @@ int64_t resident_ctas(int64_t T, bool on_chip, const Tensor& k) {
       // (B = 2: the even-B build; the odd one has the same bounds and shared memory.)
       tc::with_backward_kernel<S, decltype(n)::value>(on_chip, 2, [&](auto kernel, int th,
                                                                       int smem) {
+        smem += 1024 * z_steps(decltype(n)::value, k);
         if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem) !=
                 cudaSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, th, smem) !=
@@ -221,8 +229,9 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   Tensor acc;
   if (acc_global) acc = fused_ops::empty({ctas * N}, ScalarType::ComplexFloat, k);
   tc::cf32* const acc_ptr = acc_global ? as<tc::cf32>(acc) : nullptr;
-  // Z's planes per CTA where they do not fit on chip with X's (N = 28672 and 32768).
-  const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N));
+  // The part of Z's copy per CTA that shared memory does not hold (N = 28672 and 32768).
+  const int zsteps = z_steps(N, k);
+  const int64_t scratch = tc::backward_scratch_bytes(static_cast<int>(N), zsteps);
   Tensor zs;
   if (scratch > 0) zs = fused_ops::empty({ctas * scratch}, ScalarType::Byte, k);
   with_length(T, [&](auto n) {
@@ -232,17 +241,17 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
     tc::with_backward_kernel<S, kN>(on_chip, B, [&](auto kernel, int threads, int smem) {
       // Right after the spectrum kernel where the spectra were made here (not kept).
       FUSED_OPS_CUDA_CHECK(launch_on_spectra(
-          !kept, k, kernel, static_cast<int>(ctas), threads, smem, stream, bits(g), bits(k),
-          as<const tc::ch16>(spectra.first), as<const int>(spectra.second), bits_out(grad_k),
-          bits_out(grad_w), b, c, t, sp, false, acc_ptr,
-          scratch > 0 ? as<uint16_t>(zs) : nullptr));
+          !kept, k, kernel, static_cast<int>(ctas), threads, smem + 1024 * zsteps, stream,
+          bits(g), bits(k), as<const tc::ch16>(spectra.first), as<const int>(spectra.second),
+          bits_out(grad_k), bits_out(grad_w), b, c, t, sp, false, acc_ptr,
+          scratch > 0 ? as<uint16_t>(zs) : nullptr, zsteps));
     });
     if (splits > 1) {  // the reduce launch: a CTA per channel, acc in global memory
       FUSED_OPS_CUDA_CHECK(fused_ops::launch_with_smem(
           tc::backward_tc_kernel<S, kN>, c, tc::backward_threads(kN), tc::backward_smem_bytes(kN),
           stream, bits(g), bits(k), as<const tc::ch16>(spectra.first),
           as<const int>(spectra.second), bits_out(grad_k), bits_out(grad_w), b, c, t, sp, true,
-          acc_ptr, nullptr));
+          acc_ptr, nullptr, 0));
     }
   });
   return {grad_w, grad_k};

@@ -6,9 +6,10 @@
 // The last because Re(z[t+s] conj(x[t])) = g[b0, t+s] k[b0, t] + g[b1, t+s] k[b1, t]: the pair's
 // two rows of the batch sum at once. Up to N = kMaxTwoSetN (24576), Z and X are transformed
 // together (two plane sets, 8 N bytes of shared memory), so neither spectrum leaves the chip. Past
-// it (N = 28672 and 32768: 224 and 256 KiB would not fit) Z is transformed first and its planes
-// copied to the CTA's scratch in global memory (4 N bytes), then X in the same shared memory, and
-// the middle reads Z's fragments from the copy. Either way the middle adds Z conj(X) to the
+// it (N = 28672 and 32768) Z is transformed first and its planes copied (4 N bytes: as much as
+// fits in shared memory beside the planes, the rest to the CTA's scratch in global memory,
+// z_shared_steps), then X in the same planes, and the middle reads Z's fragments from the
+// copy. Either way the middle adds Z conj(X) to the
 // channel's running sum `acc` (N complex floats, each entry read and written by one thread: in
 // global memory, L2-resident, or where ACC_SMEM in shared memory after the planes and slots)
 // and sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by its own power of two,
@@ -69,9 +70,24 @@ TIMEX_FFT_HD constexpr int backward_smem_bytes(int N, bool acc_smem = false) {
 //   N = 8192 (one CTA of 512 and 128 KiB instead of two of 256 and 64): -2% to +6%, not built;
 //   N = 4096 (64 KiB: 3 CTAs of 128 threads an SM instead of 4): 6-28% slower, not built.
 TIMEX_FFT_HD constexpr bool has_acc_smem(int N) { return N == 6144 || N == 12288; }
-// Global scratch per CTA for Z's planes: 4 N bytes where z_off_chip(N), else none.
-TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N) {
-  return z_off_chip(N) ? 4 * int64_t(N) : 0;
+// Where z_off_chip(N), Z's copy (MiddleLane::save_m: 1 KiB a step of the middle, N / 256
+// steps): zsteps of them in shared memory after the slots, the rest in the CTA's global
+// scratch. zsteps: as many as fit beside the planes under smem_limit (the device's bytes per
+// block), a multiple of the warps (each warp's alike). At N = 32768 on sm_90 96 of 128, at
+// 28672 all 112. Measured on the H200 (run 39, the kernel's time, bfloat16), with the copy's
+// layout that keeps a warp's 16-byte accesses consecutive: at (2, 1024, 16384) 602 us with no
+// step on chip, 594 with 32, 587 with 64, 580 with 96; (8, 512, 16384) 1040, 1023, 1006, 982;
+// (3, 512, 16384) 499, 500, 499, 497; (3, 512, 14000) 501 with none, 494 with all 112. (The
+// layout alone, from lanes 32 bytes apart: 632 -> 602 us at (2, 1024, 16384).)
+TIMEX_FFT_HD constexpr int z_shared_steps(int N, int64_t smem_limit) {
+  if (!z_off_chip(N)) return 0;
+  const int warps = backward_threads(N) / 32;
+  const int64_t fit = (smem_limit - backward_smem_bytes(N)) / 1024 / warps * warps;
+  return fit < 0 ? 0 : fit < N / 256 ? static_cast<int>(fit) : N / 256;
+}
+// Global scratch per CTA for the rest of Z's copy.
+TIMEX_FFT_HD constexpr int64_t backward_scratch_bytes(int N, int zsteps) {
+  return z_off_chip(N) ? 1024 * int64_t(N / 256 - zsteps) : 0;
 }
 // The register cap: 128 registers a thread (2 CTAs of 256 threads per SM; 1 of 512).
 // At the conv kernel's 80 the two sets' fragments and the running sum spill about 300 bytes a
@@ -125,36 +141,23 @@ TIMEX_FFT_DEVICE void grad_w_inverse(uint16_t* re, uint16_t* im, const cf32* acc
 // The channel's last batch row of an odd B and its grad_w through one inverse (splits = 1: the
 // row is the channel's last term): the planes hold P = G conj(W^) staged and acc the Hermitian
 // part H of the channel's sum (middle_backward_row's FINAL), amax H's largest |component| over
-// the block. F = a H + i b P, the powers of two a and b taking both parts' 2-norms into
-// [64, 128) (norm_shifts' reason: the planes' rounding, relative to |F|, then costs either part
-// at most sqrt 2 of its own accuracy), through the inverse middle and passes: grad_w's row
-// (reversed) from the real part, as grad_w_inverse, and grad_k's row from the imaginary part,
-// times k_scale (the row's own scale as the pair's sink has it). One inverse instead of two.
-// slots: 2 TH / 32 floats, free.
+// the block, sums this thread's sums of |H|^2 and |P|^2 (middle_backward_row's). F = a H + i b
+// P, the powers of two a and b taking both parts' 2-norms into [64, 128) (norm_shifts' reason:
+// the planes' rounding, relative to |F|, then costs either part at most sqrt 2 of its own
+// accuracy), through the inverse middle and passes: grad_w's row (reversed) from the real part,
+// as grad_w_inverse, and grad_k's row from the imaginary part, times k_scale (the row's own
+// scale as the pair's sink has it). One inverse instead of two. slots: 2 TH / 32 floats, free.
 template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void row_and_grad_w(uint16_t* re, uint16_t* im, const cf32* acc, float amax,
-                                     float* slots, uint16_t* grad_w_row, uint16_t* grad_k_row,
+                                     const double (&sums)[2], float* slots,
+                                     uint16_t* grad_w_row, uint16_t* grad_k_row,
                                      const uint16_t* grad_k, int T, float k_scale,
                                      const DftFrags<Plane>& f16) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int e = scale_exponent(amax);
   const float pre = std::ldexp(1.f, 1 - e);  // H's components below 2, as grad_w_inverse
-  float ss[2] = {0.f, 0.f};  // |H pre|^2, |P|^2 over this thread's entries
-  for (int it = warp; it < N / 256; it += TH / 32) {
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = middle_index(it, lane, t, h);
-        cf32 a0, a1, p0, p1;
-        load2(acc + i, a0, a1);
-        staged_two<Plane>(re, im, i, p0, p1);  // P's
-        a0 = {a0.x * pre, a0.y * pre}, a1 = {a1.x * pre, a1.y * pre};
-        ss[0] += a0.x * a0.x + a0.y * a0.y + a1.x * a1.x + a1.y * a1.y;
-        ss[1] += p0.x * p0.x + p0.y * p0.y + p1.x * p1.x + p1.y * p1.y;
-      }
-    }
-  }
+  // |H pre|^2, |P|^2 (inf where the first leaves float's range: then not together, below)
+  float ss[2] = {static_cast<float>(sums[0] * pre * pre), static_cast<float>(sums[1])};
   block_sum2<N, TH>(ss, slots);
   // Where either part holds inf or NaN, the shared inverse would spread it to the other's
   // outputs: then P goes through alone (grad_k's row; H not read) and H through its own
@@ -199,15 +202,16 @@ TIMEX_FFT_DEVICE void row_and_grad_w(uint16_t* re, uint16_t* im, const cf32* acc
 // g, k: (B, C, T) contiguous of S; wz, wexp: spectrum_tc_kernel's; grad_k (B, C, T), grad_w
 // (C, T). acc_all: N complex floats per CTA (splits = 1; null where ACC_SMEM) or per item
 // (splits > 1: read by the reduce launch, one CTA per channel; where ACC_SMEM each item's sum is
-// copied there from shared memory at its end). scratch_all: backward_scratch_bytes(N) per CTA of
-// the grid (null where that is 0).
+// copied there from shared memory at its end). scratch_all: backward_scratch_bytes(N, zsteps) per
+// CTA of the grid (null where that is 0); zsteps: z_shared_steps (0 for the reduce launch), the
+// dynamic shared memory backward_smem_bytes(N, ACC_SMEM) + 1024 zsteps.
 template <typename S, int N, bool ACC_SMEM = false, bool ODD_B = false>
 TIMEX_FFT_TC_KERNEL(backward_threads(N, ACC_SMEM), backward_min_blocks(N, ACC_SMEM))
 backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ k,
                    const ch16* wz, const int* wexp,
                    uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_w, int B, int C,
                    int T, int splits, bool reduce, cf32* __restrict__ acc_all,
-                   uint16_t* __restrict__ scratch_all) {
+                   uint16_t* __restrict__ scratch_all, int zsteps) {
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
   static_assert(!ACC_SMEM || (has_acc_smem(N) && !z_off_chip(N)), "acc on chip: has_acc_smem");
@@ -220,9 +224,12 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
   float* slots = reinterpret_cast<float*>(re + (kOffChip ? 2 : 4) * N);  // 2 x 2 TH / 32
   // Where ACC_SMEM: acc after the slots (16-byte aligned: 8 N + 16 TH / 32 bytes in).
   cf32* const acc_smem = reinterpret_cast<cf32*>(smem + backward_acc_offset(N, ACC_SMEM));
-  // Where z_off_chip: the CTA's copy of Z's planes (its re, then im, as on chip).
+  // Where z_off_chip: Z's copy, its first zsteps steps after the slots, the rest in the CTA's
+  // scratch.
+  uint16_t* const zshared = reinterpret_cast<uint16_t*>(smem + backward_acc_offset(N));
   uint16_t* const scratch =
-      kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N) / 2) : nullptr;
+      kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N, zsteps) / 2)
+               : nullptr;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   DftFrags<Plane> f16;
   f16.init(lane);
@@ -277,12 +284,13 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
             const float pscale = std::ldexp(1.f, -(sg + sx));
             const float ug = m[0] > 0.f ? 0.5f : 0.f, ux = m[1] > 0.f ? 0.5f : 0.f;
             if (splits == 1) {  // the channel's last term: grad_w and this row in one inverse
+              double sums[2];
               amax = middle_backward_row<Plane, N, TH, true>(re, im, wz + int64_t(c) * N, acc,
-                                                             p == p0, pscale, ug, ux, f16);
+                                                             p == p0, pscale, ug, ux, f16, sums);
               TIMEX_FFT_SYNC();  // acc's and the planes' writers are done
               amax = block_max<N, TH>(amax, slots);
               // (block_sum2's slots after block_max's, which other warps may still read)
-              row_and_grad_w<S, N, TH>(re, im, acc, amax, slots + 2 * (TH / 32),
+              row_and_grad_w<S, N, TH>(re, im, acc, amax, sums, slots + 2 * (TH / 32),
                                        grad_w + int64_t(c) * T,
                                        grad_k + r0, grad_k, T, std::ldexp(1.f, wexp[c] - sg),
                                        f16);
@@ -332,7 +340,11 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
           for (int it = tid / 32; it < N / 256; it += TH / 32) {
             uint32_t b[2][4];
             m.load_m(re, im, it, b);
-            m.save_m(scratch, it, b);
+            if (it < zsteps) {
+              m.save_m(zshared, it, b);
+            } else {
+              m.save_m(scratch, it - zsteps, b);
+            }
           }
         }
         TIMEX_FFT_SYNC();  // the planes are free for X
@@ -345,10 +357,10 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
         forward_transform<N, 1, TH>(re, im, f16);
         wait_for_spectra(wz, wexp);  // W's from here on (at once after the first pair)
         // Z_u conj(X_u) = Z's planes times conj(X's) 2^-shift (the unitary transforms).
-        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, nullptr, re, im,
+        amax = middle_backward<Plane, N, TH, true>(re, im, scratch, zshared, re, im,
                                                    wz + int64_t(c) * N, acc,
                                                    p == p0, poison * std::ldexp(1.f, -shift),
-                                                   f16);
+                                                   f16, zsteps);
       } else {  // both sets on chip: Z's at re, im, X's at re + 2 N, im + 2 N
         load_rows<S, N, TH>(re + 2 * N, im + 2 * N, k + r0, two ? k + r1 : nullptr, T, vec,
                             false, slots + 2 * (TH / 32), kmax);

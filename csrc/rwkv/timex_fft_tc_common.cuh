@@ -104,10 +104,10 @@ TIMEX_FFT_HD constexpr int radix1(int N) {
 // the error that each pass's rounding adds. It cannot overflow: the kernels scale each row of
 // a pair by a power of two so that its largest magnitude lies in [1, 2) (the backward's k rows
 // to at most 2: x_shifts), every pass is unitary (no element exceeds 2 sqrt(N), 362 at
-// N = 32768), and W's spectrum comes scaled by a power of two to components below 16 (below
-// 1 from N = 28672 on: spectrum_tc_kernel's wexp), so the middle's products, and by the same
-// 2-norm every element of the inverse, stay below 32 sqrt(2 N) (7100 at N = 24576; 2 sqrt(2 N),
-// 362, at 32768); the last pass multiplies by the powers back.
+// N = 32768), and W's spectrum comes scaled by a power of two to components below 16
+// (spectrum_tc_kernel's wexp), so the middle's products, and by the same 2-norm every element of
+// the inverse, stay below 32 sqrt(2 N) (8192 at N = 32768); the last pass multiplies by the
+// powers back.
 using Plane = c10::Half;
 
 // A bfloat16 / float16 element's bits as a float.

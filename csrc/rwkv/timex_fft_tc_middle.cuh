@@ -125,24 +125,25 @@ struct MiddleLane {
 #pragma unroll
     for (int t = 0; t < 2; ++t) fused_ops::ldmatrix_x4_trans(b[t], plane + (sw ^ ld_sw[t]));
   }
-  // The same fragments through a copy in global memory, in fragment order (the backward's Z
-  // where its planes do not stay on chip): 32 bytes per lane and step, written and read by
-  // that lane only.
-  TIMEX_FFT_DEVICE void save_m(uint16_t* copy, int it, const uint32_t (&b)[2][4]) const {
+  // The same fragments through a copy, in fragment order (the backward's Z where its planes
+  // do not stay on chip): 1 KiB a step at copy + 512 slot, 16 bytes per lane and n-tile
+  // (consecutive lanes' consecutive: no bank conflicts where the copy is in shared memory),
+  // written and read by that lane only.
+  TIMEX_FFT_DEVICE void save_m(uint16_t* copy, int slot, const uint32_t (&b)[2][4]) const {
     const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       uint16_t v[8];
       std::memcpy(v, b[t], 16);
-      st16(copy + 16 * (32 * it + lane) + 8 * t, v);
+      st16(copy + 8 * (64 * slot + 32 * t + lane), v);
     }
   }
-  TIMEX_FFT_DEVICE void load_saved_m(const uint16_t* copy, int it, uint32_t (&b)[2][4]) const {
+  TIMEX_FFT_DEVICE void load_saved_m(const uint16_t* copy, int slot, uint32_t (&b)[2][4]) const {
     const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       uint16_t v[8];
-      ld16(v, copy + 16 * (32 * it + lane) + 8 * t);
+      ld16(v, copy + 8 * (64 * slot + 32 * t + lane));
       std::memcpy(b[t], v, 16);
     }
   }
@@ -379,7 +380,8 @@ TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, ch
 
 // The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim
 // of the same layout in shared memory, each before the pass at stride 16; where Z_GLOBAL, Z's
-// fragments from their copy in global memory at zre (MiddleLane::save_m; zim unused). acc (N
+// fragments from their copy (MiddleLane::save_m): steps it < zsteps in shared memory at zim
+// (slot it), the rest in global memory at zre (slot it - zsteps). acc (N
 // complex floats, middle layout, in global or shared memory, this lane's entries its own) gets
 // Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through the inverse
 // (MiddleLane::inverse_store) to the planes re, im (Z's or X's: each warp's stores follow its
@@ -390,7 +392,7 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
                                        const uint16_t* zim, const uint16_t* xre,
                                        const uint16_t* xim, const ch16* wrow,
                                        cf32* acc, bool first, float pscale,
-                                       const DftFrags<S>& f16) {
+                                       const DftFrags<S>& f16, int zsteps = 0) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> m(f16, lane);
   // Step i's lines in global memory into L1, a lane a line, a step ahead of their loads: used
@@ -400,7 +402,9 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
   const auto prefetch = [&](int i) {
     if (i >= N / 256) return;
     if (lane < 8) {
-      if constexpr (Z_GLOBAL) prefetch_l1(zre + 512 * i + 64 * lane);
+      if constexpr (Z_GLOBAL) {
+        if (i >= zsteps) prefetch_l1(zre + 512 * (i - zsteps) + 64 * lane);
+      }
     } else if (lane < 16) {
       prefetch_step(wrow, i, lane - 8);
     } else if (!first) {
@@ -414,7 +418,11 @@ TIMEX_FFT_DEVICE float middle_backward(uint16_t* re, uint16_t* im, const uint16_
     uint32_t zr[4], zi[4], xr[4], xi[4];
     if constexpr (Z_GLOBAL) {
       uint32_t b[2][4];
-      m.load_saved_m(zre, it, b);
+      if (it < zsteps) {
+        m.load_saved_m(zim, it, b);
+      } else {
+        m.load_saved_m(zre, it - zsteps, b);
+      }
       m.pass16(b, zr, zi);
     } else {
       m.load(zre, zim, it, zr, zi);

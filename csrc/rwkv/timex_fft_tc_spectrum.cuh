@@ -77,35 +77,27 @@ TIMEX_FFT_DEVICE bool norm_shifts(const uint16_t* re, const uint16_t* im, const 
 }
 
 // The planes hold Y / sqrt(N) (the unitary transform) before the middle's pass; through
-// mirror_sweep (timex_fft_tc_mirror.cuh), both spectra times u0 and u1. STORE: to rows w0 and
-// w1 (w1 null: the pair's second channel is missing), middle layout; else only the largest
-// |component| of each channel's entries in m. A tile at a time, not a block's two: their 32
-// entries at once spilled (550 bytes a thread at 80 registers).
-template <typename S, int N, int TH, bool STORE>
+// mirror_sweep (timex_fft_tc_mirror.cuh), both spectra times u0 and u1 to rows w0 and w1 (w1
+// null: the pair's second channel is missing), middle layout. A tile at a time, not a block's
+// two: their 32 entries at once spilled (550 bytes a thread at 80 registers).
+template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, ch16* w0row,
                                        ch16* w1row, float u0, float u1, const DftFrags<S>& f16,
-                                       cf32* buf, float (&m)[2]) {
+                                       cf32* buf) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const MiddleLane<S, N> ml(f16, lane);
-  m[0] = m[1] = 0.f;
   const auto emit = [&](int it, int t, const cf32 (&y)[4], const cf32 (&p)[4]) {
     cf32 a[4], b[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      separate(y[e], p[e], u0, u1, a[e], b[e]);
-      m[0] = std::fmax(m[0], norm_inf(a[e]));
-      m[1] = std::fmax(m[1], norm_inf(b[e]));
-    }
-    if constexpr (STORE) {
-      store4(w0row, it, lane, t, a);
-      if (w1row != nullptr) store4(w1row, it, lane, t, b);
-    }
+    for (int e = 0; e < 4; ++e) separate(y[e], p[e], u0, u1, a[e], b[e]);
+    store4(w0row, it, lane, t, a);
+    if (w1row != nullptr) store4(w1row, it, lane, t, b);
   };
   mirror_sweep<N, TH>(re, im, ml, buf, emit);
 }
 
 // A bound on the middle's outputs, from the planes it starts from (the transform before the
-// middle's pass, one channel): the middle maps each block of 256 positions onto itself by a
+// middle's pass): the middle maps each block of 256 positions onto itself by a
 // unitary transform, so none of a block's outputs exceeds the 2-norm of its inputs. The
 // largest of this thread's warp's blocks' 2-norms (each warp a block in turn, as the middle;
 // the caller's barrier orders it after the planes' writers). inf stays inf; NaN is skipped,
@@ -133,10 +125,18 @@ TIMEX_FFT_DEVICE float middle_bound(const uint16_t* re, const uint16_t* im) {
 }
 
 // The planes' rows (S's bits, load_rows'), scaled by 2^sh[j], through the transform and the
-// separation to rows w0 and w1 (w1 null: not stored) and their exponents: the largest
-// components first, then the stores with the exponents they imply (the middle's steps again
-// from the planes: cheaper than a rescaling pass over 8 N bytes in global memory). A zero
-// row (zero[j]) gets zeros exactly, whatever its partner's rounding leaves.
+// separation to rows w0 and w1 (w1 null: not stored) and their exponents, in one sweep of the
+// middle, the exponents from a bound as the one-channel path's (middle_bound): every output Y
+// of the middle is at most 1.01 bound, each separated value (Y[f] +- conj Y[-f]) u_j at most
+// 2.02 bound u_j. With u_j = sqrt(N) 2^-sh_j / 2 and 1.01 sqrt(N) bound < 2^eb, wexp_j =
+// eb - sh_j - 4 keeps every stored component below 16, as one channel's, both rows stored
+// times sqrt(N) 2^(4 - eb) / 2. The bound exceeds Y's largest at most 16 times (a block's
+// 2-norm over its 256 entries) and a separated row's largest lies lower still where that row's
+// spectrum is flatter than its partner's (a spike's with a dense row: 0.37 in the emulation
+// test); float16 keeps each entry's relative precision down to 6e-5, so only entries far below
+// the largest lose any. Finding the largest first took a second sweep of the middle: 65.9 ->
+// 56.7 us at (3, 512, 16384) bfloat16 (H200, run 39). A zero row (zero[j]) gets zeros
+// exactly, whatever its partner's rounding leaves, and exponent 1.
 template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const int (&sh)[2],
                                              const bool (&zero)[2], ch16* w0, ch16* w1, int* e0,
@@ -146,27 +146,22 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
   DftFrags<Plane> f16;
   f16.init(static_cast<int>(threadIdx.x) % 32);
   TIMEX_FFT_SYNC();
-  forward_transform<N, 1, TH>(re, im, f16);
-  // The planes hold DFT(h0 2^sh0 + i h1 2^sh1) / sqrt(N): DFT(h_j) = sqrt(N) 2^-sh_j times
-  // the separated halves (separate's factor 1 / 2 folded in).
-  const float u0 = zero[0] ? 0.f : 0.5f * std::sqrt(float(N)) * std::ldexp(1.f, -sh[0]);
-  const float u1 = zero[1] ? 0.f : 0.5f * std::sqrt(float(N)) * std::ldexp(1.f, -sh[1]);
-  float m[2];
-  separate_spectra<Plane, N, TH, false>(re, im, nullptr, nullptr, u0, u1, f16, buf, m);
-  block_max_n<N, TH>(m, slots);
-  const int we0 = scale_exponent(m[0]), we1 = scale_exponent(m[1]);
-  separate_spectra<Plane, N, TH, true>(re, im, w0, w1, u0 * std::ldexp(1.f, -we0),
-                                       u1 * std::ldexp(1.f, -we1), f16, buf, m);
+  forward_transform<N, 1, TH>(re, im, f16);  // ends with a barrier
+  const float bound = block_max<N, TH>(middle_bound<N, TH>(re, im), slots);
+  const int eb = scale_exponent(1.01f * std::sqrt(float(N)) * bound);
+  const float u = 0.5f * std::sqrt(float(N)) * std::ldexp(1.f, 4 - eb);
+  separate_spectra<Plane, N, TH>(re, im, w0, w1, zero[0] ? 0.f : u, zero[1] ? 0.f : u, f16,
+                                 buf);
   if (threadIdx.x == 0) {
-    *e0 = we0;
-    if (w1 != nullptr) *e1 = we1;
+    *e0 = zero[0] ? 1 : eb - sh[0] - 4;
+    if (w1 != nullptr) *e1 = zero[1] ? 1 : eb - sh[1] - 4;
   }
 }
 
 // W's spectra: wz[c] (N entries of two float16, ch16, the middle's layout) = the unnormalised
 // DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below
-// 16 where one channel has the CTA, below 1 where two share it (what the conv kernel's middle
-// needs to keep its products within float16: Plane, timex_fft_tc_common.cuh); wexp[c] =
+// 16 (what the conv kernel's middle needs to keep its products within float16: Plane,
+// timex_fft_tc_common.cuh); wexp[c] =
 // kNonFiniteExp where w[c] holds inf or NaN. w: (C, T) contiguous of S; spectrum_ctas(N, C)
 // CTAs. One channel a CTA, or where spectrum_pairs channels c0 = 2
 // blockIdx.x and c1 = c0 + 1 (missing where C is odd: zeros, not stored) in one transform; where

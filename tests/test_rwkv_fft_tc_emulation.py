@@ -388,13 +388,14 @@ void check(int B, int C, int T, int splits, int ctas, int offset, double tol, do
 int main() {
   using BF = c10::BFloat16;
   using H = c10::Half;
-  // one channel a CTA (N <= 24576), then two (28672, 32768: every pairing of blocks); T
-  // short, as the pairing is N's
+  // one channel a CTA (N <= 12288), then two (16384 on: every pairing of blocks); T short,
+  // as the pairing is N's
   check_spectra<BF, 6144>(3, 3000, 1, 3e-3);
   check_spectra<H, 24576>(2, 500, 3, 3e-3);
   for (int odd = 0; odd < 6; ++odd) {
     check_spectra<BF, 2048>(2, 1000, odd, 3e-3);
     check_spectra<H, 12288>(2, 3000, odd, 3e-3);
+    check_spectra<BF, 20480>(3, 400, odd, 3e-3);
     check_spectra<BF, 32768>(3, 300, odd, 3e-3);
     check_spectra<H, 28672>(2, 700, odd, 3e-3);
   }

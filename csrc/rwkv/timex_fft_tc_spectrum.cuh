@@ -1,4 +1,4 @@
-// RWKV TimeX on tensor cores, W's spectra (the transform: timex_fft_tc.cuh). From N = 28672 on
+// RWKV TimeX on tensor cores, W's spectra (the transform: timex_fft_tc.cuh). From N = 16384 on
 // (spectrum_pairs), two channels per CTA in one complex transform: a real row's transform is
 // Hermitian, so the transform of x = h0 a0 + i h1 a1 (h0, h1 the reversed rows of channels
 // 2 j and 2 j + 1, a0, a1 powers of two) holds both: with Y = DFT(x),
@@ -8,7 +8,11 @@
 // the grid is waves deep, pairs took 23% less (208 -> 160 us at (2, 1024, 16384)); at N = 16384
 // 4% less, at 6144 5% less to 22% more, at 4096 12% more: there the grid is a wave or two of
 // CTAs bound by their latency, and pairs halve the CTAs while each does more. (Since run 34
-// one channel a CTA sweeps the middle once, 7-12% less time, so N = 16384's 4% is gone too.)
+// one channel a CTA sweeps the middle once, 7-12% less time, so N = 16384's 4% was gone too.)
+// Since run 39 the pairs sweep it once as well (transform_and_separate), and from N = 16384 to
+// 24576 they took 26-33% less than one channel a CTA: 48.8 -> 32.9 us at (1, 512, 10000)
+// (N = 20480), 78.9 -> 56.8 at (1, 768, 12000) (24576), 66.8 -> 49.6 at (3, 1024, 8192)
+// (16384), bfloat16, H200 (run 39 (e): the two builds in calls 2 and 5).
 
 #pragma once
 
@@ -21,9 +25,17 @@
 namespace rwkv {
 namespace fft_tc {
 
-// Whether the spectrum kernel pairs channels (the top of this file): where one CTA of 512
-// threads fills an SM (forward_threads).
-TIMEX_FFT_HD constexpr bool spectrum_pairs(int N) { return N > 24576; }
+// Whether the spectrum kernel pairs channels (the top of this file): from N = 16384 (every such
+// length's blocks pair: mirror_blocks), where the run 39 measurements were; not at 8192 and
+// 12288, where more CTAs share an SM (not measured since run 34's one-sweep change).
+TIMEX_FFT_HD constexpr bool spectrum_pairs(int N) { return N >= 16384; }
+// Its CTAs an SM that the register cap is set for: where it pairs, two of 256 threads (one of
+// 512), 128 registers a thread; at the forward kernels' 80 the pairs' sweep spilled 200-240
+// bytes a thread at N = 16384 to 24576 (ptxas -v, sm_90). The same CTAs an SM as shared memory
+// allows at 20480 and 24576 (80 and 96 KiB a CTA); at 16384 three before.
+TIMEX_FFT_HD constexpr int spectrum_min_blocks(int N) {
+  return spectrum_pairs(N) ? 512 / forward_threads(N) : forward_min_blocks(N);
+}
 // Its CTAs for C channels, and its shared memory: the forward kernels' (planes, two floats a
 // warp), then where it pairs block 0's 256 entries (cf32) for its pairing within the block.
 TIMEX_FFT_HD constexpr int64_t spectrum_ctas(int N, int64_t C) {
@@ -168,11 +180,12 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
 // those rows must not share one (norm_shifts), each goes through its own, its partner's plane
 // zero.
 template <typename S, int N>
-TIMEX_FFT_TC_KERNEL(forward_threads(N), forward_min_blocks(N))
+TIMEX_FFT_TC_KERNEL(forward_threads(N), spectrum_min_blocks(N))
 spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, ch16* __restrict__ wz,
                    int* __restrict__ wexp) {
 #if TIMEX_FFT_TC_CODE
   static_assert(valid_length(N), "N: a transform length (valid_length)");
+  static_assert(!spectrum_pairs(N) || mirror_blocks(N), "pairs part in the middle");
   constexpr int TH = forward_threads(N);
   launch_dependents();  // the consumer waits for this grid's completion before its reads
   TIMEX_FFT_SHARED(smem);

@@ -9,17 +9,16 @@
 // it (N = 28672 and 32768) Z is transformed first and its planes copied (4 N bytes: as much as
 // fits in shared memory beside the planes, the rest to the CTA's scratch in global memory,
 // z_shared_steps), then X in the same planes, and the middle reads Z's fragments from the
-// copy. Either way the middle adds Z conj(X) to the
-// channel's running sum `acc` (N complex floats, each entry read and written by one thread: in
-// global memory, L2-resident, or where ACC_SMEM in shared memory after the planes and slots)
-// and sends Z conj(W^) on to grad_k's inverse. Each row of z is scaled by its own power of two,
-// x's rows so that the pair's two terms keep one weight (x_shifts). Per channel one more
-// inverse, of acc, gives grad_w: 3 transforms per pair and one per channel, as the FMA backward
-// (timex_fft_backward.cuh) has per row. The last row of an odd B, alone in its pair, takes 2
-// instead of 3 where the blocks pair (mirror_blocks; the ODD_B build, as the conv kernel's):
-// z = g[b0, c] + i k[b0, c] in one transform, G and X parted in the middle
-// (middle_backward_row), G conj(W^) through the inverse; a row holding inf or NaN goes the
-// pair's way (k's must not reach grad_k).
+// copy. Either way the middle adds Z conj(X) to the channel's running sum `acc` (N complex
+// floats, each entry read and written by one thread: in global memory, L2-resident, or where
+// ACC_SMEM in shared memory after the planes and slots) and sends Z conj(W^) on to grad_k's
+// inverse. Each row of z is scaled by its own power of two, x's rows so that the pair's two terms
+// keep one weight (x_shifts). Per channel one more inverse, of acc, gives grad_w: 3 transforms per
+// pair and one per channel, as the FMA backward (timex_fft_backward.cuh) has per row. The last row
+// of an odd B, alone in its pair, takes 2 instead of 3 where the blocks pair (mirror_blocks; the
+// ODD_B build, as the conv kernel's): z = g[b0, c] + i k[b0, c] in one transform, G and X parted in
+// the middle (middle_backward_row), G conj(W^) through the inverse; a row holding inf or NaN goes
+// the pair's way (k's must not reach grad_k).
 //
 // Work items as the FMA backward's: channel c's pairs split into `splits` consecutive ranges,
 // item i = c splits + s. splits = 1: a CTA loops over its items and ends each channel with

@@ -381,9 +381,9 @@ TIMEX_FFT_DEVICE void middle_spectrum(const uint16_t* re, const uint16_t* im, ch
 // The backward's middle: Z (g's pair) in planes zre, zim and X (k's pair) in planes xre, xim
 // of the same layout in shared memory, each before the pass at stride 16; where Z_GLOBAL, Z's
 // fragments from their copy (MiddleLane::save_m): steps it < zsteps in shared memory at zim
-// (slot it), the rest in global memory at zre (slot it - zsteps). acc (N
-// complex floats, middle layout, in global or shared memory, this lane's entries its own) gets
-// Z conj(X) pscale (set where `first`, else added); Z conj(W) goes on through the inverse
+// (slot it), the rest in global memory at zre (slot it - zsteps). acc (N complex floats,
+// middle layout, in global or shared memory, this lane's entries its own) gets Z conj(X)
+// pscale (set where `first`, else added); Z conj(W) goes on through the inverse
 // (MiddleLane::inverse_store) to the planes re, im (Z's or X's: each warp's stores follow its
 // loads of the same positions), grad_k's correlation. Returns the largest |component| of the
 // acc entries that this lane wrote.

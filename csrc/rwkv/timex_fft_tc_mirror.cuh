@@ -323,7 +323,7 @@ TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const ch16
 // squares can leave float's range) and |G conj(W)|^2 (as computed, before their rounding in the
 // planes) over the entries this lane wrote, each frequency once: a pass over acc and the planes
 // fewer than taking them from there (the backward kernel 220 -> 209 us at (1, 512, 16384)
-// bfloat16, 538 -> 518 at (3, 512, 16384); H200, run 39).
+// bfloat16, 538 -> 518 at (3, 512, 16384); H200, run 39 (b)). sums: 2 doubles where FINAL.
 template <typename S, int N, int TH, bool FINAL = false>
 TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const ch16* wrow,
                                            cf32* acc, bool first, float pscale, float ug,

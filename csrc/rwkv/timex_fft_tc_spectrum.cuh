@@ -109,8 +109,8 @@ TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, c
 }
 
 // A bound on the middle's outputs, from the planes it starts from (the transform before the
-// middle's pass): the middle maps each block of 256 positions onto itself by a
-// unitary transform, so none of a block's outputs exceeds the 2-norm of its inputs. The
+// middle's pass): the middle maps each block of 256 positions onto itself by a unitary
+// transform, so none of a block's outputs exceeds the 2-norm of its inputs. The
 // largest of this thread's warp's blocks' 2-norms (each warp a block in turn, as the middle;
 // the caller's barrier orders it after the planes' writers). inf stays inf; NaN is skipped,
 // as the largest components were.
@@ -147,7 +147,7 @@ TIMEX_FFT_DEVICE float middle_bound(const uint16_t* re, const uint16_t* im) {
 // spectrum is flatter than its partner's (a spike's with a dense row: 0.37 in the emulation
 // test); float16 keeps each entry's relative precision down to 6e-5, so only entries far below
 // the largest lose any. Finding the largest first took a second sweep of the middle: 65.9 ->
-// 56.7 us at (3, 512, 16384) bfloat16 (H200, run 39). A zero row (zero[j]) gets zeros
+// 56.7 us at (3, 512, 16384) bfloat16 (H200, run 39 (b)). A zero row (zero[j]) gets zeros
 // exactly, whatever its partner's rounding leaves, and exponent 1.
 template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const int (&sh)[2],
@@ -173,12 +173,11 @@ TIMEX_FFT_DEVICE void transform_and_separate(uint16_t* re, uint16_t* im, const i
 // W's spectra: wz[c] (N entries of two float16, ch16, the middle's layout) = the unnormalised
 // DFT of h[s] = w[c, T-1-s] times 2^-wexp[c], a power of two that takes its components below
 // 16 (what the conv kernel's middle needs to keep its products within float16: Plane,
-// timex_fft_tc_common.cuh); wexp[c] =
-// kNonFiniteExp where w[c] holds inf or NaN. w: (C, T) contiguous of S; spectrum_ctas(N, C)
-// CTAs. One channel a CTA, or where spectrum_pairs channels c0 = 2
-// blockIdx.x and c1 = c0 + 1 (missing where C is odd: zeros, not stored) in one transform; where
-// those rows must not share one (norm_shifts), each goes through its own, its partner's plane
-// zero.
+// timex_fft_tc_common.cuh); wexp[c] = kNonFiniteExp where w[c] holds inf or NaN. w: (C, T)
+// contiguous of S; spectrum_ctas(N, C) CTAs. One channel a CTA, or where spectrum_pairs
+// channels c0 = 2 blockIdx.x and c1 = c0 + 1 (missing where C is odd: zeros, not stored) in one
+// transform; where those rows must not share one (norm_shifts), each goes through its own, its
+// partner's plane zero.
 template <typename S, int N>
 TIMEX_FFT_TC_KERNEL(forward_threads(N), spectrum_min_blocks(N))
 spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, ch16* __restrict__ wz,

@@ -268,7 +268,14 @@ bool tc_supported(const Tensor& k) {
   // The largest of the kernels' shared memory: the backward's, or at N = 28672 and 32768
   // (Z's planes off chip) the spectrum kernel's.
   const int smem = std::max(tc::backward_smem_bytes(N), tc::spectrum_smem_bytes(N));
-  return prop.major >= 8 && static_cast<size_t>(smem) <= prop.sharedMemPerBlockOptin;
+  // From sm_90 the backward's odd row stages W and acc in Z's copy (TIMEX_FFT_TC_ROW_STAGE):
+  // the copy's steps in shared memory must hold every warp's stage.
+  const bool stage_fits =
+      prop.major < 9 || !tc::z_off_chip(N) ||
+      1024 * tc::z_shared_steps(N, prop.sharedMemPerBlockOptin) >=
+          tc::kRowStageBytes * (tc::backward_threads(N) / 32);
+  return prop.major >= 8 && static_cast<size_t>(smem) <= prop.sharedMemPerBlockOptin &&
+         stage_fits;
 }
 
 Tensor tc_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,

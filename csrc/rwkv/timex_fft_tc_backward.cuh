@@ -229,6 +229,10 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
   uint16_t* const scratch =
       kOffChip ? scratch_all + int64_t(blockIdx.x) * (backward_scratch_bytes(N, zsteps) / 2)
                : nullptr;
+  // The last row of an odd B stages W and acc there too (TIMEX_FFT_TC_ROW_STAGE; the copy is
+  // not in use then): every warp's kRowStageBytes, which zsteps covers (tc_supported).
+  constexpr bool kRowStage = kOffChip && TIMEX_FFT_TC_ROW_STAGE;
+  char* const row_stage = kRowStage ? reinterpret_cast<char*>(zshared) : nullptr;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   DftFrags<Plane> f16;
   f16.init(lane);
@@ -284,8 +288,9 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
             const float ug = m[0] > 0.f ? 0.5f : 0.f, ux = m[1] > 0.f ? 0.5f : 0.f;
             if (splits == 1) {  // the channel's last term: grad_w and this row in one inverse
               double sums[2];
-              amax = middle_backward_row<Plane, N, TH, true>(re, im, wz + int64_t(c) * N, acc,
-                                                             p == p0, pscale, ug, ux, f16, sums);
+              amax = middle_backward_row<Plane, N, TH, true, kRowStage>(
+                  re, im, wz + int64_t(c) * N, acc, p == p0, pscale, ug, ux, f16, sums,
+                  row_stage);
               TIMEX_FFT_SYNC();  // acc's and the planes' writers are done
               amax = block_max<N, TH>(amax, slots);
               // (block_sum2's slots after block_max's, which other warps may still read)
@@ -296,8 +301,9 @@ backward_tc_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ 
               grad_w_done = true;
               continue;
             }
-            amax = middle_backward_row<Plane, N, TH>(re, im, wz + int64_t(c) * N, acc, p == p0,
-                                                     pscale, ug, ux, f16);
+            amax = middle_backward_row<Plane, N, TH, false, kRowStage>(
+                re, im, wz + int64_t(c) * N, acc, p == p0, pscale, ug, ux, f16, nullptr,
+                row_stage);
             TIMEX_FFT_SYNC();
             inverse_out<S, N, TH>(re, im, f16,
                                   PairSink<S>(grad_k + r0, grad_k + r0, false, T,

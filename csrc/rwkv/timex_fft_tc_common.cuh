@@ -33,6 +33,17 @@
 #define TIMEX_FFT_TC_CODE 0
 #endif
 
+// TIMEX_FFT_TC_ROW_STAGE: whether the backward's last row of an odd B stages W and acc in the
+// shared memory of Z's copy (middle_backward_row's STAGED) from N = 28672: device code for
+// sm_90 and newer (227 KiB a block leave 96 KiB beside the planes at N = 32768; tc_supported
+// requires it there), and the emulation; not sm_80 (163 KiB). One form a build: both in one
+// kernel spilled 94 / 352 bytes a thread where either alone spilled 50 / 64 (ptxas, sm_90).
+#if defined(TIMEX_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#define TIMEX_FFT_TC_ROW_STAGE 1
+#else
+#define TIMEX_FFT_TC_ROW_STAGE 0
+#endif
+
 namespace rwkv {
 namespace fft_tc {
 
@@ -207,6 +218,22 @@ TIMEX_FFT_DEVICE void prefetch_l1(const void* p) {
   if (__isGlobal(p)) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 #else
   (void)p;
+#endif
+}
+
+// 16 bytes from global src to shared dst with no register between (cp.async.cg: through L2,
+// not L1), and the wait for all of this thread's such copies; in emulation a copy at once.
+TIMEX_FFT_DEVICE void cp_async16(void* dst, const void* src) {
+#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+#else
+  std::memcpy(dst, src, 16);
+#endif
+}
+TIMEX_FFT_DEVICE void cp_async_wait_all() {
+#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
 

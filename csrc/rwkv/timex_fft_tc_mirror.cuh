@@ -124,15 +124,21 @@ TIMEX_FFT_DEVICE void mirror_sweep(const uint16_t* re, const uint16_t* im,
 }
 
 // K = 2: entries i, i + 1 of a spectrum row in the middle's layout (i even) and their
-// partners j + 1, j (one 16-byte access each); K = 1: entries i and j.
+// partners j + 1, j (one 16-byte access each); K = 1: entries i and j. Entry i from ri, j from
+// rj (where both blocks are staged apart: the two staged blocks).
+template <int K, typename E>
+TIMEX_FFT_DEVICE void at_pairs(const E* ri, const E* rj, int i, int j, cf32 (&vi)[K],
+                               cf32 (&vj)[K]) {
+  if constexpr (K == 2) {
+    load2(ri + i, vi[0], vi[1]);
+    load2(rj + j, vj[1], vj[0]);
+  } else {
+    vi[0] = load1(ri + i), vj[0] = load1(rj + j);
+  }
+}
 template <int K, typename E>
 TIMEX_FFT_DEVICE void at_pairs(const E* row, int i, int j, cf32 (&vi)[K], cf32 (&vj)[K]) {
-  if constexpr (K == 2) {
-    load2(row + i, vi[0], vi[1]);
-    load2(row + j, vj[1], vj[0]);
-  } else {
-    vi[0] = load1(row + i), vj[0] = load1(row + j);
-  }
+  at_pairs<K>(row, row, i, j, vi, vj);
 }
 template <int K>
 TIMEX_FFT_DEVICE void put_pairs(cf32* row, int i, int j, const cf32 (&vi)[K],
@@ -149,14 +155,18 @@ TIMEX_FFT_DEVICE void put_pairs(cf32* row, int i, int j, const cf32 (&vi)[K],
 // staged in the planes. Per unit, one warp: the middle's first half of blocks a and b (b != a)
 // into the blocks' own planes, rounded to S, at their middle_index positions within the block
 // (only this warp touches the block's 256 positions: swz keeps them within it), after
-// prefetch(a', b') for the warp's next unit (prefetch_l1 of the rows that pair reads there: its
-// loads had waited on L2 right where they were used, a quarter of the conv kernel's stall
-// samples at (1, 512, 16384) (ncu, H200)); then each
+// hook(kSweepPrefetch, a', b') for the warp's next unit (prefetch_l1 of the rows that pair
+// reads there: its loads had waited on L2 right where they were used, a quarter of the conv
+// kernel's stall samples at (1, 512, 16384) (ncu, H200)); then hook(kSweepReady, a, b) (a
+// caller that stages those rows in shared memory waits for its copies), each
 // frequency pair (f, -f) once, pair(k, i, j, y, p, oy, op): k = 2 for entries i, i + 1 (f in
 // block a, its lane's) with partners j + 1, j (the middle's layout holds -f there), k = 1 in
 // block 0 for entry i with partner j (taken by the lane of the lower position; f = -f, at 0
 // and N / 2: j = i); y, p the staged spectrum there, K entries each; its products oy, op go
-// back to those positions (no other lane touches them); then the inverse
+// back to those positions (no other lane touches them); hook(kSweepFetch, a', b') for the
+// warp's next unit (and before the loop for its first: the caller's asynchronous copies of
+// the rows pair reads there, into a buffer that the unit's pairs no longer read); then the
+// inverse
 // (MiddleLane::inverse_store) of each block from its products (not where !INVERSE: the
 // products stay staged, S at middle_index positions). Not mirror_sweep's shuffles:
 // two blocks' fragments, entries and products held in registers for the inverse spilled
@@ -173,18 +183,23 @@ TIMEX_FFT_DEVICE void staged_two(const uint16_t* re, const uint16_t* im, int i, 
         bits_to_float<S>(static_cast<uint16_t>(m >> 16))};
 }
 
-template <int N, int TH, bool INVERSE = true, typename S, typename Pre, typename Pair>
+constexpr std::integral_constant<int, 0> kSweepPrefetch{};
+constexpr std::integral_constant<int, 1> kSweepReady{};
+constexpr std::integral_constant<int, 2> kSweepFetch{};
+
+template <int N, int TH, bool INVERSE = true, typename S, typename Hook, typename Pair>
 TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const MiddleLane<S, N>& ml,
-                                          Pre&& prefetch, Pair&& pair) {
+                                          Hook&& hook, Pair&& pair) {
   using P = BlockPairs<N>;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const auto prefetch_unit = [&](int u) {
+  const auto at_unit = [&](auto phase, int u) {
     if (u >= P::kUnits) return;
     int a, b;
     P::blocks(u, a, b);
-    prefetch(a, b);
+    hook(phase, a, b);
   };
-  prefetch_unit(warp);
+  at_unit(kSweepFetch, warp);
+  at_unit(kSweepPrefetch, warp);
   const auto stage = [&](int blk) {
     uint32_t xr[4], xi[4];
     ml.load(re, im, blk, xr, xi);
@@ -220,11 +235,12 @@ TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const Midd
     ml.inverse_store(re, im, blk, pr, pi);
   };
   for (int u = warp; u < P::kUnits; u += TH / 32) {
-    prefetch_unit(u + TH / 32);
+    at_unit(kSweepPrefetch, u + TH / 32);
     int a, b;
     P::blocks(u, a, b);
     stage(a);
     if (b != a) stage(b);
+    hook(kSweepReady, a, b);
     __syncwarp();
     if (a == 0) {  // position s = 16 (g + 8 h) + 8 t + 2 q + r's partner block0_partner(s)
       const int g = lane / 4, q = lane % 4;
@@ -261,6 +277,7 @@ TIMEX_FFT_DEVICE void mirror_sweep_staged(uint16_t* re, uint16_t* im, const Midd
         }
       }
     }
+    at_unit(kSweepFetch, u + TH / 32);
     if constexpr (INVERSE) {
       __syncwarp();  // the products of both blocks are in place
       inverse(a);
@@ -284,9 +301,13 @@ TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const ch16
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const MiddleLane<S, N> ml(f16, lane);
   // W's 8 lines of each block, each channel: a lane a line.
-  const auto prefetch = [&](int a, int b) {
-    const bool second = lane >= 16, at_b = lane % 16 >= 8;
-    if ((second ? u1 : u0) != 0.f) prefetch_step(second ? w1row : w0row, at_b ? b : a, lane % 8);
+  const auto prefetch = [&](auto phase, int a, int b) {
+    if constexpr (decltype(phase)::value == kSweepPrefetch) {
+      const bool second = lane >= 16, at_b = lane % 16 >= 8;
+      if ((second ? u1 : u0) != 0.f) {
+        prefetch_step(second ? w1row : w0row, at_b ? b : a, lane % 8);
+      }
+    }
   };
   mirror_sweep_staged<N, TH>(re, im, ml, prefetch, [&](auto k, int i, int j, const auto& y,
                                                        const auto& p, auto& oy, auto& op) {
@@ -324,32 +345,77 @@ TIMEX_FFT_DEVICE void middle_two_channels(uint16_t* re, uint16_t* im, const ch16
 // planes) over the entries this lane wrote, each frequency once: a pass over acc and the planes
 // fewer than taking them from there (the backward kernel 220 -> 209 us at (1, 512, 16384)
 // bfloat16, 538 -> 518 at (3, 512, 16384); H200, run 39 (b)). sums: 2 doubles where FINAL.
-template <typename S, int N, int TH, bool FINAL = false>
+// STAGED: stage holds kRowStageBytes a warp of shared memory, where each unit's W and acc blocks
+// arrive by cp.async while the previous unit's inverses and this one's staging run, instead of
+// loads in the pair loop that wait where they are used (ncu at (3, 512, 16384), run 39: this
+// loop held 13.9% of the backward's stall samples, 10.2% on long scoreboard). Backward kernel
+// (H200, bfloat16, run 40 (a)): 493.2 -> 463.8 us at (3, 512, 14000), 209.7 -> 204.3 at
+// (1, 512, 16384), 404.2 -> 396.6 at (1, 1024, 16384), 497.0 -> 493.3 at (3, 512, 16384).
+constexpr int kRowStageBytes = 6144;  // W's two blocks (2 x 1 KiB), acc's (2 x 2 KiB)
+
+template <typename S, int N, int TH, bool FINAL = false, bool STAGED = false>
 TIMEX_FFT_DEVICE float middle_backward_row(uint16_t* re, uint16_t* im, const ch16* wrow,
                                            cf32* acc, bool first, float pscale, float ug,
                                            float ux, const DftFrags<S>& f16,
-                                           double* sums = nullptr) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+                                           double* sums = nullptr, char* stage = nullptr) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const MiddleLane<S, N> ml(f16, lane);
   float amax = 0.f;
   double hh = 0.0;
   float pp = 0.f;
-  // W's 8 lines of each block (lanes 0-15) and acc's 16 (lanes 16-31, two each).
-  const auto prefetch = [&](int a, int b) {
-    if (lane < 16) {
-      prefetch_step(wrow, lane < 8 ? a : b, lane % 8);
-    } else if (!first) {
-      prefetch_step(acc, a, lane - 16);
-      prefetch_step(acc, b, lane - 16);
+  // Where STAGED: this warp's unit's W blocks a and b at wa and wa + 256 (b's not copied where
+  // b = a), acc's at sa and sa + 256.
+  char* const mine = STAGED ? stage + kRowStageBytes * warp : nullptr;
+  const ch16* const wa = reinterpret_cast<const ch16*>(mine);
+  const cf32* const sa = reinterpret_cast<const cf32*>(mine + 2048);
+  const auto hook = [&](auto phase, int a, int b) {
+    constexpr int kPhase = decltype(phase)::value;
+    if constexpr (!STAGED) {
+      // W's 8 lines of each block (lanes 0-15) and acc's 16 (lanes 16-31, two each).
+      if constexpr (kPhase == kSweepPrefetch) {
+        if (lane < 16) {
+          prefetch_step(wrow, lane < 8 ? a : b, lane % 8);
+        } else if (!first) {
+          prefetch_step(acc, a, lane - 16);
+          prefetch_step(acc, b, lane - 16);
+        }
+      }
+    } else if constexpr (kPhase == kSweepFetch) {
+      __syncwarp();  // the warp's reads of the buffer (the last unit's pairs) are done
+      // 16 bytes a copy: 4 entries of W (a block: 2 a lane), 2 of acc (4 a lane)
+      const int n = b != a ? 2 : 1;
+#pragma unroll 1
+      for (int blk = 0; blk < n; ++blk) {
+        const int from = 256 * (blk == 0 ? a : b);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          cp_async16(mine + 1024 * blk + 16 * (lane + 32 * r), wrow + from + 4 * (lane + 32 * r));
+        }
+        if (!first) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            cp_async16(mine + 2048 + 2048 * blk + 16 * (lane + 32 * r),
+                       acc + from + 2 * (lane + 32 * r));
+          }
+        }
+      }
+    } else if constexpr (kPhase == kSweepReady) {
+      cp_async_wait_all();  // (the sweep's __syncwarp then shows every lane's copies)
     }
   };
-  mirror_sweep_staged<N, TH, !FINAL>(re, im, ml, prefetch, [&](auto k, int i, int j,
-                                                               const auto& y, const auto& p,
-                                                               auto& oy, auto& op) {
+  mirror_sweep_staged<N, TH, !FINAL>(re, im, ml, hook, [&](auto k, int i, int j,
+                                                           const auto& y, const auto& p,
+                                                           auto& oy, auto& op) {
     constexpr int K = decltype(k)::value;
     cf32 wi[K], wj[K], ai[K], aj[K];
-    at_pairs<K>(wrow, i, j, wi, wj);
-    if (!first) at_pairs<K>(acc, i, j, ai, aj);
+    if constexpr (STAGED) {  // i in block a, j in b (in a where b = a): their staged copies
+      const int jb = i / 256 == j / 256 ? 0 : 256;
+      at_pairs<K>(wa, wa + jb, i % 256, j % 256, wi, wj);
+      if (!first) at_pairs<K>(sa, sa + jb, i % 256, j % 256, ai, aj);
+    } else {
+      at_pairs<K>(wrow, i, j, wi, wj);
+      if (!first) at_pairs<K>(acc, i, j, ai, aj);
+    }
 #pragma unroll
     for (int r = 0; r < K; ++r) {
       cf32 gs, xs;

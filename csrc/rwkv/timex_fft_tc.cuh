@@ -112,6 +112,7 @@ TIMEX_FFT_DEVICE void tc_pass(uint16_t* re, uint16_t* im, const DftFrags<S>& f) 
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
     float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
     dft_product<S, FORWARD>(yre, yim, f, bre, bim);
+    __syncwarp();  // the tile's ldmatrix reads (other lanes') before its stores in place
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g and g + 8
       const cf32 v0 = cmul(cf32{yre[2 * h], yim[2 * h]}, t[h][0]);
@@ -195,6 +196,7 @@ TIMEX_FFT_DEVICE void last_pass(const uint16_t* re, const uint16_t* im, const Df
     const uint32_t bre[2] = {b[0], b[1]}, bim[2] = {b[2], b[3]};
     float yre[4] = {0.f, 0.f, 0.f, 0.f}, yim[4] = {0.f, 0.f, 0.f, 0.f};
     dft_product<S, false>(yre, yim, f, bre, bim);
+    __syncwarp();  // the tile's ldmatrix reads before `out`'s stores, which may be in place
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       out(sw ^ st_sw[h], yre[2 * h], yim[2 * h], yre[2 * h + 1], yim[2 * h + 1]);

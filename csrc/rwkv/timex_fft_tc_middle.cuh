@@ -230,6 +230,10 @@ struct MiddleLane {
     const int k1 = it % ROUT;
     const cf32 uh = fft::conj(twiddle<N>(k1 * 128 * sp)), ve = fft::conj(twiddle<N>(k1 * sp));
     const int sw = swz(256 * it);
+    // The stores below overwrite step it's positions, which other lanes of this warp read
+    // (ldmatrix, load / load_m): the warp barrier orders those reads before them (racecheck:
+    // without it a warp-level hazard).
+    __syncwarp();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float mr[4] = {0.f, 0.f, 0.f, 0.f}, mi[4] = {0.f, 0.f, 0.f, 0.f};

@@ -135,6 +135,7 @@ TIMEX_FFT_DEVICE void first_pass_tc24(uint16_t* re_all, uint16_t* im_all,
     }
     // Twiddles W^((g + 8j) n2): W^(g n2) times W^(8 n2) j times.
     const cf32 rg = twiddle<N>(g * n0), r8 = twiddle<N>(8 * n0);
+    __syncwarp();  // the tile's ldmatrix reads (other lanes') before its stores in place
     cf32 t[2], step[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -202,6 +203,7 @@ TIMEX_FFT_DEVICE void last_pass_tc24(const uint16_t* re, const uint16_t* im, con
     fused_ops::mma_16816<Plane>(yi, a0.c, bim0);
 #pragma unroll
     for (int e = 0; e < 4; ++e) yr[e] += ur[e], yi[e] += ui[e];
+    __syncwarp();  // the tile's ldmatrix reads before `out`'s stores, which may be in place
     out(L * g + n0 + 2 * q, yr[0], yi[0], yr[1], yi[1]);
     if (g < 4) out(L * (g + 8) + n0 + 2 * q, yr[2], yi[2], yr[3], yi[3]);
   }

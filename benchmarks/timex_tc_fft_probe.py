@@ -108,10 +108,9 @@ def main():
     parser.add_argument("--out", default=None)
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--builds", nargs="+",
-                        default=["TIMEX_TC_MIN_BLOCKS=3", "TIMEX_TC_DFT_SPLIT=1"],
+                        default=["TIMEX_TC_MIN_BLOCKS=3"],
                         help="one build of the kernel each: its macros, comma-separated "
-                             "(timex_fft_tc_common.cuh: TIMEX_TC_MIN_BLOCKS, the register cap; "
-                             "TIMEX_TC_DFT_SPLIT, the DFT matrices as two float16 parts)")
+                             "(timex_fft_tc_common.cuh: TIMEX_TC_MIN_BLOCKS, the register cap)")
     parser.add_argument("--ncu-shape", type=int, nargs=3, default=None,
                         help="B C T: only run each build's kernel a few times (for ncu)")
     args = parser.parse_args()

@@ -53,12 +53,19 @@ def grads_of(fn, w, k, g, eps):
 
 
 # The error's bound over plain PyTorch's in the same dtype (conv1d, against float64), and an
-# absolute allowance for the shortest rows, where one rounding decides either error. Measured
-# on the H100 at SHAPES: bfloat16 0.72-1.13x, within the package's 2x; float16 1.6-4.2x from
-# T = 300 on (the float16 planes round every pass, which float16's own output rounding does
-# not hide: auto leaves float16 to fft_fused, csrc/rwkv/timex_cuda.cu fastest_fft), so its
-# bound here says how far forcing fft_tc in float16 goes.
-OVER_PLAIN = {torch.bfloat16: (2.0, 2e-4), torch.float16: (5.0, 2e-4)}
+# absolute allowance for the shortest rows, where one rounding decides either error: 2e-4, and
+# one ulp of the dtype (its eps) for rows of T < 8 (an output of a product or a few, which
+# plain PyTorch may round exactly: float16 at (1, 1, 1) read one ulp, 6.6e-4, against 1.7e-5).
+# Measured at SHAPES from T = 300 on (H200, devrun's ratio over plain): bfloat16 1.02-1.14x,
+# within the package's 2x; float16 1.77-4.57x (2.49-5.20x before kDftScale, csrc/rwkv/
+# timex_fft_tc_common.cuh: the float16 planes round every pass, which float16's own output
+# rounding does not hide: auto leaves float16 to fft_fused, csrc/rwkv/timex_cuda.cu
+# fastest_fft), so its bound here says how far forcing fft_tc in float16 goes.
+OVER_PLAIN = {torch.bfloat16: 2.0, torch.float16: 5.0}
+
+
+def allowance(dtype, T):
+    return max(2e-4, torch.finfo(dtype).eps) if T < 8 else 2e-4
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -77,8 +84,8 @@ def test_against_float64(tc, dtype, shape):
         assert a.dtype == dtype and a.shape == b.shape, name
         err = rel_err(a, b)
         assert err < HALF_TOL[dtype], (name, shape, err)
-        ratio, allowance = OVER_PLAIN[dtype]
-        assert err <= ratio * rel_err(p, b) + allowance, (name, shape, err, rel_err(p, b))
+        bound = OVER_PLAIN[dtype] * rel_err(p, b) + allowance(dtype, shape[2])
+        assert err <= bound, (name, shape, err, rel_err(p, b))
     for a, b in zip(ours(w, k, g, 0.3), got):
         assert torch.equal(a, b)
 

@@ -8,7 +8,6 @@ grad_k (the same kernel given W's spectrum conjugated); every outer radix (N = 2
 kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's storage order
 and the middle's layout (middle_position)."""
 
-import pytest
 from conftest import emulation_test, run_emulator
 
 STORAGE_FREQUENCY = r"""
@@ -159,10 +158,8 @@ int main() {
 
 
 @emulation_test
-@pytest.mark.parametrize("split", [0, 1])
-def test_fft_tc_emulated(tmp_path, split):
-    """split: TIMEX_TC_DFT_SPLIT, the DFT matrices as one float16 part or two."""
-    run_emulator(f"#define TIMEX_TC_DFT_SPLIT {split}\n" + EMULATOR, tmp_path)
+def test_fft_tc_emulated(tmp_path):
+    run_emulator(EMULATOR, tmp_path)
 
 
 # The transform lengths (timex_fft_tc_common.cuh valid_length, timex_fft_tc_forward.cuh

@@ -329,32 +329,55 @@ __constant__ constexpr float kCos16[16] = {
     0.0f, 0.382683432365090f, 0.707106781186548f, 0.923879532511287f};
 TIMEX_FFT_DEVICE float cos16(int j) { return kCos16[j & 15]; }
 
-// Whether the DFT matrices are split into a float16 part and the float16 rounding of what it
-// misses (two MMAs per product), so that their own rounding, about as large as a pass's
-// rounding of the data, leaves the error. Measured (run20_tc_probe.md): float16 inputs'
-// error 4.3-6.4e-4 against 6.3-9.5e-4 without (the FFT convolution's 3.8-4.2e-4), bfloat16's
-// 3.1-3.5e-3 against 3.1-3.7e-3 (its output rounding dominates), for 8-23% more time. Off:
-// without it the op's float16 errors (fft_tc, W's spectrum from the tensor cores too) are
-// 0.9-1.1e-3, within issue 29's 2e-3 (benchmarks/results/timex_fft_tc_h100.md).
-#ifndef TIMEX_TC_DFT_SPLIT
-#define TIMEX_TC_DFT_SPLIT 0
-#endif
-constexpr bool kDftSplit = TIMEX_TC_DFT_SPLIT != 0;
+// DFT_16's scale in the passes' matrix: sigma DFT_16 rather than DFT_16 / 4. Rounded to
+// float16, the unitary matrix's entries 0.25 {cos, sin}(2 pi j / 16) miss by up to 3.0e-4 of
+// themselves (0.25 sin(pi / 8)), an error as large as a pass's rounding of the data; sigma =
+// 0x3371 (float16 bits) makes sigma, sigma cos(pi / 8), sigma cos(pi / 4) and sigma sin(pi / 8)
+// float16 to 2.9e-5 of themselves (the best of the float16 sigma within 10% of 1/4: searched).
+// Each pass then scales by 4 sigma = 0.930; MiddleLane's twiddles take 1 / (4 sigma)^n, the n
+// passes of a transform (dft_passes), once in the forward (pass16) and once in the inverse
+// (inverse_store), so that each transform stays unitary. Between, the planes hold at most
+// 1 / (4 sigma) = 1.075 times the unitary bound (Plane's comment): the float16 range still
+// holds them.
+inline constexpr float kDftScale = 0.2325439453125f;
 
-// v rounded to S (hi) and what that misses, rounded (lo), packed in pairs.
-template <typename S>
-TIMEX_FFT_DEVICE void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
-  hi = pack2<S>(a, b);
-  lo = pack2<S>(a - bits_to_float<S>(static_cast<uint16_t>(hi & 0xffffu)),
-                b - bits_to_float<S>(static_cast<uint16_t>(hi >> 16)));
+// The same for the radix-24 pass (timex_fft_tc_outer24.cuh, N = 6144): 1 / sqrt(24) rounded
+// to float16 misses by 1.1e-4 and its products with cos(pi j / 12) by up to 3.5e-4; sigma_24
+// = 0x326A (float16 bits) and its products by at most 6.0e-5 (searched as kDftScale). The
+// pass scales by sqrt(24) sigma_24 = 0.982, which dft_gain_inverse undoes with the others.
+inline constexpr float kDft24Scale = 0.200439453125f;
+
+// The radix-16 passes on tensor cores (DftFrags) in a transform of N, the middle's two
+// included: N / radix1(N) = 16^p of them, one more where the outer radix is 16 too.
+TIMEX_FFT_HD constexpr int dft_passes(int N) {
+  int p = 0;
+  for (int m = N / radix1(N); m > 1; m /= 16) ++p;
+  return radix1(N) == 16 ? p + 1 : p;
 }
 
-// The A fragments of DFT_16 / 4 (the passes' matrix): cos, sin and -sin parts, mma_16816's
-// row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]), each as hi
-// and lo (kDftSplit).
+// 1 / (4 sigma)^dft_passes(N), and 1 / (sqrt(24) sigma_24) more where the outer radix is 24
+// (float-rounded): what MiddleLane's twiddles carry.
+TIMEX_FFT_HD constexpr float dft_gain_inverse(int N) {
+  double g = radix1(N) == 24 ? 1.0 / (4.898979485566356 * kDft24Scale) : 1.0;
+  for (int i = 0; i < dft_passes(N); ++i) g /= 4.0 * kDftScale;
+  return static_cast<float>(g);
+}
+
+// What the middle's forward half (the pass at stride 16 and DFT_16, MiddleLane's load and dft)
+// multiplies the unitary map by: (4 sigma)^2 from its two matrices and dft_gain_inverse(N)
+// from its twiddles, which undo the passes before it too: 1 / (4 sigma)^(dft_passes(N) - 2).
+TIMEX_FFT_HD constexpr float middle_gain(int N) {
+  return static_cast<float>(16.0 * kDftScale * kDftScale) * dft_gain_inverse(N);
+}
+
+// The A fragments of sigma DFT_16 (the passes' matrix, kDftScale): cos, sin and -sin parts,
+// mma_16816's row-major layout (a = A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]).
+// (Each matrix as a float16 part and the float16 rounding of what it misses, two MMAs per
+// product, took float16's error from 6.3-9.5e-4 to 4.3-6.4e-4 for 8-23% more time, run 20 on
+// the H100: kDftScale does about as much for nothing.)
 template <typename S>
 struct DftFrags {
-  uint32_t c[4], s[4], ns[4], cl[4], sl[4], nsl[4];
+  uint32_t c[4], s[4], ns[4];
   TIMEX_FFT_DEVICE void init(int lane) {
     const int g = lane / 4, q = lane % 4;
     for (int r = 0; r < 4; ++r) {
@@ -363,12 +386,12 @@ struct DftFrags {
       for (int h = 0; h < 2; ++h) {
         // cos and sin of 2 pi j / 16, j = row col: cos16(j) and cos16(j + 12).
         const int j = row * (2 * q + h + 8 * (r >> 1));
-        cv[h] = 0.25f * cos16(j);
-        sv[h] = 0.25f * cos16(j + 12);
+        cv[h] = kDftScale * cos16(j);
+        sv[h] = kDftScale * cos16(j + 12);
       }
-      split2<S>(cv[0], cv[1], c[r], cl[r]);
-      split2<S>(sv[0], sv[1], s[r], sl[r]);
-      split2<S>(-sv[0], -sv[1], ns[r], nsl[r]);
+      c[r] = pack2<S>(cv[0], cv[1]);
+      s[r] = pack2<S>(sv[0], sv[1]);
+      ns[r] = pack2<S>(-sv[0], -sv[1]);
     }
   }
 };

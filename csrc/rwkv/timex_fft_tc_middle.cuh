@@ -14,24 +14,19 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The complex product of a DFT_16 / 4 tile with the data (bre + i bim, the B operand):
+// The complex product of a sigma DFT_16 tile (kDftScale) with the data (bre + i bim, the B operand):
 // re += C bre + X bim, im += Y bre + C bim, with X = S, Y = -S for DFT_16 = C - i S and
-// X = -S, Y = S for its conjugate; with kDftSplit, the matrices' lo parts too.
+// X = -S, Y = S for its conjugate.
 template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags<S>& f,
                                   const uint32_t (&bre)[2], const uint32_t (&bim)[2]) {
-  const auto product = [&](const uint32_t (&c)[4], const uint32_t (&s)[4],
-                           const uint32_t (&ns)[4]) {
-    fused_ops::mma_16816<S>(re, c, bre);
-    fused_ops::mma_16816<S>(re, FORWARD ? s : ns, bim);
-    fused_ops::mma_16816<S>(im, FORWARD ? ns : s, bre);
-    fused_ops::mma_16816<S>(im, c, bim);
-  };
-  product(f.c, f.s, f.ns);
-  if constexpr (kDftSplit) product(f.cl, f.sl, f.nsl);
+  fused_ops::mma_16816<S>(re, f.c, bre);
+  fused_ops::mma_16816<S>(re, FORWARD ? f.s : f.ns, bim);
+  fused_ops::mma_16816<S>(im, FORWARD ? f.ns : f.s, bre);
+  fused_ops::mma_16816<S>(im, f.c, bim);
 }
 
-// n-tile t (columns 8 t ..) of DFT_16 / 4 as the B operand (b = B[2q..][g], B[2q+8..][g]),
+// n-tile t (columns 8 t ..) of sigma DFT_16 as the B operand (b = B[2q..][g], B[2q+8..][g]),
 // from its A fragments: the matrix is symmetric, so B[k][8 t + g] = A[8 t + g][k], fragments
 // t and t + 2.
 TIMEX_FFT_DEVICE void b_tile(const uint32_t (&a)[4], int t, uint32_t (&b)[2]) {
@@ -39,25 +34,20 @@ TIMEX_FFT_DEVICE void b_tile(const uint32_t (&a)[4], int t, uint32_t (&b)[2]) {
   b[1] = a[t + 2];
 }
 
-// The complex product of the data (ar + i ai, the A operand) with n-tile t of DFT_16 / 4
-// (FORWARD) or of its conjugate, as four MMAs (eight with kDftSplit): re += ar C + ai X,
-// im += ar Y + ai C, X and Y as in dft_product.
+// The complex product of the data (ar + i ai, the A operand) with n-tile t of sigma DFT_16
+// (FORWARD) or of its conjugate, as four MMAs: re += ar C + ai X, im += ar Y + ai C, X and Y
+// as in dft_product.
 template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void complex_product(float (&re)[4], float (&im)[4], const uint32_t (&ar)[4],
                                       const uint32_t (&ai)[4], const DftFrags<S>& f, int t) {
-  const auto product = [&](const uint32_t (&fc)[4], const uint32_t (&fs)[4],
-                           const uint32_t (&fns)[4]) {
-    uint32_t c[2], x[2], y[2];
-    b_tile(fc, t, c);
-    b_tile(FORWARD ? fs : fns, t, x);
-    b_tile(FORWARD ? fns : fs, t, y);
-    fused_ops::mma_16816<S>(re, ar, c);
-    fused_ops::mma_16816<S>(re, ai, x);
-    fused_ops::mma_16816<S>(im, ar, y);
-    fused_ops::mma_16816<S>(im, ai, c);
-  };
-  product(f.c, f.s, f.ns);
-  if constexpr (kDftSplit) product(f.cl, f.sl, f.nsl);
+  uint32_t c[2], x[2], y[2];
+  b_tile(f.c, t, c);
+  b_tile(FORWARD ? f.s : f.ns, t, x);
+  b_tile(FORWARD ? f.ns : f.s, t, y);
+  fused_ops::mma_16816<S>(re, ar, c);
+  fused_ops::mma_16816<S>(re, ai, x);
+  fused_ops::mma_16816<S>(im, ar, y);
+  fused_ops::mma_16816<S>(im, ai, c);
 }
 
 // The middle's layout of W's spectrum: entry i = 256 it + 128 t + 64 h + 2 lane + r (warp step
@@ -102,6 +92,7 @@ struct MiddleLane {
   TIMEX_FFT_DEVICE MiddleLane(const DftFrags<S>& frags, int lane) : f(frags) {
     const int g = lane / 4, q = lane % 4;
     const int krow = 8 * ((lane / 8) & 1) + lane % 8;
+    constexpr float gain = dft_gain_inverse(N);  // kDftScale
     ld_im = lane >= 16;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -110,8 +101,11 @@ struct MiddleLane {
       for (int h = 0; h < 2; ++h) {
         const int a = 16 * (g + 8 * h) + 8 * t + 2 * q;
         st_sw[t][h] = swz(a);
-        tw[t][h][0] = twiddle<N>(twiddle_exp<N, 16, 16>(a));
-        tw[t][h][1] = twiddle<N>(twiddle_exp<N, 16, 16>(a + 1));
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const cf32 v = twiddle<N>(twiddle_exp<N, 16, 16>(a + e));
+          tw[t][h][e] = {gain * v.x, gain * v.y};
+        }
       }
     }
   }

@@ -17,11 +17,11 @@
 //   inverse: every row n1 < 24 is input: K = 16 from ldmatrix as above, then 8 (rows 16-23,
 //     its other 8 k zero); only outputs k1 < 12 are wanted (t < T <= N / 2): one m-tile, rows
 //     12-15 unused. No twiddle: the middle applied it.
-// The DFT matrix, conj(DFT_24) / sqrt(24) or DFT_24 / sqrt(24), is rounded to float16 as the
-// radix-16 passes' DFT_16 / 4 is (TIMEX_TC_DFT_SPLIT splits DFT_16 only). float16 inputs' error
-// at N = 6144 rose with it (CPU emulation, T = 2049: 7.0e-4 -> 9.3e-4, within the tests' 2e-3);
-// auto keeps float16 on fft_fused. Splitting both matrices took float16's error to 2-3.4x the
-// FFT conv's (CPU emulation, max-rel per row), not within 2x: the planes' roundings dominate.
+// The DFT matrix, conj(DFT_24) or DFT_24 times sigma_24, is rounded to float16 as the radix-16
+// passes' sigma DFT_16 is. With 1 / sqrt(24) for sigma_24, float16 inputs' error at N = 6144
+// rose with this pass (CPU emulation, T = 2049: 7.0e-4 -> 9.3e-4); kDft24Scale's entries round
+// 6x closer: the op path's emulation at (4, 2, 3000) reads 9.4e-4 against 1.22e-3 (out, both
+// with kDftScale). auto keeps float16 on fft_fused: the planes' roundings dominate its error.
 #pragma once
 
 #include <cstdint>
@@ -33,13 +33,14 @@ namespace rwkv {
 namespace fft_tc {
 
 // The A fragments (mma_16816's layout, DftFrags's register order) of the 16 x 16 matrix
-// A[m][k] = W_24^((m0 + m) (k0 + k)) / sqrt(24) for m0 + m < 24 and k0 + k < 24, else 0 (W_24 =
-// exp(-2 pi i / 24)): cos and sin parts in float16. No -sin part, as DftFrags has: the callers
-// negate the B operand it would multiply instead (neg2), which keeps 4 registers a set free.
+// A[m][k] = W_24^((m0 + m) (k0 + k)) sigma_24 for m0 + m < 24 and k0 + k < 24, else 0 (W_24 =
+// exp(-2 pi i / 24); kDft24Scale): cos and sin parts in float16. No -sin part, as DftFrags
+// has: the callers negate the B operand it would multiply instead (neg2), which keeps 4
+// registers a set free.
 struct Dft24Frags {
   uint32_t c[4], s[4];
   TIMEX_FFT_DEVICE void init(int lane, int m0, int k0) {
-    constexpr float f = 0.204124145231932f;  // 1 / sqrt(24)
+    constexpr float f = kDft24Scale;
     const int g = lane / 4, q = lane % 4;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -169,7 +170,7 @@ TIMEX_FFT_DEVICE void last_pass_tc24(const uint16_t* re, const uint16_t* im, con
   static_assert(radix1(N) == 24 && L == 256, "N = 6144");
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
-  // conj(DFT_24) / sqrt(24) rows k1 < 16: columns n1 = 0-15, then 16-23 (24-31 zero).
+  // conj(DFT_24) sigma_24 rows k1 < 16: columns n1 = 0-15, then 16-23 (24-31 zero).
   Dft24Frags a0, a1;
   a0.init(opaque_lane(), 0, 0);
   a1.init(opaque_lane(), 0, 16);

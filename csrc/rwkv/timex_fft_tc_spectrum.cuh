@@ -50,10 +50,11 @@ TIMEX_FFT_HD constexpr int spectrum_smem_bytes(int N) {
 // Scaled by their largest magnitudes instead, a sparse row's spectrum (a spike's is flat, its
 // norm a hundredth of a dense row's) would sit far below its partner's, and the planes'
 // rounding, relative to the larger, would take its accuracy. No element then exceeds 128, nor
-// any of the transform 256 (every pass unitary). The norms come from the rows scaled to [1, 2)
-// first (no overflow). A zero row keeps shift 0. Returns false where the rows must not share
-// a transform: one holds inf or NaN (it would reach the other's spectrum), or a nonzero row's
-// norm is too small to reach 64 under float's largest power of two (2^126, as scale_shift).
+// any of the transform 276 (every pass unitary, within kDftScale's 1.075). The norms come
+// from the rows scaled to [1, 2) first (no overflow). A zero row keeps shift 0. Returns false
+// where the rows must not share a transform: one holds inf or NaN (it would reach the other's
+// spectrum), or a nonzero row's norm is too small to reach 64 under float's largest power of
+// two (2^126, as scale_shift).
 template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE bool norm_shifts(const uint16_t* re, const uint16_t* im, const float (&amax)[2],
                                   float* slots, int (&sh)[2]) {
@@ -88,10 +89,11 @@ TIMEX_FFT_DEVICE bool norm_shifts(const uint16_t* re, const uint16_t* im, const 
   return together;
 }
 
-// The planes hold Y / sqrt(N) (the unitary transform) before the middle's pass; through
-// mirror_sweep (timex_fft_tc_mirror.cuh), both spectra times u0 and u1 to rows w0 and w1 (w1
-// null: the pair's second channel is missing), middle layout. A tile at a time, not a block's
-// two: their 32 entries at once spilled (550 bytes a thread at 80 registers).
+// The planes hold the transform up to the middle's pass, which takes them to Y / sqrt(N) (the
+// unitary transform); through mirror_sweep (timex_fft_tc_mirror.cuh), both spectra times u0
+// and u1 to rows w0 and w1 (w1 null: the pair's second channel is missing), middle layout. A
+// tile at a time, not a block's two: their 32 entries at once spilled (550 bytes a thread at
+// 80 registers).
 template <typename S, int N, int TH>
 TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, ch16* w0row,
                                        ch16* w1row, float u0, float u1, const DftFrags<S>& f16,
@@ -110,10 +112,10 @@ TIMEX_FFT_DEVICE void separate_spectra(const uint16_t* re, const uint16_t* im, c
 
 // A bound on the middle's outputs, from the planes it starts from (the transform before the
 // middle's pass): the middle maps each block of 256 positions onto itself by a unitary
-// transform, so none of a block's outputs exceeds the 2-norm of its inputs. The
-// largest of this thread's warp's blocks' 2-norms (each warp a block in turn, as the middle;
-// the caller's barrier orders it after the planes' writers). inf stays inf; NaN is skipped,
-// as the largest components were.
+// transform times middle_gain(N), so none of a block's outputs exceeds the 2-norm of its
+// inputs times that. The largest of this thread's warp's blocks' 2-norms (each warp a block in
+// turn, as the middle; the caller's barrier orders it after the planes' writers), times
+// middle_gain(N). inf stays inf; NaN is skipped, as the largest components were.
 template <int N, int TH>
 TIMEX_FFT_DEVICE float middle_bound(const uint16_t* re, const uint16_t* im) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -133,7 +135,7 @@ TIMEX_FFT_DEVICE float middle_bound(const uint16_t* re, const uint16_t* im) {
     for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     m = std::fmax(m, ss);
   }
-  return std::sqrt(m);
+  return std::sqrt(m) * middle_gain(N);
 }
 
 // The planes' rows (S's bits, load_rows'), scaled by 2^sh[j], through the transform and the
@@ -200,14 +202,14 @@ spectrum_tc_kernel(const uint16_t* __restrict__ w, int C, int T, ch16* __restric
     load_rows<S, N, TH>(re, im, w + int64_t(c) * T, nullptr, T, vec, /*reversed=*/true, slots,
                         amax);
     scale_and_transform<S, N, TH>(re, im, amax, f16, sh);
-    // The planes hold DFT(h) 2^sh / sqrt(N) (every pass unitary), before the middle. A bound
-    // on its outputs (middle_bound; 1.01 covers the float16 rounding of its DFT matrices and
-    // of the data between its two products) sets we, so that one sweep of the middle stores
-    // the spectrum times 2^-we: components below 16, the largest above 0.35 (the bound
-    // exceeds it at most 16 sqrt(2) 1.01 times), so the conv's products lose no more
-    // precision than with the largest in [0.5, 1), which took a second sweep to find
-    // (18.3 -> 16.2 us at (2, 512, 2500) bfloat16, H200, run 34). Its exponent eb in the planes'
-    // units: no float overflows for any input's range.
+    // The planes hold the transform up to the middle, which takes them to DFT(h) 2^sh /
+    // sqrt(N) (unitary). A bound on its outputs (middle_bound; 1.01 covers the float16
+    // rounding of its DFT matrices and of the data between its two products) sets we, so that
+    // one sweep of the middle stores the spectrum times 2^-we: components below 16, the
+    // largest above 0.35 (the bound exceeds it at most 16 sqrt(2) 1.01 times), so the conv's
+    // products lose no more precision than with the largest in [0.5, 1), which took a second
+    // sweep to find (18.3 -> 16.2 us at (2, 512, 2500) bfloat16, H200, run 34). Its exponent
+    // eb in the planes' units: no float overflows for any input's range.
     const float bound = block_max<N, TH>(middle_bound<N, TH>(re, im), slots);
     const int eb = scale_exponent(1.01f * std::sqrt(float(N)) * bound), we = eb - sh[0] - 4;
     middle_spectrum<Plane, N, TH>(re, im, wz + int64_t(c) * N,

@@ -9,7 +9,7 @@ variant's error against float64 on the same (rounded) inputs, on a few channels.
 
     python -m benchmarks.timex_speedups [--out FILE.md] [--shapes "(1, 512, 32768)" ...]
         [--compare "split:RWKV_TIMEX_CLUSTER_FORWARD=split" ...] [--dtypes D ...] [--reps N]
-        [--budget S] [--single-threaded]
+        [--budget S] [--single-threaded] [--cpus 2]
 
 --single-threaded adds the forward + backward of ours and of the FFT convolution with
 autograd's engine single-threaded (torch.autograd.set_multithreading_enabled(False): the
@@ -19,6 +19,12 @@ the handoff's cost.
 
 --compare adds variants of timex with environment variables set (NAME:VAR=VALUE,VAR=VALUE),
 timed in the same alternating rounds, in a second table.
+
+--cpus runs the process on those CPUs only (os.sched_setaffinity, as `taskset -c`). On the
+lent H200's host a one-CPU run took the forward + backward's wall time down to its GPU time
+where the default run spent up to 0.3 ms more (results/issue29_runs/run41): presumably as the
+engine's CUDA thread then runs on the CPU that hands it the backward instead of waking an idle
+one.
 """
 
 import argparse
@@ -93,6 +99,15 @@ def error(fn, w, k, g):
     return max(max_rel(a, b) for a, b in zip(got, want))
 
 
+def parse_cpus(spec):
+    """{2, 4, 5} from "2,4-5"."""
+    cpus = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def parse_compare(specs):
     """{name: env} from "NAME:VAR=VALUE,VAR=VALUE" strings."""
     out = {}
@@ -165,7 +180,12 @@ def main(argv=None):
                         help="also fwd+bwd with autograd single-threaded, ours and FFT conv")
     parser.add_argument("--dtypes", nargs="*", default=[str(d)[6:] for d in DTYPES],
                         help="of float32, bfloat16, float16 (default: all three)")
+    parser.add_argument("--cpus", help='run on these CPUs only, e.g. "2" or "0-3" (as taskset '
+                        "-c): on a host where waking a thread on an idle CPU is slow, one CPU "
+                        "keeps autograd's hand-off to its CUDA thread out of the wall times")
     args = parser.parse_args(argv)
+    if args.cpus:  # before CUDA and autograd start their threads, which inherit it
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
     compare = parse_compare(args.compare)
     single = ["| dtype | (B, C, T) | fwd+bwd ours / FFT conv, multi-threaded autograd | speedup "
               "| fwd+bwd ours / FFT conv, single-threaded autograd | speedup |",
@@ -176,8 +196,9 @@ def main(argv=None):
         if args.shapes else SHAPES
     env = environment()
     commit = os.environ.get("FUSED_OPS_COMMIT") or env.get("commit")
+    cpus = f", CPUs {args.cpus} of {os.cpu_count()}" if args.cpus else ""
     lines = [f"TimeX vs the FFT convolution: {env.get('device')}, torch {env['torch']}, "
-             f"CUDA {env['cuda']}, driver {env.get('driver')}, commit {commit}", "",
+             f"CUDA {env['cuda']}, driver {env.get('driver')}, commit {commit}{cpus}", "",
              "ms (CUDA-event medians, alternating rounds); fwd+bwd = forward and both gradients "
              "through autograd; GPU = the GPU's busy time per fwd+bwd (the union of the kernels' "
              "intervals, profiler), ours / FFT conv, and its ratio; speedup = "

@@ -38,10 +38,13 @@
 // sm_90 and newer (227 KiB a block leave 96 KiB beside the planes at N = 32768; tc_supported
 // requires it there), and the emulation; not sm_80 (163 KiB). One form a build: both in one
 // kernel spilled 94 / 352 bytes a thread where either alone spilled 50 / 64 (ptxas, sm_90).
+// Defined before this header, it picks the form (the emulation test of sm_80's form).
+#ifndef TIMEX_FFT_TC_ROW_STAGE
 #if defined(TIMEX_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 #define TIMEX_FFT_TC_ROW_STAGE 1
 #else
 #define TIMEX_FFT_TC_ROW_STAGE 0
+#endif
 #endif
 
 namespace rwkv {

@@ -26,8 +26,9 @@
 // inverse passes P..1 are the forward passes transposed and conjugated (each first
 // multiplies by its twiddle conjugated, applied at the previous step's output, then runs
 // the conjugated DFT at the same strides), giving y in natural order. Each pass is unitary
-// (1/sqrt(r) in the DFT matrix, 1/4 in the middle), so with the unnormalised wz the result
-// needs no 1/N.
+// (1/sqrt(r) in the DFT matrix; on the tensor cores kDftScale, near it, whose gain the
+// middle's twiddles take back once a transform: timex_fft_tc_common.cuh), so with the
+// unnormalised wz the result needs no 1/N.
 //
 // A radix-16 pass is one warp's mma.sync m16n8k16 per 16 x 8 tile: A = the 16 x 16 DFT matrix,
 // B = 16 rows (k = n1) of 8 contiguous columns n2 loaded with ldmatrix .trans from the real and

@@ -117,11 +117,11 @@ TIMEX_FFT_HD constexpr int radix1(int N) {
 // The planes' type, whatever the input's: float16, whose three more bits than bfloat16's halve
 // the error that each pass's rounding adds. It cannot overflow: the kernels scale each row of
 // a pair by a power of two so that its largest magnitude lies in [1, 2) (the backward's k rows
-// to at most 2: x_shifts), every pass is unitary (no element exceeds 2 sqrt(N), 362 at
-// N = 32768), and W's spectrum comes scaled by a power of two to components below 16
-// (spectrum_tc_kernel's wexp), so the middle's products, and by the same 2-norm every element of
-// the inverse, stay below 32 sqrt(2 N) (8192 at N = 32768); the last pass multiplies by the
-// powers back.
+// to at most 2: x_shifts), every pass is unitary within kDftScale's 1.075 (no element exceeds
+// 2.15 sqrt(N), 390 at N = 32768), and W's spectrum comes scaled by a power of two to
+// components below 16 (spectrum_tc_kernel's wexp), so the middle's products, and by the same
+// 2-norm every element of the inverse, stay below 1.075 32 sqrt(2 N) (8807 at N = 32768); the
+// last pass multiplies by the powers back.
 using Plane = c10::Half;
 
 // A bfloat16 / float16 element's bits as a float.

@@ -14,9 +14,9 @@
 namespace rwkv {
 namespace fft_tc {
 
-// The complex product of a sigma DFT_16 tile (kDftScale) with the data (bre + i bim, the B operand):
-// re += C bre + X bim, im += Y bre + C bim, with X = S, Y = -S for DFT_16 = C - i S and
-// X = -S, Y = S for its conjugate.
+// The complex product of a sigma DFT_16 tile (kDftScale) with the data (bre + i bim, the B
+// operand): re += C bre + X bim, im += Y bre + C bim, with X = S, Y = -S for sigma DFT_16 =
+// C - i S and X = -S, Y = S for its conjugate.
 template <typename S, bool FORWARD>
 TIMEX_FFT_DEVICE void dft_product(float (&re)[4], float (&im)[4], const DftFrags<S>& f,
                                   const uint32_t (&bre)[2], const uint32_t (&bim)[2]) {
@@ -67,13 +67,15 @@ TIMEX_FFT_HD constexpr int middle_position(int i) {
 
 // A lane's part of the middle. Step `it` covers the 256 elements from 256 it, a 16 x 16 matrix
 // M[n1][n2] (position 256 it + 16 n1 + n2; the planes as the pass at stride 256, or the outer
-// pass, left them). load: the pass at stride 16, Y = DFT_16 M / 4 (A = DFT_16, B = M through
-// ldmatrix .trans, as tc_pass), times its twiddles W_256^(k1 n2); Y's accumulators, rounded to
-// S, are the A operand of Y DFT_16 / 4 (dft: the DFT over n2 of each row k1). The lane's 8
-// values of that are entries 256 it + 8 lane + 4 t + e of a spectrum in the middle's layout
-// (middle_position: n-tile t, accumulator e). inverse_store: from a product P in that layout,
-// G = P conj(DFT_16) / 4 as G^T = conj(DFT_16) P^T / 4 (P's accumulators are the B fragments
-// of P^T as they stand), times the twiddles conjugated, then M' = conj(DFT_16) G' / 4 (G'^T's
+// pass, left them). load: the pass at stride 16, Y = sigma DFT_16 M (A = DFT_16, B = M through
+// ldmatrix .trans, as tc_pass; sigma = kDftScale), times its twiddles W_256^(k1 n2) and
+// dft_gain_inverse(N), which takes the gain of the transform's passes (4 sigma each) back;
+// Y's accumulators, rounded to S, are the A operand of sigma Y DFT_16 (dft: the DFT over n2 of
+// each row k1). The lane's 8 values of that are entries 256 it + 8 lane + 4 t + e of a
+// spectrum in the middle's layout (middle_position: n-tile t, accumulator e). inverse_store:
+// from a product P in that layout, G = sigma P conj(DFT_16) as G^T = sigma conj(DFT_16) P^T
+// (P's accumulators are the B fragments of P^T as they stand), times the twiddles conjugated
+// (and the gain's inverse, for the inverse transform), then M' = sigma conj(DFT_16) G' (G'^T's
 // accumulators are the B fragments of G'), times the conjugated twiddles of the pass outside
 // (radix ROUT at stride 256), stored at M's positions: the inverse pass at stride 16.
 template <typename S, int N>

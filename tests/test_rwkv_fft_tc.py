@@ -56,10 +56,10 @@ def grads_of(fn, w, k, g, eps):
 # absolute allowance for the shortest rows, where one rounding decides either error: 2e-4, and
 # one ulp of the dtype (its eps) for rows of T < 8 (an output of a product or a few, which
 # plain PyTorch may round exactly: float16 at (1, 1, 1) read one ulp, 6.6e-4, against 1.7e-5).
-# Measured at SHAPES from T = 300 on (H200, devrun's ratio over plain): bfloat16 1.02-1.14x,
-# within the package's 2x; float16 1.77-4.57x (2.49-5.20x before kDftScale, csrc/rwkv/
-# timex_fft_tc_common.cuh: the float16 planes round every pass, which float16's own output
-# rounding does not hide: auto leaves float16 to fft_fused, csrc/rwkv/timex_cuda.cu
+# Measured at SHAPES from T = 300 on (H200, benchmarks/results/issue29_runs/run41 (a)):
+# bfloat16 1.02-1.14x, within the package's 2x; float16 1.77-4.57x (2.49-5.20x before the
+# scaled DFT constants, kDftScale): the float16 planes round every pass, which float16's own
+# output rounding does not hide (auto leaves float16 to fft_fused, csrc/rwkv/timex_cuda.cu
 # fastest_fft), so its bound here says how far forcing fft_tc in float16 goes.
 OVER_PLAIN = {torch.bfloat16: 2.0, torch.float16: 5.0}
 

@@ -26,13 +26,24 @@ TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
   return n;
 }
 
-// The forward kernels' threads per CTA: threads(N), but 512 at N = 28672 and 32768, where their
-// 112 and 128 KiB of planes keep one CTA per SM (8 warps an SM with 256; at 24576, 96 KiB, two
-// of 256 fit); their register cap (min_blocks(N), there one CTA of 512: 128 registers); their
-// shared memory: the two planes, 2 N 16-bit elements, then two floats per warp (the block's
-// largest magnitude of each row).
-TIMEX_FFT_HD constexpr int forward_threads(int N) { return N > 24576 ? 512 : threads(N); }
-TIMEX_FFT_HD constexpr int forward_min_blocks(int N) { return N > 24576 ? 1 : min_blocks(N); }
+// The forward kernels' threads per CTA: threads(N), but 512 at N = 28672 and 32768, where their 112
+// and 128 KiB of planes keep one CTA per SM (8 warps an SM with 256; at 24576, 96 KiB, two of 256
+// fit), and 128 at N = 6144 and 8192, where the register cap (85 a thread) allows 24 warps an SM
+// whatever the CTA's size and the planes (24 and 32 KiB) let 6 CTAs of 128 take them (presumably
+// faster as a warp takes more tiles for each twiddle set-up and a barrier waits for 4 warps).
+// Against threads(N) (run 41 (f), H200, bfloat16): at (16, 512, 2500) the conv kernel 171.8 ->
+// 149.8 us and the spectrum 16.1 -> 14.9, at (2, 768, 3000) 36.6 -> 33.0 and 23.3 -> 20.2, at (4,
+// 512, 4096) 66.0 -> 63.2 and 22.4 -> 20.2. From N = 12288 on the planes allow fewer CTAs of 128
+// and it gained nothing (the three kernels -1.4% and +1.7% at 12288; the conv +18% at 16384, +56%
+// at 24576). Their register cap: forward_min_blocks (85 a thread; 128 at one CTA of 512). Their
+// shared memory: the two planes, 2 N 16-bit elements, then two floats per warp (the block's largest
+// magnitude of each row).
+TIMEX_FFT_HD constexpr int forward_threads(int N) {
+  return N > 24576 ? 512 : N == 6144 || N == 8192 ? 128 : threads(N);
+}
+TIMEX_FFT_HD constexpr int forward_min_blocks(int N) {
+  return N > 24576 ? 1 : TIMEX_TC_MIN_BLOCKS * 256 / forward_threads(N);
+}
 TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
   return 4 * N + 8 * (forward_threads(N) / 32);
 }

@@ -22,9 +22,9 @@ timed in the same alternating rounds, in a second table.
 
 --cpus runs the process on those CPUs only (os.sched_setaffinity, as `taskset -c`). On the
 lent H200's host a one-CPU run took the forward + backward's wall time down to its GPU time
-where the default run spent up to 0.3 ms more (results/issue29_runs/run41): presumably as the
-engine's CUDA thread then runs on the CPU that hands it the backward instead of waking an idle
-one.
+where that exceeds the host's own, and the default run spent up to 0.3 ms more
+(results/issue29_runs/run41): presumably as the engine's CUDA thread then runs on the CPU
+that hands it the backward instead of waking an idle one.
 """
 
 import argparse

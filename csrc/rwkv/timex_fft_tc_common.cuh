@@ -91,12 +91,14 @@ TIMEX_FFT_DEVICE void wait_for_spectra(P*&... spectra) {
 TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; }
 // The register cap, in CTAs of 256 threads per SM: 3 (80 registers a thread, 16 bytes
 // spilled), measured 1-12% faster than 2 (104-128 registers, no spills) at N = 2048-16384
-// and within 2% at 32768 (benchmarks/results/issue29_runs/run20_tc_probe.md); min_blocks(N)
-// scales it to threads(N).
+// and within 2% at 32768 (benchmarks/results/issue29_runs/run20_tc_probe.md); min_blocks
+// scales it to a CTA of `cta_threads` (the same registers a thread).
 #ifndef TIMEX_TC_MIN_BLOCKS
 #define TIMEX_TC_MIN_BLOCKS 3
 #endif
-TIMEX_FFT_HD constexpr int min_blocks(int N) { return TIMEX_TC_MIN_BLOCKS * 256 / threads(N); }
+TIMEX_FFT_HD constexpr int min_blocks(int cta_threads) {
+  return TIMEX_TC_MIN_BLOCKS * 256 / cta_threads;
+}
 constexpr int kMinN = 2048, kMaxN = 32768;
 // The transform lengths: powers of two from kMinN to kMaxN (outer radix 2, 4, 8 or 16), 6144 =
 // 24 16^2 (outer radix 24), 12288 = 3 16^3 (3) and r 16^3 for r = 5, 6, 7 (20480, 24576,
@@ -361,7 +363,8 @@ TIMEX_FFT_HD constexpr int dft_passes(int N) {
 // 1 / (4 sigma)^dft_passes(N), and 1 / (sqrt(24) sigma_24) more where the outer radix is 24
 // (float-rounded): what MiddleLane's twiddles carry.
 TIMEX_FFT_HD constexpr float dft_gain_inverse(int N) {
-  double g = radix1(N) == 24 ? 1.0 / (4.898979485566356 * kDft24Scale) : 1.0;
+  constexpr double kSqrt24 = 4.898979485566356;
+  double g = radix1(N) == 24 ? 1.0 / (kSqrt24 * kDft24Scale) : 1.0;
   for (int i = 0; i < dft_passes(N); ++i) g /= 4.0 * kDftScale;
   return static_cast<float>(g);
 }

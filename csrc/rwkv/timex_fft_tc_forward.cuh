@@ -42,7 +42,7 @@ TIMEX_FFT_HD constexpr int forward_threads(int N) {
   return N > 24576 ? 512 : N == 6144 || N == 8192 ? 128 : threads(N);
 }
 TIMEX_FFT_HD constexpr int forward_min_blocks(int N) {
-  return N > 24576 ? 1 : TIMEX_TC_MIN_BLOCKS * 256 / forward_threads(N);
+  return N > 24576 ? 1 : min_blocks(forward_threads(N));
 }
 TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
   return 4 * N + 8 * (forward_threads(N) / 32);

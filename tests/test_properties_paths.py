@@ -296,7 +296,7 @@ def tc_faster(B, C, T):
     if B == 1:
         return 8192 < T <= 12288 or (T > 12288 and C >= 512)
     if 3072 < T <= 4096:
-        return B >= 4
+        return B >= 4 or (B == 2 and C >= 256)
     return True
 
 

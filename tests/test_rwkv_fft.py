@@ -247,6 +247,8 @@ def test_eager_training_path_keeps_spectra(forced):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
     if algo == "fft_fused":
         assert wz.shape == (5, 1024) and wz.dtype == torch.complex64
+    if algo == "fft_cluster":  # W's spectra and k's, M = 24576
+        assert wz.shape == (5 * (1 + 3), 24576) and wz.dtype == torch.complex64
     if algo in ("fft_fused", "fft_cluster"):
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
@@ -373,8 +375,8 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
     """The cluster forward as one kernel (W's spectrum and the convolution by the same cluster,
     RWKV_TIMEX_CLUSTER_FORWARD=fused; auto where it takes no more waves), with each setting of
     its L2 prefetch and barriers: the same bits as the spectrum + conv kernels (split), out and
-    the W spectra kept for the backward; float32-accurate against float64 on fresh inputs; a
-    bad value raises."""
+    the spectra of W and k kept for the backward; the backward from them the same bits as the
+    op's; float32-accurate against float64 on fresh inputs; a bad value raises."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     B, C, T = shape
     w = (torch.randn(C, T, device="cuda") / T**0.5).to(dtype)
@@ -388,9 +390,17 @@ def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
         assert torch.equal(torch.ops.rwkv_ops.timex_forward(w, k, 0.3), got[setting][0])
     base = got["split", "2", "1"]
     for key, (out, kz, wz) in got.items():
-        assert kz.dtype == torch.uint8 and wz.shape == (C, cluster_m(T)), key
+        # W's spectra, then k's (the backward reads them instead of transforming k)
+        assert kz.dtype == torch.uint8 and wz.shape == (C * (1 + B), cluster_m(T)), key
         assert torch.equal(out, base[0]) and torch.equal(wz, base[2]), key
         assert torch.equal(kz, base[1]), key  # the twiddle tables
+    # The backward from the kept spectra (k's read, not transformed again; the one-pass kernel
+    # where C fills the resident clusters, else conv + wgrad): the bits of the ops' own.
+    g = torch.randn(B, C, T, device="cuda").to(dtype)
+    want_grads = torch.ops.rwkv_ops.timex_backward(g, w, k)
+    grads = torch.ops.rwkv_ops.timex_backward_kept(g, w, k, base[1], base[2])
+    for a, b in zip(grads, want_grads):
+        assert torch.equal(a, b)
     if dtype == torch.float32:
         want = timex_fftconv(w.double(), k.double(), 0.3)
         peer = timex_fftconv(w, k, 0.3)
@@ -416,8 +426,9 @@ def test_cluster_halves(shape, dtype, monkeypatch):
     """Rows of 32768 < T <= 65536 as two halves on 2-CTA clusters (RWKV_TIMEX_CLUSTER_HALVES=on;
     timex_fft_cluster_halves.cuh): out and both gradients against float64 (float32: within 2x
     PyTorch's float32 FFT convolution; half types: HALF_TOL), deterministic, the forward
-    with the spectra per channel and split to the bit, eager autograd (the W spectra kept as
-    (C, 2, H)) to the bit of the ops; more channels than resident clusters at C = 150."""
+    with the spectra per channel and split to the bit, the backward from either's kept spectra
+    (W's and k's halves', (C + B C, 2, H)) and eager autograd to the bit of the ops; more
+    channels than resident clusters at C = 150."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     monkeypatch.setenv("RWKV_TIMEX_CLUSTER_HALVES", "on")
     B, C, T = shape
@@ -439,7 +450,11 @@ def test_cluster_halves(shape, dtype, monkeypatch):
         monkeypatch.setenv("RWKV_TIMEX_CLUSTER_FORWARD", mode)
         out, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)
         assert torch.equal(out, got[0]), mode
-        assert kz.dtype == torch.uint8 and wz.shape == (C, 2, HALVES_H), mode
+        # W's spectra [W0, Wf] per channel, then k's [K0, K1] per row, for the backward
+        assert kz.dtype == torch.uint8 and wz.shape == (C * (1 + B), 2, HALVES_H), mode
+        grads = torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz)  # k's read, not made
+        for a, b in zip(grads, got[1:]):
+            assert torch.equal(a, b), mode
     wg, kg = (t.clone().requires_grad_() for t in (w, k))
     out = rwkv_ops.timex(wg, kg, 0.3)
     for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):

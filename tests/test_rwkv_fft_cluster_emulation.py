@@ -56,59 +56,80 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   launch_cluster(C * P, P, threads, smem, [&] {
     cluster_spectrum_kernel<S, CS>(w.data(), T, true, spec.data(), staged.data(), twc.data());
   });
+  // The forward also writing k's spectra (kspec, as the eager training path keeps them).
+  std::vector<cf32> kspec(size_t(B) * C * M, cf32{777.f, 777.f});
   launch_cluster(B * C * P, P, threads, smem, [&] {
     cluster_conv_kernel<S, CS, false>(kp, spec.data(), out.data() + offset, C, T, float(eps),
-                                      staged.data(), twc.data());
+                                      staged.data(), twc.data(), kspec.data());
   });
   launch_cluster(B * C * P, P, threads, smem, [&] {
     cluster_conv_kernel<S, CS, true>(gp, spec.data(), gk.data() + offset, C, T, 0.f,
-                                     staged.data(), twc.data());
+                                     staged.data(), twc.data(), nullptr);
   });
   for (auto* dst : {&gw, &gw2}) {
     launch_cluster(clusters * P, P, threads, smem, [&] {
       cluster_wgrad_kernel<S, CS>(gp, kp, dst->data(), B, C, T, scratch.data(), staged.data(),
-                                  twc.data());
+                                  twc.data(), nullptr);
     });
   }
   // Both gradients in one kernel: the same arithmetic as conv (correlate) + wgrad, so the
-  // same bits.
+  // same bits; and both kernels reading k's spectra instead of transforming k (kspec): the
+  // same values, so the same bits again.
   std::vector<S> gk3(k.size(), guard), gw3(gw.size(), guard);
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_backward_kernel<S, CS>(gp, kp, spec.data(), gk3.data() + offset, gw3.data(), B, C,
-                                   T, scratch.data(), staged.data(), twc.data());
+                                   T, scratch.data(), staged.data(), twc.data(), nullptr);
   });
-  const bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
-                          std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
+  bool fused_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
+                    std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
+  std::fill(gk3.begin(), gk3.end(), guard);
+  std::fill(gw3.begin(), gw3.end(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_backward_kernel<S, CS>(gp, kp, spec.data(), gk3.data() + offset, gw3.data(), B, C,
+                                   T, scratch.data(), staged.data(), twc.data(), kspec.data());
+  });
+  const bool kept_same = std::memcmp(gk3.data(), gk.data(), gk.size() * sizeof(S)) == 0 &&
+                         std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
+  std::fill(gw3.begin(), gw3.end(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    cluster_wgrad_kernel<S, CS>(gp, kp, gw3.data(), B, C, T, scratch.data(), staged.data(),
+                                twc.data(), kspec.data());
+  });
+  const bool kept_wgrad_same = std::memcmp(gw3.data(), gw.data(), gw.size() * sizeof(S)) == 0;
   // The forward as one kernel (W^ and the convolution by one cluster; `clusters` clusters, so
   // that a cluster does several channels where clusters < C): the same bits as spectrum +
   // conv, out and the spectra it keeps.
   std::vector<S> out4(k.size(), guard);
-  std::vector<cf32> spec4(spec.size(), cf32{777.f, 777.f});
+  std::vector<cf32> spec4(spec.size(), cf32{777.f, 777.f}), kspec4(kspec.size(), spec4[0]);
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_forward_kernel<S, CS>(w.data(), kp, spec4.data(), out4.data() + offset, B, C, T,
-                                  float(eps), true, 1, true, staged.data(), twc.data());
+                                  float(eps), true, 1, true, staged.data(), twc.data(),
+                                  kspec4.data());
   });
   bool forward_same = std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0 &&
-                      std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0;
+                      std::memcmp(spec4.data(), spec.data(), spec.size() * 8) == 0 &&
+                      std::memcmp(kspec4.data(), kspec.data(), kspec.size() * 8) == 0;
   // The same with the stage twiddles from the one-CTA table instead of the staged one: the
   // same values, so the same bits.
   std::fill(out4.begin(), out4.end(), guard);
   launch_cluster(clusters * P, P, threads, smem, [&] {
     cluster_forward_kernel<S, CS, false>(w.data(), kp, spec4.data(), out4.data() + offset, B, C,
-                                         T, float(eps), false, 0, false, tw.data(), twc.data());
+                                         T, float(eps), false, 0, false, tw.data(), twc.data(),
+                                         nullptr);
   });
   forward_same &= std::memcmp(out4.data(), out.data(), out.size() * sizeof(S)) == 0;
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
   const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e.guards && same && fused_same &&
-                  forward_same;
+                  kept_same && kept_wgrad_same && forward_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d M=%d threads=%d offset=%d clusters=%d: out "
-              "%.2e grad_k %.2e grad_w %.2e%s%s%s%s\n",
+              "%.2e grad_k %.2e grad_w %.2e%s%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, M, threads, offset, clusters, e.out,
               e.gk, e.gw, e.guards ? "" : " (wrote outside the output)",
               same ? "" : " (grad_w differs)",
               fused_same ? "" : " (the one-pass backward differs)",
+              kept_same && kept_wgrad_same ? "" : " (the backward from k's spectra differs)",
               forward_same ? "" : " (the one-kernel forward differs)");
   std::fflush(stdout);
 }
@@ -150,7 +171,9 @@ def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
     (both directions) and wgrad for clusters of 1 to 8 CTAs (3 too: M = 3 L), up to M = 65536,
     against float64 direct sums; grad_w twice, to the bit; the one-pass backward to the bit of
-    the two; the one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum +
-    conv, with the staged stage-twiddle table and with the one-CTA table; the one-CTA twiddle
-    table of the cluster kernels' launch to the bit of twiddle_kernel's."""
+    the two, and both (one-pass and wgrad) reading the forward's spectra of k to the bit too;
+    the one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv, out
+    and the spectra of W and k it writes, with the staged stage-twiddle table and with the
+    one-CTA table; the one-CTA twiddle table of the cluster kernels' launch to the bit of
+    twiddle_kernel's."""
     run_emulator(EMULATOR, tmp_path)

@@ -47,10 +47,13 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
       staged(std::max(1, staged_size<typename CS::Local>()));
   const int threads = CS::THREADS, smem = CS::Local::SMEM;
   launch(1, 8, 0, [&] { cluster_twiddle_kernel<CS>(twc.data(), tw.data(), staged.data()); });
-  // The forward with the spectra made per channel, and split: the spectrum kernel, then rows.
+  // The forward with the spectra made per channel, and split: the spectrum kernel, then rows;
+  // the second also writing k's halves' spectra [K0, K1] per row (kspec, as the eager
+  // training path keeps them).
+  std::vector<cf32> kspec(size_t(B) * C * 2 * H, cf32{777.f, 777.f});
   launch_cluster(clusters * P, P, threads, smem, [&] {
     halves_forward_kernel<S, CS>(w.data(), kp, spec.data(), scratch.data(), out.data() + offset,
-                                 B, C, T, float(eps), true, staged.data(), twc.data());
+                                 B, C, T, float(eps), true, staged.data(), twc.data(), nullptr);
   });
   launch_cluster(C * P, P, threads, smem, [&] {
     halves_spectrum_kernel<S, CS>(w.data(), T, spec2.data(), staged.data(), twc.data());
@@ -58,28 +61,48 @@ void check(int B, int C, int T, double eps, int offset, int clusters, double tol
   launch_cluster(clusters * P, P, threads, smem, [&] {
     halves_forward_kernel<S, CS>(w.data(), kp, spec2.data(), scratch.data(),
                                  out2.data() + offset, B, C, T, float(eps), false,
-                                 staged.data(), twc.data());
+                                 staged.data(), twc.data(), kspec.data());
   });
-  const bool forward_same = std::memcmp(out.data(), out2.data(), out.size() * sizeof(S)) == 0 &&
-                            std::memcmp(spec.data(), spec2.data(), spec.size() * 8) == 0;
+  bool forward_same = std::memcmp(out.data(), out2.data(), out.size() * sizeof(S)) == 0 &&
+                      std::memcmp(spec.data(), spec2.data(), spec.size() * 8) == 0;
+  // The per-channel forward writing kspec too: the same bits.
+  std::vector<cf32> kspec2(kspec.size(), cf32{777.f, 777.f});
+  std::fill(out2.begin(), out2.end(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    halves_forward_kernel<S, CS>(w.data(), kp, spec2.data(), scratch.data(),
+                                 out2.data() + offset, B, C, T, float(eps), true,
+                                 staged.data(), twc.data(), kspec2.data());
+  });
+  forward_same &= std::memcmp(out.data(), out2.data(), out.size() * sizeof(S)) == 0 &&
+                  std::memcmp(kspec.data(), kspec2.data(), kspec.size() * 8) == 0;
   for (auto [dk, dw] : {std::pair{&gk, &gw}, std::pair{&gk2, &gw2}}) {
     launch_cluster(clusters * P, P, threads, smem, [&] {
       halves_backward_kernel<S, CS>(gp, kp, spec.data(), dk->data() + offset, dw->data(), B, C,
-                                    T, scratch.data(), staged.data(), twc.data());
+                                    T, scratch.data(), staged.data(), twc.data(), nullptr);
     });
   }
-  const bool backward_same = std::memcmp(gk.data(), gk2.data(), gk.size() * sizeof(S)) == 0 &&
-                             std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
+  bool backward_same = std::memcmp(gk.data(), gk2.data(), gk.size() * sizeof(S)) == 0 &&
+                       std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
+  // The backward reading [K0, K1] instead of transforming k's halves: the same bits.
+  std::fill(gk2.begin(), gk2.end(), guard);
+  std::fill(gw2.begin(), gw2.end(), guard);
+  launch_cluster(clusters * P, P, threads, smem, [&] {
+    halves_backward_kernel<S, CS>(gp, kp, spec.data(), gk2.data() + offset, gw2.data(), B, C, T,
+                                  scratch.data(), staged.data(), twc.data(), kspec.data());
+  });
+  const bool kept_same = std::memcmp(gk.data(), gk2.data(), gk.size() * sizeof(S)) == 0 &&
+                         std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
   const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e.guards && forward_same &&
-                  backward_same;
+                  backward_same && kept_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d L=%d P=%d H=%d threads=%d offset=%d clusters=%d: out "
-              "%.2e grad_k %.2e grad_w %.2e%s%s%s\n",
+              "%.2e grad_k %.2e grad_w %.2e%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, L, P, H, threads, offset, clusters, e.out,
               e.gk, e.gw, e.guards ? "" : " (wrote outside the output)",
               forward_same ? "" : " (the split forward differs)",
-              backward_same ? "" : " (the backward is not deterministic)");
+              backward_same ? "" : " (the backward is not deterministic)",
+              kept_same ? "" : " (the backward from k's spectra differs)");
   std::fflush(stdout);
 }
 
@@ -108,6 +131,7 @@ def test_cluster_halves_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_halves.cuh as host C++ and checks the forward
     (spectra per channel, and split: the spectrum kernel then rows), both gradients of the
     one-pass backward, for clusters of 1, 2 and 4 CTAs up to H = 32768, T from H + 1 to 2H,
-    against float64 direct sums; the split forward to the bit of the per-channel one, the
-    backward twice to the bit."""
+    against float64 direct sums; the split forward to the bit of the per-channel one (out, W's
+    spectra and the spectra of k's halves that both write for the backward), the backward
+    twice to the bit, and from k's kept spectra to the bit of its own transforms."""
     run_emulator(EMULATOR, tmp_path)

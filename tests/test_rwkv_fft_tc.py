@@ -294,8 +294,8 @@ def test_forced_where_it_cannot_run(tc):
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (1536 from B = 16) up to T = 16384, where it measured faster (tc_faster):
-    from B = 2, but for 3072 < T <= 4096 from B = 4, and with B = 1 for 8192 < T <= 12288 and
-    past 12288 from C = 512;
+    from B = 2, but for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256), and with B = 1 for
+    8192 < T <= 12288 and past 12288 from C = 512;
     the fused kernels else, for float16 (their error is the FFT conv's) and for float32; past
     T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
@@ -339,9 +339,12 @@ def test_auto_choice(monkeypatch):
                               (torch.float32, 16, 4096, "fft_fused")]:
         k = torch.empty(B, 2, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, T)
-    for C, T, want in [(512, 12289, "fft_tc"), (1024, 16384, "fft_tc"), (511, 16384, "fft_fused"),
-                       (512, 12288, "fft_tc"), (128, 12288, "fft_tc")]:
-        k = torch.empty(1, C, T, device="cuda", dtype=torch.bfloat16)
-        assert rwkv_ops.timex_algorithm(k) == want, (C, T)
+    for B, C, T, want in [(1, 512, 12289, "fft_tc"), (1, 1024, 16384, "fft_tc"),
+                          (1, 511, 16384, "fft_fused"), (1, 512, 12288, "fft_tc"),
+                          (1, 128, 12288, "fft_tc"), (2, 256, 3073, "fft_tc"),
+                          (2, 2048, 4096, "fft_tc"), (2, 255, 4096, "fft_fused"),
+                          (3, 1024, 4096, "fft_fused")]:
+        k = torch.empty(B, C, T, device="cuda", dtype=torch.bfloat16)
+        assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
     k = torch.empty(16, 2, 16385, device="cuda", dtype=torch.bfloat16)
     assert rwkv_ops.timex_algorithm(k) != "fft_tc"

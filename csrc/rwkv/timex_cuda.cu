@@ -206,7 +206,9 @@ constexpr int64_t kF64DirectMaxT = 256;
 //     8; 37-43% more with 1;
 //   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4, 3-6% with 5, 7-10% with 6, 1-3% with
 //     7; 9-11% more with 2, 2-7% with 3, up to 43% with 1 (C = 1024; at C = 512 from 36% more
-//     to 2% less between calls: 0.1 ms, bound by the host);
+//     to 2% less between calls: 0.1 ms, bound by the host); after the forward's 128 threads
+//     (b9ac990; GPU busy time, run 42) with B = 2 0.5-16% less from C = 256 to 2048, 4-7% more
+//     at C = 128; with 3 from 13% less to 39% more (C = 128 to 2048: left on the fused kernels);
 //   4096 < T <= 6144 (N = 12288; runs 30, 32): 16-20% less with B = 2, 31% with 4; 20-31% more
 //     with 1;
 //   6144 < T <= 8192 (N = 16384): 13-15% less with B = 2, 14-17% with 3, 22-23% with 5, 26-27%
@@ -225,7 +227,7 @@ constexpr int64_t kF64DirectMaxT = 256;
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 bool tc_faster(int64_t B, int64_t C, int64_t T) {
   if (B == 1) return (T > 8192 && T <= 12288) || (T > 12288 && C >= 512);
-  if (T > 3072 && T <= 4096) return B >= 4;
+  if (T > 3072 && T <= 4096) return B >= 4 || (B == 2 && C >= 256);
   return true;
 }
 
@@ -352,9 +354,11 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
 // timex_backward_kept; where the fused or cluster kernels run, their twiddle tables as kz
 // (bytes, at most 1.4 MiB) and W's spectra (their frequency order) as wz: C M complex floats
-// (M = the power of two >= T for the fused kernels, 24576, 32768, 49152 or 65536 for the
-// cluster kernels), e.g. 128 MiB at C = 1024, T = 16384, held from the forward to the
-// backward, which then skips their transforms and the tables' allocation and launch; where the
+// (M = the power of two >= T for the fused kernels, e.g. 128 MiB at C = 1024, T = 16384), and
+// for the cluster kernels (M = 24576, 32768, 49152 or 65536) k's spectra after them, (C + B C)
+// M (as PyTorch's FFT convolution keeps k's; (C + B C, 2, kHalvesH) where their rows run as
+// two halves), held from the forward to the backward, which then skips their transforms and
+// the tables' allocation and launch; where the
 // tensor-core kernels run, W's spectra (C, N) int32 (two float16 an entry) as wz and their
 // exponents (C,) int32 as kz; else an empty tensor as both (one allocation fewer: short calls
 // are bound by host time).
@@ -412,7 +416,8 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
                          : torch::headeronly::ScalarType::ComplexFloat;
   // The fused or cluster kernels' kept W spectra (kz their twiddle tables, bytes, or empty:
   // made again): used where those kernels run now in the same layout: (C, M) of the fused
-  // kernels, (C, M) of the cluster kernels, or (C, 2, kHalvesH) of their two halves. Kept in
+  // kernels, (C + B C, M) of the cluster kernels (W's, then k's), or (C + B C, 2, kHalvesH) of
+  // their two halves. Kept in
   // another of these (RWKV_TIMEX_ALGO or RWKV_TIMEX_CLUSTER_HALVES changed between forward and
   // backward), or where neither runs now: recomputed.
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
@@ -434,12 +439,12 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   }
   if (on_chip_kept) {
     const bool fused = algo == fft::Kernel::kFftFused;
-    const int64_t C = k.size(1), T = k.size(2);
+    const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
     const bool as_fused = wz.dim() == 2 && wz.size(0) == C &&
                           wz.size(1) == fft::fused_spectrum_length(T);
-    const bool as_cluster = wz.dim() == 2 && wz.size(0) == C &&
+    const bool as_cluster = wz.dim() == 2 && wz.size(0) == C * (1 + B) &&
                             wz.size(1) == fft::cluster_spectrum_length(T);
-    const bool as_halves = wz.dim() == 3 && wz.size(0) == C && wz.size(1) == 2 &&
+    const bool as_halves = wz.dim() == 3 && wz.size(0) == C * (1 + B) && wz.size(1) == 2 &&
                            wz.size(2) == fft::kHalvesH;
     const fused_ops::DeviceGuard guard(k.get_device_index());
     const cudaStream_t stream = fused_ops::current_stream(k);

@@ -8,7 +8,8 @@
 // device-global state and capturable in a CUDA graph; the backward takes the forward's where
 // the caller kept it), then the forward as one kernel (W's spectrum and the convolution by the
 // same cluster, timex_fft_cluster_forward.cuh) where it takes no more waves of transforms
-// (fused_forward_for), else the spectra of W = w reversed and one kernel per output. Rows of
+// (fused_forward_for), else the spectra of W = w reversed and one kernel per output; where the
+// caller keeps them for the backward, the forward also writes k's spectra (kept_rows). Rows of
 // 49152 < T <= 65536 may instead run as two halves on 2-CTA clusters (halves_for;
 // timex_fft_cluster_halves.cuh).
 #include <torch/csrc/stable/ops.h>
@@ -230,14 +231,27 @@ int resident_clusters(cudaStream_t stream) {
   return n;
 }
 
-// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout.
+// The spectra of W (w reversed in time): C rows of M complex floats, cluster layout, the first
+// of `rows` rows (the rest for k's spectra where the forward keeps them: kept_rows).
 template <typename scalar_t, class CS>
-Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
+Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream, int64_t rows) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = fused_ops::empty({C, CS::M}, ScalarType::ComplexFloat, w);
+  Tensor spec = fused_ops::empty({rows, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(cluster_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
              static_cast<int>(T), true, as<cf32>(spec), tws.staged, tws.twc);
   return spec;
+}
+
+// The rows of the spectra that the forward keeps for the backward: W's (C) and k's (B C), in
+// that order, M complex floats each (the backward then reads K instead of transforming k:
+// about a quarter of its time at (1, 128, 49152) on the H200, for 8 M bytes a row written and
+// read; PyTorch's FFT convolution keeps k's spectrum too).
+int64_t kept_rows(int64_t B, int64_t C) { return C * (1 + B); }
+
+// k's spectra in the spectra that the forward kept (the rows after W's, `row` complex floats
+// each: M, or 2 H for the halves), or null where spec holds W's alone.
+const cf32* kept_k_spectra(const Tensor& spec, int64_t B, int64_t C, int64_t row) {
+  return spec.size(0) == kept_rows(B, C) ? as<const cf32>(spec) + C * row : nullptr;
 }
 
 template <typename scalar_t, class CS>
@@ -247,26 +261,30 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   const auto tws = twiddles<CS>(k, stream, nullptr);
   if (keep_twiddles != nullptr) *keep_twiddles = tws.buf;
   const int resident = resident_clusters<scalar_t, CS>(stream);
+  const int64_t rows = keep != nullptr ? kept_rows(B, C) : C;
+  const auto k_spectra = [&](const Tensor& spec) {
+    return keep != nullptr ? as<cf32>(spec) + C * CS::M : nullptr;
+  };
   if (fused_forward_for(B, C, resident)) {
     const int level = prefetch_level();
     const int ahead = level == 2 ? resident : 0;
-    Tensor spec = fused_ops::empty({C, CS::M}, ScalarType::ComplexFloat, w);
+    Tensor spec = fused_ops::empty({rows, CS::M}, ScalarType::ComplexFloat, w);
     Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
     const bool staged = staged_twiddles<CS>();
     launch<CS>(forward_kernel<scalar_t, CS>(staged), C, stream, w.const_data_ptr<scalar_t>(),
                k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
                static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
-               staged ? tws.staged : tws.tw, tws.twc);
+               staged ? tws.staged : tws.tw, tws.twc, k_spectra(spec));
     if (keep != nullptr) *keep = spec;
     return out;
   }
-  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream);
+  const Tensor spec = w_spectra<scalar_t, CS>(w, tws, stream, rows);
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
              k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
              static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
-             tws.staged, tws.twc);
+             tws.staged, tws.twc, k_spectra(spec));
   if (keep != nullptr) *keep = spec;
   return out;
 }
@@ -287,7 +305,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
                                           const Tensor* kept_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto tws = twiddles<CS>(k, stream, kept_twiddles);
-  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream);
+  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t, CS>(w, tws, stream, C);
+  const cf32* kspec = kept_k_spectra(spec, B, C, CS::M);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const int clusters = wgrad_clusters<scalar_t, CS>(C, stream);
@@ -299,17 +318,17 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
                g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
                grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-               twp, twcp);
+               twp, twcp, kspec);
     return {grad_w, grad_k};
   }
   launch<CS>(cluster_conv_kernel<scalar_t, CS, true>, B * C, stream,
              g.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), static_cast<int>(C), static_cast<int>(T), 0.f,
-             twp, twcp);
+             twp, twcp, static_cast<cf32*>(nullptr));
   launch<CS>(cluster_wgrad_kernel<scalar_t, CS>, clusters, stream, g.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             twp, twcp);
+             twp, twcp, kspec);
   return {grad_w, grad_k};
 }
 
@@ -342,12 +361,13 @@ bool halves_for(int64_t C, int64_t T, cudaStream_t stream) {
       "unset), got '", std::string(v), "'");
 }
 
-// [W0, Wf] per channel (C, 2, H): timex_fft_cluster_halves.cuh.
+// [W0, Wf] per channel (C, 2, H): timex_fft_cluster_halves.cuh; the first C of `rows` rows
+// (kept_rows: then [K0, K1] per row of k, where the forward keeps them).
 template <typename scalar_t>
-Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream) {
+Tensor halves_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream, int64_t rows) {
   using CS = HalvesShape;
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w);
+  Tensor spec = fused_ops::empty({rows, 2, CS::M}, ScalarType::ComplexFloat, w);
   launch<CS>(halves_spectrum_kernel<scalar_t, CS>, C, stream, w.const_data_ptr<scalar_t>(),
              static_cast<int>(T), as<cf32>(spec), tws.staged, tws.twc);
   return spec;
@@ -365,15 +385,17 @@ Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t
   if (keep_twiddles != nullptr) *keep_twiddles = tws.buf;
   const int64_t resident = resident_clusters<scalar_t, CS>(stream);
   const bool spectra = fused_forward_for(B, C, resident);
-  Tensor spec = spectra ? fused_ops::empty({C, 2, CS::M}, ScalarType::ComplexFloat, w)
-                        : halves_spectra<scalar_t>(w, tws, stream);
+  const int64_t rows = keep != nullptr ? kept_rows(B, C) : C;
+  Tensor spec = spectra ? fused_ops::empty({rows, 2, CS::M}, ScalarType::ComplexFloat, w)
+                        : halves_spectra<scalar_t>(w, tws, stream, rows);
   const int64_t clusters = std::min(spectra ? C : B * C, resident);
   const Tensor scratch = bytes(static_cast<int64_t>(sizeof(cf32)) * clusters * CS::M, k);
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   launch<CS>(halves_forward_kernel<scalar_t, CS>, clusters, stream, w.const_data_ptr<scalar_t>(),
              k.const_data_ptr<scalar_t>(), as<cf32>(spec), as<cf32>(scratch),
              out.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(C),
-             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged, tws.twc);
+             static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged, tws.twc,
+             keep != nullptr ? as<cf32>(spec) + C * 2 * CS::M : nullptr);
   if (keep != nullptr) *keep = spec;
   return out;
 }
@@ -386,7 +408,8 @@ std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, con
   using CS = HalvesShape;
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const auto tws = twiddles<CS>(k, stream, kept_twiddles);
-  const Tensor spec = kept != nullptr ? *kept : halves_spectra<scalar_t>(w, tws, stream);
+  const Tensor spec = kept != nullptr ? *kept : halves_spectra<scalar_t>(w, tws, stream, C);
+  const cf32* kspec = kept_k_spectra(spec, B, C, 2 * CS::M);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const int64_t clusters = std::min<int64_t>(C, resident_clusters<scalar_t, CS>(stream));
@@ -395,7 +418,7 @@ std::tuple<Tensor, Tensor> halves_backward(const Tensor& g, const Tensor& w, con
              g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
              grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(),
              static_cast<int>(B), static_cast<int>(C), static_cast<int>(T), as<cf32>(scratch),
-             tws.staged, tws.twc);
+             tws.staged, tws.twc, kspec);
   return {grad_w, grad_k};
 }
 

@@ -37,20 +37,23 @@ TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsign
 }
 
 // out[b, c] = eps + IDFT(K^ W^[c]) for x (B, C, T) = k, w (C, T); spec[c] = W^[c] (C, M,
-// cluster layout, as cluster_spectrum_kernel writes it). Cluster i (of gridDim.x / P) does
-// channels i, i + clusters, ..., each b in order. Hints for L2 (same results): prefetch asks
-// for each k row while the transform before it runs; ahead > 0 also asks, during a channel's
-// last inverse transform, for the w and first k row of channel c + ahead, which the cluster
-// that takes this one's place will run when the device keeps `ahead` clusters resident
-// (clusters start in index order as others finish). STAGED: tw is the staged table of the
-// stage twiddles (as every cluster kernel reads them), else the one-CTA kernels' table of all
-// e^{-2 pi i m / kTwiddles} (the same values: the same bits; kept to measure the layout).
+// cluster layout, as cluster_spectrum_kernel writes it); kspec: where not null, K^ of row r to
+// kspec[r M, (r + 1) M) (for the backward, timex_fft_cluster_kernels.cuh). Cluster i (of
+// gridDim.x / P) does channels i, i + clusters, ..., each b in order. Hints for L2 (same
+// results): prefetch asks for each k row while the transform before it runs; ahead > 0 also
+// asks, during a channel's last inverse transform, for the w and first k row of channel
+// c + ahead, which the cluster that takes this one's place will run when the device keeps
+// `ahead` clusters resident (clusters start in index order as others finish). STAGED: tw is
+// the staged table of the stage twiddles (as every cluster kernel reads them), else the
+// one-CTA kernels' table of all e^{-2 pi i m / kTwiddles} (the same values: the same bits;
+// kept to measure the layout).
 template <typename scalar_t, class CS, bool STAGED = true>
 TIMEX_FFT_KERNEL(CS::THREADS)
 cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                        cf32* __restrict__ spec, scalar_t* __restrict__ out, int B, int C, int T,
                        float eps, bool prefetch, int ahead, bool relaxed,
-                       const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
+                       const cf32* __restrict__ tw, const cf32* __restrict__ twc,
+                       cf32* __restrict__ kspec) {
 #if TIMEX_CLUSTER_CODE
   using Sh = typename CS::Local;
   TIMEX_FFT_SHARED(raw);
@@ -76,10 +79,7 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
         SmemStore{sm});
     cluster_sync();
     cf32* s = spec + int64_t{c} * CS::M;
-    cluster_pairs<CS>(sm, twc, [s](int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
-      s[pk] = xk;
-      s[pj] = xj;
-    });
+    cluster_pairs<CS>(sm, twc, StorePairs{s});
     for (int b = 0; b < B; ++b) {
       const int64_t r = int64_t{b} * C + c;
       const scalar_t* row = x + r * T;
@@ -91,8 +91,10 @@ cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restric
           SmemStore{sm});
       cluster_sync();
       // s[pk], s[pj]: this thread's own stores of the W^ pass (same k, same owner).
+      cf32* ks = kspec != nullptr ? kspec + r * CS::M : nullptr;
       cluster_pairs<CS>(sm, twc,
                         [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
+                          if (ks != nullptr) StorePairs{ks}(k, pk, pj, xk, xj, sk, sj);
                           cluster_merge<CS>(twc, k, product<false>(k, xk, s[pk]),
                                             product<false>(k, xj, s[pj]), sk, sj);
                         });

@@ -35,36 +35,6 @@ namespace rwkv::fft {
 // v S at frequency k: -v at odd k. The packed entry of k = 0 holds f = 0 and f = M, both even.
 TIMEX_FFT_DEVICE cf32 shift_half(int k, cf32 v) { return (k & 1) ? cf32{-v.x, -v.y} : v; }
 
-// visit(k, pk, pj, slot_k, slot_j) for the frequency pairs this CTA owns, the same pairs on
-// the same threads as cluster_pairs (so that a scratch entry written in one of its passes is
-// read back by its writer), without reading shared memory: for merging a spectrum kept in
-// scratch into the (free) shared memory.
-template <class CS, typename Visit>
-TIMEX_FFT_DEVICE void cluster_owned(cf32* sm, const Visit& visit) {
-  constexpr int P = CS::P, L = CS::L;
-  const int r = static_cast<int>(cluster_rank()), rj = (P - r) % P;
-  cf32* smj = cluster_map(sm, static_cast<unsigned>(rj));
-  const int last = r == 0 ? L / 2 : L / 2 - 1;
-  for (int k2 = static_cast<int>(threadIdx.x); k2 <= last; k2 += CS::THREADS) {
-    const int k = r + P * k2;
-    if (k == 0) {
-      visit(0, 0, 0, sm, sm);
-      continue;
-    }
-    const int k2j = r == 0 ? L - k2 : L - 1 - k2;
-    visit(k, r * L + k2, rj * L + k2j, sm + pad(k2), smj + pad(k2j));
-  }
-}
-
-// A cluster_pairs visitor that stores the pair's spectrum values to s (cluster layout).
-struct StorePairs {
-  cf32* s;
-  TIMEX_FFT_DEVICE void operator()(int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) const {
-    s[pk] = xk;
-    s[pj] = xj;
-  }
-};
-
 // The transform of a real row of n elements (read reversed where asked) into this CTA's
 // shared memory, as every cluster kernel loads one.
 template <typename scalar_t, class CS>
@@ -93,12 +63,14 @@ TIMEX_FFT_DEVICE void cluster_inverse_store(cf32* sm, const cf32* tw, const cf32
 // scratch: M complex floats per cluster. With `spectra`, cluster i (of gridDim.x / P) does
 // channels i, i + clusters, ...: [W0, Wf] of the channel into spec (C, 2M), then its rows, b in
 // order; else rows i, i + clusters, ... of the B C, with spec from halves_spectrum_kernel.
+// kspec: where not null, [K0, K1] of row r to kspec[2 r M, 2 (r + 1) M) (for the backward).
 template <typename scalar_t, class CS>
 TIMEX_FFT_KERNEL(CS::THREADS)
 halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                       cf32* __restrict__ spec, cf32* __restrict__ scratch,
                       scalar_t* __restrict__ out, int B, int C, int T, float eps, bool spectra,
-                      const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
+                      const cf32* __restrict__ tw, const cf32* __restrict__ twc,
+                      cf32* __restrict__ kspec) {
 #if TIMEX_CLUSTER_CODE
   constexpr int H = CS::M;
   TIMEX_FFT_SHARED(raw);
@@ -127,12 +99,14 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
       const int64_t r = int64_t{b} * C + c;
       const scalar_t* row = x + r * T;
       scalar_t* o = out + r * T;
+      cf32* k0s = kspec != nullptr ? kspec + r * 2 * CS::M : nullptr;
       cluster_sync_reads();
       cluster_load_transform<scalar_t, CS>(sm, tw, twc, row, H, false);  // K0
       cluster_sync();
       // w0, wf (with spectra), hs at pk, pj: this thread's own stores (same pair, same owner).
       cluster_pairs<CS>(sm, twc, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk,
                                      cf32* sj) {
+        if (k0s != nullptr) StorePairs{k0s}(k, pk, pj, xk, xj, sk, sj);
         hs[pk] = shift_half(k, product<false>(k, xk, wf[pk]));
         hs[pj] = shift_half(k, product<false>(k, xj, wf[pj]));
         cluster_merge<CS>(twc, k, product<false>(k, xk, w0[pk]), product<false>(k, xj, w0[pj]),
@@ -143,6 +117,7 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
       cluster_sync();
       cluster_pairs<CS>(sm, twc, [&](int k, int pk, int pj, cf32 xk, cf32 xj, cf32* sk,
                                      cf32* sj) {
+        if (k0s != nullptr) StorePairs{k0s + CS::M}(k, pk, pj, xk, xj, sk, sj);  // K1
         cluster_merge<CS>(twc, k, hs[pk] + product<false>(k, xk, w0[pk]),
                           hs[pj] + product<false>(k, xj, w0[pj]), sk, sj);
       });
@@ -156,14 +131,16 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
 // Both gradients for g, k (B, C, T), H < T <= 2H, with spec = [W0, Wf] per channel
 // (halves_forward_kernel's, kept or made by halves_spectrum_kernel); scratch: 4M complex
 // floats per cluster (G0, G1 of the current row; the running sums of grad_w's two spectra
-// over b, in order: deterministic). Channels over the clusters as in the forward.
+// over b, in order: deterministic). Channels over the clusters as in the forward. kspec: where
+// not null, [K0, K1] of row r at kspec[2 r M] (the forward's), read instead of transforming
+// k's halves: 4 transforms a row instead of 6, the same bits.
 template <typename scalar_t, class CS>
 TIMEX_FFT_KERNEL(CS::THREADS)
 halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                        const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                        scalar_t* __restrict__ grad_w, int B, int C, int T,
                        cf32* __restrict__ scratch, const cf32* __restrict__ tw,
-                       const cf32* __restrict__ twc) {
+                       const cf32* __restrict__ twc, const cf32* __restrict__ kspec) {
 #if TIMEX_CLUSTER_CODE
   constexpr int H = CS::M;
   TIMEX_FFT_SHARED(raw);
@@ -206,9 +183,10 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
                           product<true>(f, g1s[pj], w0[pj]), sk, sj);
       });
       cluster_inverse_store<scalar_t, CS>(sm, tw, twc, gk + H, T - H, false, 0.f);
-      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow, H, false);  // K0
-      cluster_sync();
-      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+      // grad_w's sums with K0 (lo: G0 K0* + S G1 K0*, hi: G1 K0*) and then K1 (lo: + G1 K1*,
+      // merged for the inverse after the last row): as pair passes over k's transforms, or
+      // over the forward's K0, K1 (shared memory free: the combine's reads are done).
+      const auto k0_terms = [&](int f, int pk, int pj, cf32 xk, cf32 xj) {
         cf32 lk = product<true>(f, g0s[pk], xk) + shift_half(f, product<true>(f, g1s[pk], xk));
         cf32 lj = product<true>(f, g0s[pj], xj) + shift_half(f, product<true>(f, g1s[pj], xj));
         cf32 hk = product<true>(f, g1s[pk], xk), hj = product<true>(f, g1s[pj], xj);
@@ -222,12 +200,8 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
         lo[pj] = lj;
         hi[pk] = hk;
         hi[pj] = hj;
-      });
-      cluster_sync_reads();
-      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow + H, T - H, false);  // K1
-      cluster_sync();
-      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk,
-                                     cf32* sj) {
+      };
+      const auto k1_terms = [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32* sk, cf32* sj) {
         const cf32 lk = lo[pk] + product<true>(f, g1s[pk], xk);
         const cf32 lj = lo[pj] + product<true>(f, g1s[pj], xj);
         if (b + 1 < B) {
@@ -236,7 +210,25 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
         } else {
           cluster_merge<CS>(twc, f, lk, lj, sk, sj);
         }
+      };
+      if (kspec != nullptr) {
+        const cf32* k0s = kspec + r * 2 * CS::M;
+        const cf32* k1s = k0s + CS::M;
+        cluster_owned<CS>(sm, [&](int f, int pk, int pj, cf32* sk, cf32* sj) {
+          k0_terms(f, pk, pj, k0s[pk], k0s[pj]);
+          k1_terms(f, pk, pj, k1s[pk], k1s[pj], sk, sj);
+        });
+        continue;
+      }
+      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow, H, false);  // K0
+      cluster_sync();
+      cluster_pairs<CS>(sm, twc, [&](int f, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) {
+        k0_terms(f, pk, pj, xk, xj);
       });
+      cluster_sync_reads();
+      cluster_load_transform<scalar_t, CS>(sm, tw, twc, krow + H, T - H, false);  // K1
+      cluster_sync();
+      cluster_pairs<CS>(sm, twc, k1_terms);
     }
     scalar_t* gw = grad_w + int64_t{c} * T;
     cluster_inverse_store<scalar_t, CS>(sm, tw, twc, gw + (T - H), H, true, 0.f);  // w'[0, H)

@@ -232,6 +232,36 @@ TIMEX_FFT_DEVICE void cluster_pairs(cf32* sm, const cf32* __restrict__ twc, cons
   }
 }
 
+// visit(k, pk, pj, slot_k, slot_j) for the frequency pairs this CTA owns, the same pairs on
+// the same threads as cluster_pairs (so that a scratch entry written in one of its passes is
+// read back by its writer), without reading shared memory: for merging a spectrum kept in
+// scratch into the (free) shared memory.
+template <class CS, typename Visit>
+TIMEX_FFT_DEVICE void cluster_owned(cf32* sm, const Visit& visit) {
+  constexpr int P = CS::P, L = CS::L;
+  const int r = static_cast<int>(cluster_rank()), rj = (P - r) % P;
+  cf32* smj = cluster_map(sm, static_cast<unsigned>(rj));
+  const int last = r == 0 ? L / 2 : L / 2 - 1;
+  for (int k2 = static_cast<int>(threadIdx.x); k2 <= last; k2 += CS::THREADS) {
+    const int k = r + P * k2;
+    if (k == 0) {
+      visit(0, 0, 0, sm, sm);
+      continue;
+    }
+    const int k2j = r == 0 ? L - k2 : L - 1 - k2;
+    visit(k, r * L + k2, rj * L + k2j, sm + pad(k2), smj + pad(k2j));
+  }
+}
+
+// A cluster_pairs visitor that stores the pair's spectrum values to s (cluster layout).
+struct StorePairs {
+  cf32* s;
+  TIMEX_FFT_DEVICE void operator()(int, int pk, int pj, cf32 xk, cf32 xj, cf32*, cf32*) const {
+    s[pk] = xk;
+    s[pj] = xj;
+  }
+};
+
 // merge (timex_fft_math.cuh) for a pair of cluster_pairs, 1/(2M) folded in: conj(U[k]) to
 // slot_k, conj(U[j]) to slot_j (for k = 0, the one entry).
 template <class CS>

@@ -60,15 +60,16 @@ int64_t fused_spectrum_length(int64_t T);
 bool cluster_supported(const fused_ops::Tensor& k);
 
 // keep: where not null, receives W's spectra, complex float in the cluster kernels' own
-// frequency order, for cluster_backward's kept: (C, M), or (C, 2, kHalvesH) where the rows run
-// as two halves (cluster_halves); keep_twiddles: where not null, the twiddle tables of that
-// shape (bytes, 1.4 MiB at M = 65536), for cluster_backward's kept_twiddles.
+// frequency order, for cluster_backward's kept: (C + B C, M), W's and then k's rows', or
+// (C + B C, 2, kHalvesH) where the rows run as two halves (cluster_halves);
+// keep_twiddles: where not null, the twiddle tables of that shape (bytes, 1.4 MiB at
+// M = 65536), for cluster_backward's kept_twiddles.
 fused_ops::Tensor cluster_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k,
                                   double eps, cudaStream_t stream,
                                   fused_ops::Tensor* keep = nullptr,
                                   fused_ops::Tensor* keep_twiddles = nullptr);
 
-// kept: W's spectra from cluster_forward's keep for these w and T (checked by the caller with
+// kept: the spectra from cluster_forward's keep for these w, k (checked by the caller with
 // cluster_spectrum_length), or null to compute them; kept_twiddles: the tables from its
 // keep_twiddles (their size checked here), or null to make them.
 std::tuple<fused_ops::Tensor, fused_ops::Tensor> cluster_backward(

@@ -252,8 +252,9 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 1, 2, 16384, "float32", "fft", "misaligned", misalign=True)
     # More channels than wgrad's grid (CTAs = min(C, SMs x resident CTAs)): the channel loop.
     timex_case("rwkv_fft", 1, 5000, 5, "float32", "fft", "wgrad channel loop")
-    # The eager training path: the backward reads the forward's twiddle tables and W spectra.
-    timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft", "kept tables", keep=True,
+    # The eager training path: the backward reads the forward's twiddle tables and W spectra
+    # (fft_fused forced: "fft" takes fft_tc for bfloat16 at B = 2).
+    timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft_fused", "kept tables", keep=True,
                expect="fft_fused")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")

@@ -202,8 +202,9 @@ auto forward_kernel(bool staged) {
 // The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
 // the device keeps resident at once: the occupancy query once per kernel and device (no call
 // during a CUDA graph capture after the first). The three take the same shared memory and
-// threads (52 to 64 registers): one CTA per SM at L = 16384 (136 KiB), more at L = 8192
-// (68 KiB). The query also counts what a GPC's SMs fit of clusters of P (P = 3 too).
+// threads and the same register cap (ClusterShape::MIN_BLOCKS): one CTA per SM at L = 16384
+// (136 KiB), three at L = 8192 (68 KiB). The query also counts what a GPC's SMs fit of
+// clusters of P (P = 3 too).
 template <typename scalar_t, class CS>
 int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;

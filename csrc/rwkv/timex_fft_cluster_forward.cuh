@@ -48,7 +48,7 @@ TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsign
 // one-CTA kernels' table of all e^{-2 pi i m / kTwiddles} (the same values: the same bits;
 // kept to measure the layout).
 template <typename scalar_t, class CS, bool STAGED = true>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 cluster_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                        cf32* __restrict__ spec, scalar_t* __restrict__ out, int B, int C, int T,
                        float eps, bool prefetch, int ahead, bool relaxed,

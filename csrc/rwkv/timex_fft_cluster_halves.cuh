@@ -65,7 +65,7 @@ TIMEX_FFT_DEVICE void cluster_inverse_store(cf32* sm, const cf32* tw, const cf32
 // order; else rows i, i + clusters, ... of the B C, with spec from halves_spectrum_kernel.
 // kspec: where not null, [K0, K1] of row r to kspec[2 r M, 2 (r + 1) M) (for the backward).
 template <typename scalar_t, class CS>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict__ x,
                       cf32* __restrict__ spec, cf32* __restrict__ scratch,
                       scalar_t* __restrict__ out, int B, int C, int T, float eps, bool spectra,
@@ -135,7 +135,7 @@ halves_forward_kernel(const scalar_t* __restrict__ w, const scalar_t* __restrict
 // not null, [K0, K1] of row r at kspec[2 r M] (the forward's), read instead of transforming
 // k's halves: 4 transforms a row instead of 6, the same bits.
 template <typename scalar_t, class CS>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                        const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                        scalar_t* __restrict__ grad_w, int B, int C, int T,
@@ -243,7 +243,7 @@ halves_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restric
 // spec (C, 2M) = [W0, Wf] per channel of w (C, T), H < T <= 2H: for a backward without the
 // forward's kept spectra. One cluster per channel.
 template <typename scalar_t, class CS>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 halves_spectrum_kernel(const scalar_t* __restrict__ w, int T, cf32* __restrict__ spec,
                        const cf32* __restrict__ tw, const cf32* __restrict__ twc) {
 #if TIMEX_CLUSTER_CODE

@@ -27,7 +27,7 @@ namespace rwkv::fft {
 // spec[row] = the packed half spectrum of x's row (read reversed where asked), in the
 // cluster layout: M complex values per row; P CTAs per row.
 template <typename scalar_t, class CS>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
                         cf32* __restrict__ spec, const cf32* __restrict__ tw,
                         const cf32* __restrict__ twc) {
@@ -49,7 +49,7 @@ cluster_spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed,
 // rows x[b, c] of x (B, C, T); spec (C, M) from cluster_spectrum_kernel. P CTAs per row.
 // kspec: where not null, X^ of row r to kspec[r M, (r + 1) M) (cluster layout).
 template <typename scalar_t, class CS, bool CORRELATE>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 cluster_conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
                     scalar_t* __restrict__ out, int C, int T, float eps,
                     const cf32* __restrict__ tw, const cf32* __restrict__ twc,
@@ -105,7 +105,7 @@ TIMEX_FFT_DEVICE void wgrad_term(const cf32* __restrict__ twc, cf32* __restrict_
 // entry written and read only by the thread that owns its frequency pair. kspec: where not
 // null, K_b of row r at kspec[r M] (the forward's), read instead of transforming k.
 template <typename scalar_t, class CS>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                      scalar_t* __restrict__ grad_w, int B, int C, int T,
                      cf32* __restrict__ scratch, const cf32* __restrict__ tw,
@@ -171,7 +171,7 @@ cluster_wgrad_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict_
 // r at kspec[r M] (the forward's): G conj(K) joins the sum in G's own pass, 2 transforms a row,
 // and the channel's sum is merged for grad_w's inverse after the last row's grad_k.
 template <typename scalar_t, class CS>
-TIMEX_FFT_KERNEL(CS::THREADS)
+TIMEX_CLUSTER_KERNEL(CS)
 cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                         const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                         scalar_t* __restrict__ grad_w, int B, int C, int T,

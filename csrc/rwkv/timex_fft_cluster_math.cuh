@@ -100,7 +100,13 @@ __device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
 }
 #endif
 
-// A row of M = P * Sh::M spread over P CTAs of Sh's shape.
+// A row of M = P * Sh::M spread over P CTAs of Sh's shape. MIN_BLOCKS: the CTAs per SM that
+// the kernels' __launch_bounds__ ask for (TIMEX_CLUSTER_KERNEL): as many as the shared memory
+// and the threads allow, so that ptxas caps the registers to fit them: 1 at L = 16384 (136 KiB,
+// 1024 threads, up to 64 registers), 3 at L = 8192 (68 KiB, 512 threads: 40 registers, a few
+// bytes spilled; at two CTAs, 52 to 64 registers, the 3-CTA kernels took 6-13% more time from
+// 100 channels on at T = 17000-24000 on the H200, 7% less at 39: benchmarks/results/
+// issue29_runs/run42_kept_k_h200.md (f)).
 template <class Sh, int P_>
 struct ClusterShape {
   static_assert((P_ == 3 || (P_ >= 1 && P_ <= 8 && (P_ & (P_ - 1)) == 0)) && Sh::M >= 2,
@@ -108,7 +114,18 @@ struct ClusterShape {
   using Local = Sh;
   static constexpr int P = P_, L = Sh::M, M = P_ * Sh::M, THREADS = Sh::THREADS;
   static_assert(M <= kClusterMaxM, "M");
+  // sm_90: 228 KiB of shared memory an SM, 1 KiB of it reserved per CTA; 2048 threads.
+  static constexpr int BY_SMEM = 228 * 1024 / (Sh::SMEM + 1024), BY_THREADS = 2048 / THREADS;
+  static constexpr int MIN_BLOCKS = BY_SMEM < BY_THREADS ? BY_SMEM : BY_THREADS;
+  static_assert(MIN_BLOCKS >= 1, "MIN_BLOCKS");
 };
+
+// A cluster kernel's declaration for CS (the emulation tests' TIMEX_FFT_KERNEL elsewhere).
+#if defined(TIMEX_EMULATE)
+#define TIMEX_CLUSTER_KERNEL(CS) TIMEX_FFT_KERNEL(CS::THREADS)
+#else
+#define TIMEX_CLUSTER_KERNEL(CS) __global__ void __launch_bounds__(CS::THREADS, CS::MIN_BLOCKS)
+#endif
 
 // twc (see the top of the file) for CS's P, L, M and, in the same launch, the one-CTA
 // stages' table tw (twiddle_value, the same bits as twiddle_kernel's) and the staged table of

@@ -188,3 +188,15 @@ def test_union_length_counts_overlapping_kernels_once():
     assert timing.union_length([(5, 20), (0, 10), (30, 40)]) == 30
     assert timing.union_length([(0, 10), (2, 3)]) == 10  # one inside another
     assert timing.union_length([(0, 1), (1, 2)]) == 2  # back to back
+
+
+def test_timex_speedups_option_parsers():
+    """timex_speedups' --cpus (as `taskset -c`) and --compare ("NAME:VAR=VALUE,...") parsers."""
+    from benchmarks.timex_speedups import parse_compare, parse_cpus
+
+    assert parse_cpus("2") == {2}
+    assert parse_cpus("0-3,6") == {0, 1, 2, 3, 6}
+    assert parse_compare(["split:RWKV_TIMEX_CLUSTER_FORWARD=split,RWKV_TIMEX_ALGO=fft", "none:"]) \
+        == {"split": {"RWKV_TIMEX_CLUSTER_FORWARD": "split", "RWKV_TIMEX_ALGO": "fft"},
+            "none": {}}
+    assert parse_compare(None) == {}

@@ -173,10 +173,14 @@ def main():
         print(f"{len(cases)} cases")
         return
     sys.path.insert(0, ROOT)
+    import importlib
+
     import torch
-    import lltm  # noqa: F401  (registers torch.ops.lltm)
-    import padding_ops  # noqa: F401
-    import rwkv_ops  # noqa: F401
+    # The packages that register the selected families' ops (torch.ops.lltm, ...), and only
+    # those: a tree built with fewer families (FUSED_OPS_FAMILIES) runs its own cases.
+    packages = {"lltm": "lltm", "padding": "padding_ops", "rwkv": "rwkv_ops"}
+    for name in sorted({packages[family.split("_")[0]] for family in families}):
+        importlib.import_module(name)
     sanitize_cases.DEVICE = args.device  # where the cases' ops run
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():

@@ -245,8 +245,9 @@ Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream, int6
 
 // The rows of the spectra that the forward keeps for the backward: W's (C) and k's (B C), in
 // that order, M complex floats each (the backward then reads K instead of transforming k:
-// about a quarter of its time at (1, 128, 49152) on the H200, for 8 M bytes a row written and
-// read; PyTorch's FFT convolution keeps k's spectrum too).
+// 19% of its time at (1, 128, 49152) on the H200, for 8 M bytes a row written and read,
+// benchmarks/results/issue29_runs/run42_kept_k_h200.md (c); PyTorch's FFT convolution keeps
+// k's spectrum too).
 int64_t kept_rows(int64_t B, int64_t C) { return C * (1 + B); }
 
 // k's spectra in the spectra that the forward kept (the rows after W's, `row` complex floats

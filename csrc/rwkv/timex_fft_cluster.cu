@@ -250,10 +250,11 @@ Tensor w_spectra(const Tensor& w, const Twiddles& tws, cudaStream_t stream, int6
 // k's spectrum too).
 int64_t kept_rows(int64_t B, int64_t C) { return C * (1 + B); }
 
-// k's spectra in the spectra that the forward kept (the rows after W's, `row` complex floats
-// each: M, or 2 H for the halves), or null where spec holds W's alone.
-const cf32* kept_k_spectra(const Tensor& spec, int64_t B, int64_t C, int64_t row) {
-  return spec.size(0) == kept_rows(B, C) ? as<const cf32>(spec) + C * row : nullptr;
+// k's spectra in the spectra tensor of a forward that keeps them (the rows after W's, `row`
+// complex floats each: M, or 2 H for the halves): where the forward writes them and where the
+// backward reads them; null where spec holds W's alone.
+cf32* kept_k_spectra(const Tensor& spec, int64_t B, int64_t C, int64_t row) {
+  return spec.size(0) == kept_rows(B, C) ? as<cf32>(spec) + C * row : nullptr;
 }
 
 template <typename scalar_t, class CS>
@@ -264,9 +265,6 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   if (keep_twiddles != nullptr) *keep_twiddles = tws.buf;
   const int resident = resident_clusters<scalar_t, CS>(stream);
   const int64_t rows = keep != nullptr ? kept_rows(B, C) : C;
-  const auto k_spectra = [&](const Tensor& spec) {
-    return keep != nullptr ? as<cf32>(spec) + C * CS::M : nullptr;
-  };
   if (fused_forward_for(B, C, resident)) {
     const int level = prefetch_level();
     const int ahead = level == 2 ? resident : 0;
@@ -277,7 +275,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
                k.const_data_ptr<scalar_t>(), as<cf32>(spec), out.mutable_data_ptr<scalar_t>(),
                static_cast<int>(B), static_cast<int>(C), static_cast<int>(T),
                static_cast<float>(eps), level > 0, ahead, relaxed_barriers(),
-               staged ? tws.staged : tws.tw, tws.twc, k_spectra(spec));
+               staged ? tws.staged : tws.tw, tws.twc, kept_k_spectra(spec, B, C, CS::M));
     if (keep != nullptr) *keep = spec;
     return out;
   }
@@ -286,7 +284,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   launch<CS>(cluster_conv_kernel<scalar_t, CS, false>, B * C, stream,
              k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(),
              static_cast<int>(C), static_cast<int>(T), static_cast<float>(eps),
-             tws.staged, tws.twc, k_spectra(spec));
+             tws.staged, tws.twc, kept_k_spectra(spec, B, C, CS::M));
   if (keep != nullptr) *keep = spec;
   return out;
 }
@@ -397,7 +395,7 @@ Tensor halves_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t
              k.const_data_ptr<scalar_t>(), as<cf32>(spec), as<cf32>(scratch),
              out.mutable_data_ptr<scalar_t>(), static_cast<int>(B), static_cast<int>(C),
              static_cast<int>(T), static_cast<float>(eps), spectra, tws.staged, tws.twc,
-             keep != nullptr ? as<cf32>(spec) + C * 2 * CS::M : nullptr);
+             kept_k_spectra(spec, B, C, 2 * CS::M));
   if (keep != nullptr) *keep = spec;
   return out;
 }

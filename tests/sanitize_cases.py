@@ -277,13 +277,13 @@ def rwkv_fft_cases():
                expect="fft_tc")
     timex_case("rwkv_fft", 9, 1, 12289, "float16", "fft_tc", "tensor cores, split backward",
                misalign=True, expect="fft_tc")
-    # The cluster kernels (sm_90: a row's transform over a 2-, 3- or 4-CTA cluster through
+    # The cluster kernels (sm_90: a row's transform over a 2- to 5-CTA cluster through
     # distributed shared memory), each M: just past one CTA (T = 16385: 3 CTAs of 8192, M =
-    # 24576), 2 CTAs (32768), 3 CTAs of 16384 (40001: M = 49152), 4 CTAs (65536), odd lengths
-    # in the half types.
+    # 24576), 2 CTAs (32768), 5 CTAs of 8192 (40001: M = 40960), 3 CTAs of 16384 (44101: M =
+    # 49152), 4 CTAs (65536), odd lengths in the half types.
     for dtype, B, C, T in [("float32", 1, 2, 16385), ("float32", 2, 1, 32768),
                            ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
-                           ("float16", 2, 1, 40001)]:
+                           ("float16", 2, 1, 40001), ("float32", 2, 1, 44101)]:
         timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", "fft_cluster", expect="fft_cluster")
     timex_case("rwkv_fft", 2, 2, 16385, "float32", "fft_cluster", "fft_cluster, kept tables",
                keep=True, expect="fft_cluster")

@@ -291,7 +291,8 @@ def test_fused_backward_work_splits(shape, monkeypatch):
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
 # takes them too, up to T = 65536), in every dtype they take, at odd, prime and power-of-two
 # lengths: each cluster length M (cluster_m) at its shortest and longest T and between.
-LONG_LENGTHS = [16385, 16411, 20000, 24576, 24577, 32768, 32771, 44100, 49152, 49153, 65536]
+LONG_LENGTHS = [16385, 16411, 20000, 24576, 24577, 32768, 32771, 40960, 40961, 44100, 49152,
+                49153, 65536]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
 
 
@@ -300,9 +301,9 @@ def errors(got, want):
 
 
 def cluster_m(T):
-    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 3 x 8192,
-    2, 3 or 4 x 16384, the shortest >= T."""
-    return next(m for m in (24576, 32768, 49152, 65536) if T <= m)
+    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 3 or
+    5 x 8192, 2, 3 or 4 x 16384, the shortest >= T."""
+    return next(m for m in (24576, 32768, 40960, 49152, 65536) if T <= m)
 
 
 @needs_sm90
@@ -340,14 +341,28 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
 @needs_sm90
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
-    cluster does several channels; at M = 24576 two CTAs per SM), misaligned (odd) T, and CUDA
-    graph capture at T = 40001."""
+    cluster does several channels; at M = 24576 and 40960 three CTAs per SM), misaligned (odd)
+    T, M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, and CUDA graph capture at
+    T = 40001."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
-    for shape in [(1, 1, 40001), (1, 1, 16411), (2, 300, 17000), (1, 150, 44100)]:
+    for shape in [(1, 1, 40001), (1, 1, 16411), (2, 300, 17000), (1, 150, 44100),
+                  (2, 200, 36001), (1, 1, 32769)]:
         w, k, g = make(*shape, "cuda", torch.float32)
         for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1),
                               reference(w, k, g, 0.1)):
             assert max_rel(a, b) < 2e-6, (shape, name)
+    w, k, g = make(2, 3, 39999, "cuda", torch.float32)
+    p5 = ours(w, k, g, 0.1)
+
+    def kept_m():  # the cluster length M of the kept spectra
+        return torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.1)[2].shape[-1]
+
+    assert kept_m() == 40960
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_P5", "0")
+    assert kept_m() == 49152
+    for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1), p5):
+        assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
+    monkeypatch.delenv("RWKV_TIMEX_CLUSTER_P5")
     w, k, g = make(1, 2, 40001, "cuda", torch.float32)
     ours(w, k, g, 0.1)
     static = [t.clone() for t in (w, k, g)]
@@ -370,7 +385,8 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
 @needs_sm90
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 3, 32768), (1, 2, 65536), (2, 5, 20011), (3, 1, 40001),
-                                   (1, 70, 32768), (1, 70, 49152), (2, 90, 22050)])
+                                   (1, 70, 32768), (1, 70, 49152), (2, 90, 22050),
+                                   (1, 90, 40960)])
 def test_cluster_forward_in_one_kernel(shape, dtype, monkeypatch):
     """The cluster forward as one kernel (W's spectrum and the convolution by the same cluster,
     RWKV_TIMEX_CLUSTER_FORWARD=fused; auto where it takes no more waves), with each setting of

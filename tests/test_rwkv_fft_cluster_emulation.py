@@ -157,6 +157,13 @@ int main() {
   check<float, 32, 3, 4>(3, 2, 61, -0.25, 0, 1, 1e-6);
   check<float, 8192, 3, 64>(1, 2, 20011, 0.1, 1, 1, 1e-6);
   check<float, 16384, 3, 64>(1, 1, 44101, 0.1, 0, 1, 1e-6);
+  // P = 5 (M = 5 L): the W_5 turns, pairs across CTAs 1 and 4, 2 and 3; the GPU's shape
+  // (L = 8192) just past 32768 and at an odd length.
+  check<float, 16, 5, kThreads>(2, 3, 80, 0.5, 1, 2, 1e-6);
+  check<float, 32, 5, 4>(3, 2, 149, -0.25, 0, 1, 1e-6);
+  check<float, 8192, 5, 64>(1, 2, 40001, 0.1, 1, 1, 1e-6);
+  check<float, 8192, 5, 64>(2, 1, 32769, 0.1, 0, 1, 1e-6);
+  check<c10::BFloat16, 64, 5, 8>(2, 3, 311, 0.3, 1, 2, 8e-3);
   check<c10::BFloat16, 64, 3, 8>(2, 3, 191, 0.3, 1, 2, 8e-3);
   check<c10::Half, 64, 4, kThreads>(3, 3, 200, 0.3, 1, 2, 1e-3);
   check<c10::BFloat16, 256, 2, 16>(1, 3, 511, 0.3, 0, 2, 8e-3);
@@ -169,11 +176,11 @@ int main() {
 @emulation_test
 def test_cluster_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_cluster_kernels.cuh as host C++ and checks spectrum, conv
-    (both directions) and wgrad for clusters of 1 to 8 CTAs (3 too: M = 3 L), up to M = 65536,
-    against float64 direct sums; grad_w twice, to the bit; the one-pass backward to the bit of
-    the two, and both (one-pass and wgrad) reading the forward's spectra of k to the bit too;
-    the one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv, out
-    and the spectra of W and k it writes, with the staged stage-twiddle table and with the
+    (both directions) and wgrad for clusters of 1 to 8 CTAs (3 and 5 too: M = 3 L, 5 L), up to
+    M = 65536, against float64 direct sums; grad_w twice, to the bit; the one-pass backward to the
+    bit of the two, and both (one-pass and wgrad) reading the forward's spectra of k to the bit
+    too; the one-kernel forward (timex_fft_cluster_forward.cuh) to the bit of spectrum + conv,
+    out and the spectra of W and k it writes, with the staged stage-twiddle table and with the
     one-CTA table; the one-CTA twiddle table of the cluster kernels' launch to the bit of
     twiddle_kernel's."""
     run_emulator(EMULATOR, tmp_path)

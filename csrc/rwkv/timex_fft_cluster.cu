@@ -1,9 +1,10 @@
 // RWKV TimeX: host side of the thread-block-cluster FFT convolution (timex_fft_fused.h,
 // kernels in timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory
-// holds. M = the smallest of 24576, 32768, 49152 and 65536 that is >= T (cluster_length), as
-// P CTAs per row of L values each (with_cluster_length): P = 3 at M = 24576 (L = 8192: 512
-// threads, 68 KiB of shared memory), else the one-CTA kernels' largest shape, L = 16384 (1024
-// threads, 136 KiB, one CTA per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the
+// holds. M = the smallest of 24576, 32768, 40960, 49152 and 65536 that is >= T
+// (cluster_length), as P CTAs per row of L values each (with_cluster_length): L = 8192 (512
+// threads, 68 KiB of shared memory, three CTAs per SM) with P = 3 at M = 24576 and P = 5 at
+// M = 40960, else the one-CTA kernels' largest shape, L = 16384 (1024 threads, 136 KiB, one
+// CTA per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
 // device-global state and capturable in a CUDA graph; the backward takes the forward's where
 // the caller kept it), then the forward as one kernel (W's spectrum and the convolution by the
@@ -43,30 +44,36 @@ static_assert(kFusedMaxT == kMaxM, "timex_fft_fused.h");
 
 // The cluster kernels' row lengths M, shortest first, and M for rows of T (0 past the
 // longest). Each M is P L (with_cluster_length).
-constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 3 * kClusterL,
-                                   4 * kClusterL};
+constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 5 * kClusterL / 2,
+                                   3 * kClusterL, 4 * kClusterL};
 static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
+// RWKV_TIMEX_CLUSTER_P5=0 (read at every call) skips M = 40960 (rows of 32768 < T <= 40960
+// take 49152): kept to measure the one against the other in one process.
 int cluster_length(int64_t T) {
+  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_P5");
+  const bool p5 = v == nullptr || std::strcmp(v, "0") != 0;
   for (const int M : kClusterLengths) {
-    if (T <= M) return M;
+    if (T <= M && (p5 || M != 5 * kClusterL / 2)) return M;
   }
   return 0;
 }
 
 // CTAs per row at cluster length M.
-int cluster_ctas(int M) { return M % 3 == 0 ? 3 : M / kClusterL; }
+int cluster_ctas(int M) { return M % 3 == 0 ? 3 : M % 5 == 0 ? 5 : M / kClusterL; }
 
 // f(ClusterShape<...>{}) for the run-time M of cluster_length. L = 16384 values per CTA where
 // P allows: with L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the
 // forward took 1.2-1.4x longer on the H100 at the same M (benchmarks/results/
 // timex_tensor_cores_h100.md). M = 24576 = 3 x 8192 is the exception: measured faster than
-// M = 32768 at T = 20000 and 22050 (benchmarks/results/timex_cluster_p3_h100.md).
+// M = 32768 at T = 20000 and 22050 (benchmarks/results/timex_cluster_p3_h100.md), and so is
+// M = 40960 = 5 x 8192 against 49152 = 3 x 16384 (1.2 times the points; run 43).
 template <typename F>
 void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;
   if (M == 3 * kClusterL / 2) f(ClusterShape<Shape<kClusterL / 2, kThreads>, 3>{});
   if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
+  if (M == 5 * kClusterL / 2) f(ClusterShape<Shape<kClusterL / 2, kThreads>, 5>{});
   if (M == 3 * kClusterL) f(ClusterShape<Local, 3>{});
   if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
@@ -175,11 +182,11 @@ bool relaxed_barriers() {
 }
 // RWKV_TIMEX_CLUSTER_STAGED = 0: the fused forward reads its stage twiddles from the one-CTA
 // kernels' table instead of the staged one (the same values), at M = 32768 and 65536, where
-// it was measured; the 3-CTA shapes are built with the staged table alone (no kernel
+// it was measured; the 3- and 5-CTA shapes are built with the staged table alone (no kernel
 // instantiated for a switch that changes no result: less nvcc time).
 template <class CS>
 bool staged_twiddles() {
-  if constexpr (CS::P == 3) {
+  if constexpr (CS::P == 3 || CS::P == 5) {
     return true;
   } else {
     const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
@@ -191,7 +198,7 @@ bool staged_twiddles() {
 // otherwise the one reading the one-CTA table.
 template <typename scalar_t, class CS>
 auto forward_kernel(bool staged) {
-  if constexpr (CS::P == 3) {
+  if constexpr (CS::P == 3 || CS::P == 5) {
     return cluster_forward_kernel<scalar_t, CS, true>;
   } else {
     return staged ? cluster_forward_kernel<scalar_t, CS, true>

@@ -19,8 +19,9 @@
 // entries (one of them remotely), computes both results and writes both (remotely again), so
 // no two threads touch one entry and a pass needs no barrier between its reads and writes.
 //
-// P is 2, 3, 4 or 8 (1 in the emulation test): M = 3 L is the only length that is no power
-// of two, so that a row of T <= 3 L is padded to 3 L instead of 4 L (25% fewer points).
+// P is 2, 3, 4, 5 or 8 (1 in the emulation test): M = 3 L and 5 L are the lengths that are no
+// power of two, so that a row of T <= 3 L is padded to 3 L instead of 4 L (25% fewer points)
+// and one of T <= 5 L to 5 L instead of 6 L (17% fewer).
 //
 // Twiddles: the one-CTA table tw (e^{-2 pi i m / 32768}) for the DFT_L stages, and the
 // cluster table twc of 2M entries (cluster_twiddle_kernel, in double, rounded once), laid out
@@ -30,7 +31,7 @@
 //   twc[M + r L + k2] = W_{2M}^{r + P k2}  (the split's W_{2M}^k in the cluster layout)
 // The four-step's W_M^{r n} for n = n2 + L n1 is W_M^{r n2} W_P^{r n1}: a table entry turned
 // by a P-th root of unity (root_turn: exact for P = 2 and 4, a swap and sign changes; one
-// rounding per product for P = 3 and 8).
+// rounding per product for P = 3, 5 and 8).
 #pragma once
 
 #include "rwkv/timex_fft_kernels.cuh"
@@ -109,8 +110,9 @@ __device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
 // issue29_runs/run42_kept_k_h200.md (f)).
 template <class Sh, int P_>
 struct ClusterShape {
-  static_assert((P_ == 3 || (P_ >= 1 && P_ <= 8 && (P_ & (P_ - 1)) == 0)) && Sh::M >= 2,
-                "P: 1, 2, 3, 4 or 8");
+  static_assert((P_ == 3 || P_ == 5 || (P_ >= 1 && P_ <= 8 && (P_ & (P_ - 1)) == 0)) &&
+                    Sh::M >= 2,
+                "P: 1, 2, 3, 4, 5 or 8");
   using Local = Sh;
   static constexpr int P = P_, L = Sh::M, M = P_ * Sh::M, THREADS = Sh::THREADS;
   static_assert(M <= kClusterMaxM, "M");
@@ -131,8 +133,8 @@ struct ClusterShape {
 // stages' table tw (twiddle_value, the same bits as twiddle_kernel's) and the staged table of
 // the local DFT_L (staged_value, timex_fft_math.cuh; where staged is not null): any grid, any
 // block size. Each twc entry is e^{-2 pi i e / (2M)} for an integer e < 2M: e / M is exact
-// in double for M a power of two, and within half a double ulp (2^-53 relative) for M = 3 L,
-// far under the float rounding of the result.
+// in double for M a power of two, and within half a double ulp (2^-53 relative) for M = 3 L
+// and 5 L, far under the float rounding of the result.
 template <class CS>
 TIMEX_FFT_KERNEL(256) cluster_twiddle_kernel(cf32* __restrict__ twc, cf32* __restrict__ tw,
                                              cf32* __restrict__ staged = nullptr) {
@@ -172,8 +174,9 @@ TIMEX_FFT_DEVICE int mod_p(int x) {
 }
 
 // v W_P^e = v e^{-2 pi i e / P} for 0 <= e < P. P = 3: W_3^{1,2} = -1/2 -+ i sqrt(3)/2, a
-// complex product in float (sqrt(3)/2 rounded once; the 1/2 exact). Else -v past the half
-// turn, then rotate's sixteenth turns (exact for P <= 4).
+// complex product in float (sqrt(3)/2 rounded once; the 1/2 exact); P = 5 likewise, W_5^e =
+// cos(2 pi e / 5) - i sin(2 pi e / 5), each rounded once. Else -v past the half turn, then
+// rotate's sixteenth turns (exact for P <= 4).
 template <int P>
 TIMEX_FFT_DEVICE cf32 root_turn(cf32 v, int e) {
   if constexpr (P == 3) {
@@ -181,6 +184,16 @@ TIMEX_FFT_DEVICE cf32 root_turn(cf32 v, int e) {
     constexpr float kSin60 = 0.866025403784438646763723170752936183f;
     const float h = e == 1 ? kSin60 : -kSin60;  // W_3^e = -1/2 - i h
     return {fmaf(h, v.y, -0.5f * v.x), fmaf(-h, v.x, -0.5f * v.y)};
+  }
+  if constexpr (P == 5) {
+    if (e == 0) return v;
+    constexpr float kCos72 = 0.309016994374947424102293417182819059f;
+    constexpr float kSin72 = 0.951056516295153572116439333379382143f;
+    constexpr float kCos144 = -0.809016994374947424102293417182819059f;
+    constexpr float kSin144 = 0.587785252292473129168705954639072769f;
+    const float c = e == 1 || e == 4 ? kCos72 : kCos144;
+    const float s = e == 1 ? kSin72 : e == 2 ? kSin144 : e == 3 ? -kSin144 : -kSin72;
+    return {fmaf(c, v.x, s * v.y), fmaf(c, v.y, -s * v.x)};  // v (c - i s)
   }
   int e16 = e * (16 / P);
   if (e16 >= 8) {

@@ -287,6 +287,8 @@ def rwkv_fft_cases():
         timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", "fft_cluster", expect="fft_cluster")
     timex_case("rwkv_fft", 2, 2, 16385, "float32", "fft_cluster", "fft_cluster, kept tables",
                keep=True, expect="fft_cluster")
+    timex_case("rwkv_fft", 2, 2, 36001, "bfloat16", "fft_cluster", "fft_cluster, kept tables",
+               keep=True, expect="fft_cluster")
     # The rows as two halves on 2-CTA clusters (timex_fft_cluster_halves.cuh): T = 2H, odd T,
     # just past H, misaligned, B > 1 (grad_w's sum), the split forward (more rows than channels).
     for dtype, B, C, T, misalign, forward in [("float32", 1, 2, 65536, False, "fused"),

@@ -216,7 +216,10 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       cluster_sync();
       scalar_t* o = grad_k + r * T;
       cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
-      cluster_sync();
+      // The combine's reads of every CTA's shared memory are done before the next write to it:
+      // k's transform here, else the next row's G (after the loop's own barrier: none needed
+      // here) or, after the last row, the merge of the channel's sum.
+      if (ks == nullptr || b + 1 == B) cluster_sync();
       if (ks != nullptr) continue;
       fft<Sh, false, false, 1, true>(
           sm, tw,
@@ -229,7 +232,7 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
                        product<true>(f, gs[pj], xj), sk, sj);
       });
     }
-    if (kspec != nullptr) {  // after the last combine's cluster_sync: shared memory is free
+    if (kspec != nullptr) {  // after the last row's barrier: shared memory is free
       cluster_owned<CS>(sm, [&](int f, int pk, int pj, cf32* sk, cf32* sj) {
         cluster_merge<CS>(twc, f, acc[pk], acc[pj], sk, sj);
       });

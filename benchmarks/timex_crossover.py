@@ -24,7 +24,7 @@ DTYPES = {"cuda": [torch.float32, torch.bfloat16, torch.float64],
 ALGOS = {"cuda": ["direct", "fft", "fft_library"], "cpu": ["direct", "fft"]}
 # --long: the choice among the FFT kernels around one CTA's limit (T = 16384): the one-CTA
 # fused kernels, the thread-block-cluster kernels and the library FFT (CUDA).
-LONG = {"lengths": [12288, 16384, 16385, 24576, 32768, 49152, 65536], "rows": [(1, 256)],
+LONG = {"lengths": [12288, 16384, 16385, 24576, 32768, 40000, 49152, 65536], "rows": [(1, 256)],
         "dtypes": [torch.float32, torch.bfloat16, torch.float16],
         "algos": ["fft_fused", "fft_cluster", "fft_library"]}
 # --half: the bfloat16/float16 crossover (CUDA): the tensor-core direct kernels against the

@@ -183,9 +183,9 @@ constexpr int64_t kF64DirectMaxT = 256;
 
 // The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
 // thread-block cluster per row up to 65536), else the library FFT path. The cluster kernels
-// pad the row to M = 24576, 32768, 49152 or 65536, the library to the next 2^a 3^b 5^c 7^d:
-// for every T in (16384, 65536] the cluster M is within 1.5x of the library's (at most 1.498x,
-// T = 32769). Measured on the H100, forward + both gradients through eager autograd, the
+// pad the row to M = 24576, 32768, 40960, 49152 or 65536, the library to the next 2^a 3^b 5^c
+// 7^d: for every T in (16384, 65536] the cluster M is within 1.5x of the library's (at most
+// 1.493x, T = 16385). Measured on the H100, forward + both gradients through eager autograd, the
 // cluster kernels were faster at every ratio tried up to 1.64x: at (1, 384, 20000) with
 // M = 32768 bfloat16 0.714 against 0.732 ms, float32 0.734 against 0.945 (benchmarks/results/
 // issue29_runs/run9_*); with M = 24576 (1.23x) 0.645 against 0.731 and 0.658 against 0.765;
@@ -355,10 +355,10 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 // timex_backward_kept; where the fused or cluster kernels run, their twiddle tables as kz
 // (bytes, at most 1.4 MiB) and W's spectra (their frequency order) as wz: C M complex floats
 // (M = the power of two >= T for the fused kernels, e.g. 128 MiB at C = 1024, T = 16384), and
-// for the cluster kernels (M = 24576, 32768, 49152 or 65536) k's spectra after them, (C + B C)
-// M (as PyTorch's FFT convolution keeps k's; (C + B C, 2, kHalvesH) where their rows run as
-// two halves), held from the forward to the backward, which then skips their transforms and
-// the tables' allocation and launch; where the
+// for the cluster kernels (M = 24576, 32768, 40960, 49152 or 65536) k's spectra after them,
+// (C + B C) M (as PyTorch's FFT convolution keeps k's; (C + B C, 2, kHalvesH) where their rows
+// run as two halves), held from the forward to the backward, which then skips their
+// transforms and the tables' allocation and launch; where the
 // tensor-core kernels run, W's spectra (C, N) int32 (two float16 an entry) as wz and their
 // exponents (C,) int32 as kz; else an empty tensor as both (one allocation fewer: short calls
 // are bound by host time).

@@ -67,7 +67,8 @@ int cluster_ctas(int M) { return M % 3 == 0 ? 3 : M % 5 == 0 ? 5 : M / kClusterL
 // forward took 1.2-1.4x longer on the H100 at the same M (benchmarks/results/
 // timex_tensor_cores_h100.md). M = 24576 = 3 x 8192 is the exception: measured faster than
 // M = 32768 at T = 20000 and 22050 (benchmarks/results/timex_cluster_p3_h100.md), and so is
-// M = 40960 = 5 x 8192 against 49152 = 3 x 16384 (1.2 times the points; run 43).
+// M = 40960 = 5 x 8192 against 49152 = 3 x 16384 (1.2 times the points; 4-29% more time on
+// the H200 at 32768 < T <= 40960: benchmarks/results/issue29_runs/run43_p5_h200.md (b)).
 template <typename F>
 void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;

@@ -216,9 +216,9 @@ cluster_backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restri
       cluster_sync();
       scalar_t* o = grad_k + r * T;
       cluster_combine<CS>(sm, twc, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
-      // The combine's reads of every CTA's shared memory are done before the next write to it:
-      // k's transform here, else the next row's G (after the loop's own barrier: none needed
-      // here) or, after the last row, the merge of the channel's sum.
+      // A barrier between the combine's reads of every CTA's shared memory and the next write
+      // there: k's transform below, or after the channel's last row the merge of grad_w's sum;
+      // before the next row's G (kept form) the loop's own barrier serves.
       if (ks == nullptr || b + 1 == B) cluster_sync();
       if (ks != nullptr) continue;
       fft<Sh, false, false, 1, true>(

@@ -48,11 +48,15 @@ constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 5 * kCluste
                                    3 * kClusterL, 4 * kClusterL};
 static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
-// RWKV_TIMEX_CLUSTER_P5=0 (read at every call) skips M = 40960 (rows of 32768 < T <= 40960
-// take 49152): kept to measure the one against the other in one process.
+// A switch kept to measure a variant in one process, read at every call: on unless set to 0.
+bool switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// RWKV_TIMEX_CLUSTER_P5=0 skips M = 40960 (rows of 32768 < T <= 40960 take 49152).
 int cluster_length(int64_t T) {
-  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_P5");
-  const bool p5 = v == nullptr || std::strcmp(v, "0") != 0;
+  const bool p5 = switch_on("RWKV_TIMEX_CLUSTER_P5");
   for (const int M : kClusterLengths) {
     if (T <= M && (p5 || M != 5 * kClusterL / 2)) return M;
   }
@@ -177,10 +181,7 @@ int prefetch_level() {
   if (v == nullptr || *v == '\0') return 2;
   return std::strcmp(v, "0") == 0 ? 0 : std::strcmp(v, "1") == 0 ? 1 : 2;
 }
-bool relaxed_barriers() {
-  const char* v = std::getenv("RWKV_TIMEX_CLUSTER_RELAXED");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
+bool relaxed_barriers() { return switch_on("RWKV_TIMEX_CLUSTER_RELAXED"); }
 // RWKV_TIMEX_CLUSTER_STAGED = 0: the fused forward reads its stage twiddles from the one-CTA
 // kernels' table instead of the staged one (the same values), at M = 32768 and 65536, where
 // it was measured; the 3- and 5-CTA shapes are built with the staged table alone (no kernel
@@ -190,8 +191,7 @@ bool staged_twiddles() {
   if constexpr (CS::P == 3 || CS::P == 5) {
     return true;
   } else {
-    const char* v = std::getenv("RWKV_TIMEX_CLUSTER_STAGED");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return switch_on("RWKV_TIMEX_CLUSTER_STAGED");
   }
 }
 

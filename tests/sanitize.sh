@@ -9,7 +9,8 @@
 #   tests/sanitize.sh [LOG_DIR]                    (default: $OUT, else build/sanitize)
 #   SANITIZE_TOOLS="memcheck initcheck"            a subset of the tools (default: all four)
 #   SANITIZE_FAMILIES="lltm_seq rwkv_fft"          a subset of the families (tests/sanitize.py)
-#   SANITIZE_ARGS="--dtypes float32 --case T=1\b"  more filters for tests/sanitize.py
+#   SANITIZE_ARGS="--dtypes float32 --case T=1\b"  more filters for tests/sanitize.py (split at
+#                                                  spaces: a --case regex writes one as .)
 #   SANITIZE_BUDGET_<TOOL>=seconds                 wall time for all of a tool's runs
 #                                                  (defaults: memcheck 90, racecheck 120,
 #                                                  initcheck 130, synccheck 70: 7 minutes)
@@ -95,12 +96,22 @@ for tool in $TOOLS; do
   for family in $FAMILIES; do
     sel=(--family "$family" ${EXTRA[@]+"${EXTRA[@]}"})
     [ "$tool" = racecheck ] && sel+=(--library-dtypes float32,float64)
-    n="$("$PY" tests/sanitize.py "${sel[@]}" --count 2>/dev/null || echo 0)"
+    # A bad filter (an argument tests/sanitize.py refuses) stops here: its runs would check
+    # nothing and report clean.
+    if ! n="$("$PY" tests/sanitize.py "${sel[@]}" --count 2>"$LOG_DIR/count.err")"; then
+      echo "sanitize: tests/sanitize.py ${sel[*]} --count failed: $(tail -1 "$LOG_DIR/count.err")" \
+        | tee -a "$SUMMARY" >&2
+      exit 2
+    fi
     [ "$n" -gt 0 ] 2>/dev/null || continue
     runs+=("$family")
     counts+=("$n")
     total=$((total + n))
   done
+  if [ "${#runs[@]}" -eq 0 ]; then  # the filters match no case of any family: nothing checked
+    printf '%-26s no case matches SANITIZE_FAMILIES and SANITIZE_ARGS\n' "$tool" | tee -a "$SUMMARY"
+    status=1
+  fi
   tool_start=$(date +%s)
   tool_budget=$(budget "$tool")
   for i in "${!runs[@]}"; do

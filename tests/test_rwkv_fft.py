@@ -342,8 +342,8 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
     cluster does several channels; at M = 24576 and 40960 three CTAs per SM), misaligned (odd)
-    T, M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, and CUDA graph capture at
-    T = 40001."""
+    T, M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, the Spread scheduling policy
+    (RWKV_TIMEX_CLUSTER_BALANCED=0), and CUDA graph capture at T = 40001."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     for shape in [(1, 1, 40001), (1, 1, 16411), (2, 300, 17000), (1, 150, 44100),
                   (2, 200, 36001), (1, 1, 32769)]:
@@ -363,6 +363,14 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1), p5):
         assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
     monkeypatch.delenv("RWKV_TIMEX_CLUSTER_P5")
+    # The Spread scheduling policy (fewer resident clusters at L = 8192: 124 against 132 on the
+    # H200, so other clusters do the 200 channels): the same bits.
+    w, k, g = make(1, 200, 20000, "cuda", torch.float32)
+    balanced = ours(w, k, g, 0.1)
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_BALANCED", "0")
+    for a, b in zip(ours(w, k, g, 0.1), balanced):
+        assert torch.equal(a, b)
+    monkeypatch.delenv("RWKV_TIMEX_CLUSTER_BALANCED")
     w, k, g = make(1, 2, 40001, "cuda", torch.float32)
     ours(w, k, g, 0.1)
     static = [t.clone() for t in (w, k, g)]

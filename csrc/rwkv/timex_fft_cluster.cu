@@ -83,6 +83,14 @@ void with_cluster_length(int M, const F& f) {
   if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
 
+// The clusters' scheduling policy: LoadBalancing, unless RWKV_TIMEX_CLUSTER_BALANCED=0 asks
+// for the default, Spread. On the H200 it fits more clusters of the L = 8192 CTAs at once (5
+// CTAs: 73 against 69; 3 CTAs: 132 against 124; the same counts at L = 16384) and took 4-9%
+// off forward + backward at 16384 < T <= 40960 (benchmarks/results/issue29_runs/
+// run43_p5_h200.md (k)).
+bool balanced() { return switch_on("RWKV_TIMEX_CLUSTER_BALANCED"); }
+
+// A launch's configuration: `clusters` of P CTAs, attr[2] their size and scheduling policy.
 cudaLaunchConfig_t config(int grid, int P, int threads, int smem, cudaStream_t stream,
                           cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
@@ -94,8 +102,11 @@ cudaLaunchConfig_t config(int grid, int P, int threads, int smem, cudaStream_t s
   attr->val.clusterDim.x = static_cast<unsigned>(P);
   attr->val.clusterDim.y = 1;
   attr->val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+  attr[1].val.clusterSchedulingPolicyPreference =
+      balanced() ? cudaClusterSchedulingPolicyLoadBalancing : cudaClusterSchedulingPolicySpread;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = 2;
   return cfg;
 }
 
@@ -104,9 +115,9 @@ template <class CS, typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), int64_t clusters, cudaStream_t stream, Args... args) {
   FUSED_OPS_CUDA_CHECK(
       fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
-  cudaLaunchAttribute attr{};
+  cudaLaunchAttribute attr[2]{};
   const cudaLaunchConfig_t cfg = config(static_cast<int>(clusters * CS::P), CS::P, CS::THREADS,
-                                        CS::Local::SMEM, stream, &attr);
+                                        CS::Local::SMEM, stream, attr);
   FUSED_OPS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
@@ -208,27 +219,28 @@ auto forward_kernel(bool staged) {
 }
 
 // The clusters of the wgrad kernel (and the one-pass backward and one-kernel forward) that
-// the device keeps resident at once: the occupancy query once per kernel and device (no call
-// during a CUDA graph capture after the first). The three take the same shared memory and
-// threads and the same register cap (ClusterShape::MIN_BLOCKS): one CTA per SM at L = 16384
-// (136 KiB), three at L = 8192 (68 KiB). The query also counts what a GPC's SMs fit of
-// clusters of P (P = 3 too).
+// the device keeps resident at once: the occupancy query once per kernel, device and
+// scheduling policy (no call during a CUDA graph capture after the first). The three take the
+// same shared memory and threads and the same register cap (ClusterShape::MIN_BLOCKS): one
+// CTA per SM at L = 16384 (136 KiB), three at L = 8192 (68 KiB). The query also counts what a
+// GPC's SMs fit of clusters of P (P = 3 too) under the policy (config).
 template <typename scalar_t, class CS>
 int resident_clusters(cudaStream_t stream) {
   const auto kernel = cluster_wgrad_kernel<scalar_t, CS>;
   static std::mutex mutex;
-  static std::set<std::pair<int, int>> known;  // (device, resident clusters)
+  static std::set<std::pair<int, int>> known;  // (2 device + balanced, resident clusters)
   int device = 0;
   FUSED_OPS_CUDA_CHECK(cudaGetDevice(&device));
+  const int key = 2 * device + (balanced() ? 1 : 0);
   {
     std::lock_guard<std::mutex> lock(mutex);
-    const auto it = known.lower_bound({device, INT_MIN});
-    if (it != known.end() && it->first == device) return it->second;
+    const auto it = known.lower_bound({key, INT_MIN});
+    if (it != known.end() && it->first == key) return it->second;
   }
   FUSED_OPS_CUDA_CHECK(
       fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), CS::Local::SMEM));
-  cudaLaunchAttribute attr{};
-  const cudaLaunchConfig_t cfg = config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, &attr);
+  cudaLaunchAttribute attr[2]{};
+  const cudaLaunchConfig_t cfg = config(CS::P, CS::P, CS::THREADS, CS::Local::SMEM, stream, attr);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -236,7 +248,7 @@ int resident_clusters(cudaStream_t stream) {
   }
   n = std::max(n, 1);
   std::lock_guard<std::mutex> lock(mutex);
-  known.insert({device, n});
+  known.insert({key, n});
   return n;
 }
 

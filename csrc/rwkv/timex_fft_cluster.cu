@@ -90,7 +90,8 @@ void with_cluster_length(int M, const F& f) {
 // run43_p5_h200.md (k)).
 bool balanced() { return switch_on("RWKV_TIMEX_CLUSTER_BALANCED"); }
 
-// A launch's configuration: `clusters` of P CTAs, attr[2] their size and scheduling policy.
+// A launch of `grid` CTAs in clusters of P; attr (two entries) receives the cluster size and
+// the scheduling policy.
 cudaLaunchConfig_t config(int grid, int P, int threads, int smem, cudaStream_t stream,
                           cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};

@@ -20,7 +20,7 @@ CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
              ("cuda", torch.float32): 640, ("cuda", torch.float64): 256}
-LENGTHS = [1, 2, 63, 64, 65, 1000, 4096, 4097, 10007, 16384, 65536]
+LENGTHS = [1, 2, 63, 64, 65, 1000, 1100, 4096, 4097, 10007, 16384, 65536]
 
 
 @pytest.fixture(params=CASES, ids=[f"{d}-{a}" for d, a in CASES])
@@ -313,13 +313,20 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     w, k, g = make(2, 3, T, "cuda", dtype)
     assert rwkv_ops.timex_algorithm(k) == "fft_cluster"
+    check_on_chip(w, k, g)
+
+
+def check_on_chip(w, k, g):
+    """The on-chip FFT kernels' bar: float32 at most 2x the error of PyTorch's float32 FFT
+    convolution (cuFFT) on the same inputs and within the one-CTA kernels' 2e-6; the half types
+    within HALF_TOL; deterministic; eager autograd (W's spectra kept from the forward) the same
+    bits as the ops."""
+    dtype = k.dtype
     want = reference(w, k, g, 0.3)
     got = ours(w, k, g, 0.3)
     for a in got:
         assert a.dtype == dtype
     if dtype == torch.float32:
-        # float32-accurate: at most 2x the error of PyTorch's float32 FFT convolution (cuFFT)
-        # on the same inputs, and within the one-CTA kernels' 2e-6.
         w32, k32 = (t.detach().clone().requires_grad_() for t in (w, k))
         out = timex_fftconv(w32, k32, 0.3)
         peer = [out.detach(), *torch.autograd.grad(out, [w32, k32], g)]
@@ -331,11 +338,52 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
             assert rel_err(a, b) < HALF_TOL[dtype], (name, rel_err(a, b))
     for a, b in zip(ours(w, k, g, 0.3), got):  # deterministic: the same bits
         assert torch.equal(a, b)
-    # Eager autograd keeps W's spectra from the forward: the same bits as the ops.
     wg, kg = (t.clone().requires_grad_() for t in (w, k))
     out = rwkv_ops.timex(wg, kg, 0.3)
     for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
         assert torch.equal(a, b)
+
+
+# The one-CTA kernels' lengths M = 3 x 2^k (a last stage of radix 3 or 6: 1536 for 1024 < T <=
+# 1536, ..., 12288 for 8192 < T <= 12288), each at its shortest and longest T.
+THREE_LENGTHS = [700, 768, 1025, 1100, 1536, 2049, 3072, 4097, 6144, 8193, 12288]
+
+
+def fused_m(T):
+    """The one-CTA kernels' M for T (fft_length): the shorter of 2^k and 3 x 2^k >= T."""
+    m = 1 << (T - 1).bit_length()
+    return m // 4 * 3 if m // 4 * 3 >= max(T, 48) else m
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T", THREE_LENGTHS)
+def test_fused_kernels_three_lengths(T, dtype, monkeypatch):
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
+    w, k, g = make(2, 3, T, "cuda", dtype)
+    assert rwkv_ops.timex_algorithm(k) == "fft_fused"
+    wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)[2]
+    assert wz.shape == (3, fused_m(T)) and fused_m(T) % 3 == 0
+    check_on_chip(w, k, g)
+
+
+@cuda_only
+def test_fused_radix3_switch(monkeypatch):
+    """RWKV_TIMEX_FUSED_RADIX3=0 runs T = 1100 on M = 2048 instead of 1536: results within
+    2e-6 of each other, not the same bits; a backward given the other length's kept spectra
+    refuses them."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
+    w, k, g = make(2, 5, 1100, "cuda", torch.float32)
+    three = ours(w, k, g, 0.1)
+    _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)
+    assert wz.shape == (5, 1536)
+    monkeypatch.setenv("RWKV_TIMEX_FUSED_RADIX3", "0")
+    assert torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)[2].shape == (5, 2048)
+    two = ours(w, k, g, 0.1)
+    for name, a, b in zip(["out", "grad_w", "grad_k"], two, three):
+        assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
+    with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
+        torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz)
 
 
 @needs_sm90

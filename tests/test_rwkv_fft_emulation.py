@@ -27,8 +27,8 @@ std::mt19937 rng(1234);
 int failures = 0;
 std::vector<cf32> tw(kTwiddles);
 
-// B, C, T (M = fft_length(T), given as a template argument so that the program instantiates
-// only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
+// B, C, T (M >= T: fft_length(T), or the power of two that RWKV_TIMEX_FUSED_RADIX3=0 takes,
+// given as a template argument so that the program instantiates only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
 // (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
 // butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
 // several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1
@@ -37,8 +37,8 @@ std::vector<cf32> tw(kTwiddles);
 // kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
 template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
-  if (fft_length(T) != M) {
-    std::printf("FAIL: T=%d is not of length M=%d\n", T, M);
+  if (fft_length(T) != M && fft_length(T, false) != M) {
+    std::printf("FAIL: T=%d does not take M=%d\n", T, M);
     ++failures;
     return;
   }
@@ -54,9 +54,9 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   using Sh = Shape<M, MAXT>;
   std::vector<cf32> fused(fused_table_size<Sh>());
   launch(1, 8, 0, [&] { fused_twiddle_kernel<Sh>(fused.data()); });
-  // Its split part: the plain table's entries k kMaxM / M, to the bit.
+  // Its split part: the plain table's entries k kMaxM / M, to the bit (M a power of two).
   bool plain_same = std::memcmp(fused.data() + staged_size<Sh>(), tw.data(), sizeof(cf32)) == 0;
-  for (int i = 1; i <= M / 2; ++i) {
+  for (int i = 1; is_pow2(M) && i <= M / 2; ++i) {
     plain_same &= std::memcmp(&fused[staged_size<Sh>() + i], &tw[i * (kMaxM / M)],
                               sizeof(cf32)) == 0;
   }
@@ -124,7 +124,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
 
 int main() {
   launch(1, 8, 0, [&] { twiddle_kernel(tw.data()); });
-  // Every M from 1 (T = 1) to 16384, the GPU's shapes (MAXT = kThreads: 16 values per
+  // Every power-of-two M from 1 (T = 1) to 16384, the GPU's shapes (MAXT = kThreads: 16 values per
   // thread, radix 16 and a last stage of radix 2, 4 or 8 where log2 M % 4 != 0) and smaller
   // CTAs (several butterflies per thread and stage), odd B and C, eps != 0, misaligned rows;
   // the plain table too (PLAIN) at every last-stage radix, with 1 and several butterflies
@@ -151,6 +151,23 @@ int main() {
   check<c10::Half, 8192, 64>(1, 1, 4097, 0.3, 0, 1, 1e-3);
   check<c10::BFloat16, 64, kThreads>(3, 1, 63, 0.3, 0, 1, 8e-3);
   check<c10::BFloat16, 2048, 32, true>(1, 3, 2048, 0.3, 1, 2, 8e-3);
+  // M = 3 2^k (kMinThreeM = 48 to 12288): every last-stage form (radix 3 after 16, 8 or 4;
+  // radix 6 where the power-of-two part ends in a 2), the radix 3 and 6 stages with threads
+  // left idle in their last round (THREADS does not divide M / R) and, at 64 threads, the
+  // radix-16 stages too; the power of two of the same T (RWKV_TIMEX_FUSED_RADIX3=0) above.
+  check<float, 48, kThreads>(1, 3, 40, 0.5, 0, 2, 1e-6);
+  check<float, 96, kThreads>(3, 3, 65, 1.0, 1, 3, 1e-6);
+  check<float, 192, kThreads>(2, 3, 150, 0.5, 0, 2, 1e-6);
+  check<float, 384, 8>(1, 3, 300, 0.5, 1, 1, 1e-6);
+  check<float, 768, kThreads>(3, 3, 700, 0.1, 1, 2, 1e-6);
+  check<float, 1536, kThreads>(1, 3, 1100, 0.1, 0, 2, 1e-6);
+  check<float, 1536, 64>(2, 1, 1536, 0.1, 1, 1, 1e-6);
+  check<float, 3072, kThreads>(3, 1, 3000, 0.1, 0, 1, 1e-6);
+  check<float, 6144, kThreads>(1, 3, 4097, 0.1, 1, 1, 1e-6);
+  check<float, 12288, kThreads>(1, 1, 12288, 0.1, 0, 1, 1e-6);
+  check<float, 12288, 32>(1, 1, 9001, 0.1, 1, 1, 1e-6);
+  check<c10::Half, 1536, kThreads>(1, 3, 1100, 0.3, 0, 3, 1e-3);
+  check<c10::BFloat16, 3072, 32>(1, 3, 2049, 0.3, 1, 2, 8e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }
@@ -161,6 +178,6 @@ int main() {
 def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
     checks spectrum, conv and the backward kernel (one pass per channel and split over b with
-    the reduce launch) for M = 1 .. 16384 against float64 direct sums; grad_w twice, to the
+    the reduce launch) for M = 1 .. 16384 (2^k and 3 2^k) against float64 direct sums; grad_w twice, to the
     bit; the fused twiddle table's results to the bit of the plain table's."""
     run_emulator(EMULATOR, tmp_path)

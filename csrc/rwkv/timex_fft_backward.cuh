@@ -120,12 +120,12 @@ struct BackwardPlan {
   size_t scratch_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
 };
 
-// The CTAs of backward_kernel for rows of T that one SM of the current device keeps at once
+// The CTAs of backward_kernel of length M that one SM of the current device keeps at once
 // (the occupancy query; at least 1).
 template <typename scalar_t>
-int backward_blocks_per_sm(int64_t T) {
+int backward_blocks_per_sm(int M) {
   int per_sm = 1;
-  with_length(fft_length(T), [&](auto m) {
+  with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     const auto kernel = backward_kernel<scalar_t, Sh, true>;
     if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), Sh::SMEM) !=
@@ -139,18 +139,18 @@ int backward_blocks_per_sm(int64_t T) {
   return std::max(per_sm, 1);
 }
 
-// resident: the CTAs of backward_kernel that the device keeps at once (backward_blocks_per_sm
+// Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once (backward_blocks_per_sm
 // times the SM count). splits = 1 where C >= resident; else as many ranges of b as keep the
 // C * splits items within the resident CTAs (at most B, at least 1).
-inline BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int64_t resident) {
+inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident) {
   BackwardPlan p;
   p.splits =
       C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
   const int64_t items = C * p.splits;
   p.ctas = static_cast<int>(std::max<int64_t>(1, std::min(items, resident)));
-  const size_t M = fft_length(T);
-  p.gs_elems = M * p.ctas;
-  p.acc_elems = p.splits > 1 ? M * items : B > 1 ? M * p.ctas : 0;
+  const size_t m = static_cast<size_t>(M);
+  p.gs_elems = m * p.ctas;
+  p.acc_elems = p.splits > 1 ? m * items : B > 1 ? m * p.ctas : 0;
   return p;
 }
 
@@ -159,14 +159,14 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int64_t T, int64_t resid
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
-                            const BackwardPlan& plan, cf32* scratch, const cf32* tw,
+                            int M, const BackwardPlan& plan, cf32* scratch, const cf32* tw,
                             cudaStream_t stream) {
-  if (!supported(T) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
+  if (!runs(T, M) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
   if (C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  with_length(fft_length(T), [&](auto m) {
+  with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     const auto kernel = backward_kernel<scalar_t, Sh, true>;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);

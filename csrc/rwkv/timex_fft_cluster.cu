@@ -48,12 +48,6 @@ constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 5 * kCluste
                                    3 * kClusterL, 4 * kClusterL};
 static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
-// A switch kept to measure a variant in one process, read at every call: on unless set to 0.
-bool switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 // RWKV_TIMEX_CLUSTER_P5=0 skips M = 40960 (rows of 32768 < T <= 40960 take 49152).
 int cluster_length(int64_t T) {
   const bool p5 = switch_on("RWKV_TIMEX_CLUSTER_P5");

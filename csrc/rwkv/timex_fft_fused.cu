@@ -33,28 +33,31 @@ T* as(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// The fused table of rows of length T (the stage and split twiddles in the order the
-// kernels' warps read them: timex_fft_math.cuh): the kept table of an earlier call for T
-// (checked; the forward hands its table to the backward, which then neither allocates nor
-// launches for it), or a new one.
-Tensor twiddles(int64_t T, const Tensor& like, cudaStream_t stream, const Tensor* kept) {
+// The transform length of rows of T (fused_spectrum_length): read once per call, so that a
+// call's kernels agree.
+int length(int64_t T) { return fft_length(T, switch_on("RWKV_TIMEX_FUSED_RADIX3")); }
+
+// The fused table of length M (the stage and split twiddles in the order the kernels' warps
+// read them: timex_fft_math.cuh): the kept table of an earlier call for M (checked; the
+// forward hands its table to the backward, which then neither allocates nor launches for it),
+// or a new one.
+Tensor twiddles(int M, const Tensor& like, cudaStream_t stream, const Tensor* kept) {
   if (kept != nullptr) {
-    check_kept_twiddles(*kept, static_cast<int64_t>(twiddle_bytes(T)));
+    check_kept_twiddles(*kept, static_cast<int64_t>(twiddle_bytes(M)));
     return *kept;
   }
-  Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes(T)), like);
-  FUSED_OPS_CUDA_CHECK(launch_twiddles(T, as<cf32>(tw), stream));
+  Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes(M)), like);
+  FUSED_OPS_CUDA_CHECK(launch_twiddles(M, as<cf32>(tw), stream));
   return tw;
 }
 
 // The spectra of W (w reversed in time): C rows of M complex floats (a complex tensor, so
 // that the forward can keep it for the backward as the cluster kernels' is kept).
 template <typename scalar_t>
-Tensor w_spectra(const Tensor& w, const Tensor& tw, cudaStream_t stream) {
+Tensor w_spectra(const Tensor& w, int M, const Tensor& tw, cudaStream_t stream) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec =
-      fused_ops::empty({C, static_cast<int64_t>(fft_length(T))}, ScalarType::ComplexFloat, w);
-  FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T,
+  Tensor spec = fused_ops::empty({C, int64_t{M}}, ScalarType::ComplexFloat, w);
+  FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T, M,
                                                  /*reversed=*/true, as<cf32>(spec),
                                                  as<const cf32>(tw), stream));
   return spec;
@@ -64,26 +67,27 @@ template <typename scalar_t>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
                      Tensor* keep, Tensor* keep_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const Tensor tw = twiddles(T, k, stream, nullptr);
-  const Tensor spec = w_spectra<scalar_t>(w, tw, stream);
+  const int M = length(T);
+  const Tensor tw = twiddles(M, k, stream, nullptr);
+  const Tensor spec = w_spectra<scalar_t>(w, M, tw, stream);
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
-                                             out.mutable_data_ptr<scalar_t>(), B, C, T,
+                                             out.mutable_data_ptr<scalar_t>(), B, C, T, M,
                                              static_cast<float>(eps), as<const cf32>(tw), stream));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
 }
 
-// backward_kernel's CTAs that k's device keeps resident for rows of T: the occupancy query
-// once per dtype, length and device (a driver call that every backward call made before).
+// backward_kernel's CTAs that k's device keeps resident for rows of length M: the occupancy
+// query once per dtype, length and device (a driver call that every backward call made before).
 template <typename scalar_t>
-int64_t resident_ctas(int64_t T, const Tensor& k) {
+int64_t resident_ctas(int M, const Tensor& k) {
   static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
   const int device = k.get_device_index();
-  return memo.get({fft_length(T), device}, [&] {
+  return memo.get({M, device}, [&] {
     return int64_t{fused_ops::device_properties(k).multiProcessorCount} *
-           backward_blocks_per_sm<scalar_t>(T);
+           backward_blocks_per_sm<scalar_t>(M);
   });
 }
 
@@ -92,27 +96,30 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
                                           cudaStream_t stream, const Tensor* kept,
                                           const Tensor* kept_twiddles) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-  const Tensor tw = twiddles(T, k, stream, kept_twiddles);
-  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, tw, stream);
+  // The kept spectra's length where the caller kept them (checked against length(T) by the
+  // caller: fused_spectrum_length).
+  const int M = kept != nullptr ? static_cast<int>(kept->size(1)) : length(T);
+  const Tensor tw = twiddles(M, k, stream, kept_twiddles);
+  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, M, tw, stream);
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
-  const BackwardPlan plan = backward_plan(B, C, T, resident_ctas<scalar_t>(T, k));
+  const BackwardPlan plan = backward_plan(B, C, M, resident_ctas<scalar_t>(M, k));
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
-      grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, plan,
+      grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, M, plan,
       as<cf32>(scratch), as<const cf32>(tw), stream));
   return {grad_w, grad_k};
 }
 
 }  // namespace
 
-int64_t fused_spectrum_length(int64_t T) { return supported(T) ? fft_length(T) : 0; }
+int64_t fused_spectrum_length(int64_t T) { return supported(T) ? length(T) : 0; }
 
 bool fused_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   return k.scalar_type() != ScalarType::Double && supported(T) && B * C <= INT_MAX &&
-         static_cast<size_t>(smem_bytes(fft_length(T))) <=
+         static_cast<size_t>(smem_bytes(fft_length(T, false))) <=
              fused_ops::device_properties(k).sharedMemPerBlockOptin;
 }
 

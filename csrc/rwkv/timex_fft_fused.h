@@ -1,16 +1,24 @@
 // RWKV TimeX: the fused on-chip FFT convolution (timex_fft_kernels.cuh) behind the op's CUDA
 // entry points (timex_cuda.cu), compiled in its own translation unit (timex_fft_fused.cu:
-// every power-of-two length up to 16384 for three dtypes is most of the family's nvcc time,
+// every length up to 16384 (2^k and 3 2^k) for three dtypes is most of the family's nvcc time,
 // and builds in parallel with the rest).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <tuple>
 
 #include "common/checks.h"
 
 namespace rwkv::fft {
+
+// A switch kept to measure a variant in one process, read at every call: on unless set to 0.
+inline bool switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 
 // The longest row of the one-CTA kernels (kMaxM of timex_fft_math.cuh); longer rows go to the
 // cluster kernels.
@@ -49,7 +57,9 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
     const fused_ops::Tensor* kept_twiddles = nullptr);
 
 // M of the one-CTA kernels for rows of T: the complex values per row of the kept spectra (0
-// past their longest row).
+// past their longest row): the shortest of 2^k and 3 2^k that is >= T (from 48 on; 1536 for
+// 1024 < T <= 1536), or with RWKV_TIMEX_FUSED_RADIX3=0 the power of two, to measure one
+// against the other.
 int64_t fused_spectrum_length(int64_t T);
 
 // The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over P

@@ -161,7 +161,8 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
                                   RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
 }
 
-// f(std::integral_constant<int, M>{}) for the run-time power of two M in [1, kMaxM].
+// f(std::integral_constant<int, M>{}) for the run-time M of fft_length (a power of two in [1,
+// kMaxM], or 3 2^k in [kMinThreeM, kMaxM]); nothing for any other M.
 template <typename F>
 inline void with_length(int M, const F& f) {
   switch (M) {
@@ -172,28 +173,38 @@ inline void with_length(int M, const F& f) {
     TIMEX_FFT_CASE(16) TIMEX_FFT_CASE(32) TIMEX_FFT_CASE(64) TIMEX_FFT_CASE(128)
     TIMEX_FFT_CASE(256) TIMEX_FFT_CASE(512) TIMEX_FFT_CASE(1024) TIMEX_FFT_CASE(2048)
     TIMEX_FFT_CASE(4096) TIMEX_FFT_CASE(8192) TIMEX_FFT_CASE(16384)
+    TIMEX_FFT_CASE(48) TIMEX_FFT_CASE(96) TIMEX_FFT_CASE(192) TIMEX_FFT_CASE(384)
+    TIMEX_FFT_CASE(768) TIMEX_FFT_CASE(1536) TIMEX_FFT_CASE(3072) TIMEX_FFT_CASE(6144)
+    TIMEX_FFT_CASE(12288)
 #undef TIMEX_FFT_CASE
     default: break;
   }
 }
+static_assert(kMinThreeM == 48 && kMaxM == 16384, "with_length's cases");
 
 #ifndef TIMEX_EMULATE
 
 // ---- Host launchers: raw device pointers, the caller's stream and scratch. Each returns
-// the launch's cudaError_t. Requires supported(T) and B * C <= INT_MAX. tw: the fused table
-// of the row length T (launch_twiddles), which every launcher's kernel reads (STAGED).
+// the launch's cudaError_t. Rows of T on the one-CTA transform of length M: fft_length(T)
+// (or fft_length(T, false): the power of two, to measure one against the other; any M of
+// with_length's that is >= T runs correctly), checked by runs(T, M). Requires B * C <= INT_MAX.
+// tw: the fused table of M (launch_twiddles), which every launcher's kernel reads (STAGED).
 
-// The fused table of length T: twiddle_bytes(T) (173 KiB at M = 16384, 11 KiB at 1024).
-inline size_t twiddle_bytes(int64_t T) {
+inline bool runs(int64_t T, int M) {
+  return supported(T) && T <= M && M <= kMaxM && length_ok(M) && (is_pow2(M) || M >= kMinThreeM);
+}
+
+// The fused table of length M: twiddle_bytes(M) (173 KiB at M = 16384, 11 KiB at 1024).
+inline size_t twiddle_bytes(int M) {
   size_t n = 0;
-  with_length(fft_length(T), [&](auto m) {
+  with_length(M, [&](auto m) {
     n = sizeof(cf32) * fused_table_size<Shape<decltype(m)::value, kThreads>>();
   });
   return n;
 }
-inline cudaError_t launch_twiddles(int64_t T, cf32* tw, cudaStream_t stream) {
-  if (!supported(T)) return cudaErrorInvalidValue;
-  with_length(fft_length(T), [&](auto m) {
+inline cudaError_t launch_twiddles(int M, cf32* tw, cudaStream_t stream) {
+  if (!runs(M, M)) return cudaErrorInvalidValue;
+  with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     fused_twiddle_kernel<Sh><<<(fused_table_size<Sh>() + 255) / 256, 256, 0, stream>>>(tw);
   });
@@ -203,12 +214,12 @@ inline cudaError_t launch_twiddles(int64_t T, cf32* tw, cudaStream_t stream) {
 // spec (rows, M) = spectra of x (rows, T), read reversed where asked (W = w flipped: pass w
 // with reversed = true).
 template <typename scalar_t>
-cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, bool reversed,
+cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, bool reversed,
                             cf32* spec, const cf32* tw, cudaStream_t stream) {
-  if (!supported(T) || rows > INT_MAX) return cudaErrorInvalidValue;
+  if (!runs(T, M) || rows > INT_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  with_length(fft_length(T), [&](auto m) {
+  with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     err = fused_ops::launch_with_smem(spectrum_kernel<scalar_t, Sh, true>,
                                       static_cast<int>(rows), Sh::THREADS, Sh::SMEM, stream, x,
@@ -221,11 +232,11 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, bool rev
 // holds.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
-                        int64_t T, float eps, const cf32* tw, cudaStream_t stream) {
-  if (!supported(T) || B * C > INT_MAX) return cudaErrorInvalidValue;
+                        int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream) {
+  if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  with_length(fft_length(T), [&](auto m) {
+  with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
                                       Sh::THREADS, Sh::SMEM, stream, k, spec, out,

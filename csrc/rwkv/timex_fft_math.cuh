@@ -71,17 +71,28 @@
 
 namespace rwkv::fft {
 
-// The longest row: M = T rounded up to a power of two is at most kMaxM.
+// The longest row: M (fft_length) is at most kMaxM.
 constexpr int kMaxM = 16384;
 // Twiddle table entries: tw[m] = e^{-2 pi i m / kTwiddles}, enough for N = 2 kMaxM.
 constexpr int kTwiddles = 2 * kMaxM;
+// The shortest M = 3 2^k that fft_length gives (16 values per thread for three threads).
+constexpr int kMinThreeM = 48;
 
 TIMEX_FFT_HD constexpr bool supported(int64_t T) { return T >= 1 && T <= kMaxM; }
-// M: the smallest power of two >= T.
-TIMEX_FFT_HD constexpr int fft_length(int64_t T) {
+TIMEX_FFT_HD constexpr bool is_pow2(int x) { return x >= 1 && (x & (x - 1)) == 0; }
+// The lengths the kernels run: a power of two, or three times one (the factor 3 in the
+// transform's last stage, of radix 3 or 6).
+TIMEX_FFT_HD constexpr bool length_ok(int M) {
+  return is_pow2(M) || (M % 3 == 0 && is_pow2(M / 3));
+}
+// M for rows of T: the smallest power of two >= T, or 3/4 of it where that is >= T (and
+// three_ok, and >= kMinThreeM): 1024 < T <= 1536 takes M = 1536 instead of 2048, 25% less of
+// every transform's work and shared memory.
+TIMEX_FFT_HD constexpr int fft_length(int64_t T, bool three_ok = true) {
   int m = 1;
   while (m < T) m *= 2;
-  return m;
+  const int m3 = m / 4 * 3;
+  return three_ok && m3 >= kMinThreeM && m3 >= T ? m3 : m;
 }
 TIMEX_FFT_HD constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
 // Padded shared-memory index of complex element n (see the top of the file).
@@ -93,15 +104,32 @@ TIMEX_FFT_HD constexpr int smem_bytes(int M) { return 8 * (M + (M >> 4)); }
 // The launch shape of length M with at most MAX_THREADS threads: E = M / THREADS complex
 // values per thread (16 where M allows), radix min(E, 16). The GPU runs MAX_THREADS =
 // kThreads; the emulation test also runs fewer, the same code with more butterflies each.
+// M = 3 2^k: the power-of-two part P2 = 2^k in stages of radix min(P2, 16), then the factor 3
+// (stage_radix below).
 template <int M_, int MAX_THREADS>
 struct Shape {
-  static_assert(M_ >= 1 && M_ <= kMaxM && (M_ & (M_ - 1)) == 0, "M: a power of two");
+  static_assert(M_ >= 1 && M_ <= kMaxM && length_ok(M_), "M: 2^k or 3 2^k");
   static constexpr int M = M_;
   static constexpr int THREADS = M / 16 < 1 ? 1 : (M / 16 > MAX_THREADS ? MAX_THREADS : M / 16);
   static constexpr int E = M / THREADS;
-  static constexpr int RADIX = E < 16 ? E : 16;
+  static constexpr int P2 = is_pow2(M) ? M : M / 3;
+  static constexpr int RADIX = is_pow2(M) ? (E < 16 ? E : 16) : (P2 < 16 ? P2 : 16);
   static constexpr int SMEM = smem_bytes(M);
+  static_assert(E * THREADS == M, "THREADS divides M");
 };
+
+// The radix of Sh's stage after NS (the product of the earlier radices): RADIX while the
+// power-of-two part leaves that much, then what it leaves (a power of two: the last stage);
+// where M = 3 P2, the factor 3 joins a last radix 2 (a stage of radix 6) or follows the
+// power-of-two stages as a stage of radix 3. So every NS is a power of two, and only the last
+// stage's radix is not.
+template <class Sh>
+TIMEX_FFT_HD constexpr int stage_radix(int NS) {
+  const int rem = Sh::M / NS;
+  if (rem % 3 != 0) return rem < Sh::RADIX ? rem : Sh::RADIX;
+  const int rem2 = rem / 3;
+  return rem2 <= 2 ? rem : rem2 < Sh::RADIX ? rem2 : Sh::RADIX;
+}
 
 struct alignas(8) cf32 {
   float x, y;
@@ -128,6 +156,21 @@ TIMEX_FFT_DEVICE cf32 twiddle_value(int m) {
 #else
   double s, c;
   sincospi(static_cast<double>(m) / kMaxM, &s, &c);
+#endif
+  return {static_cast<float>(c), static_cast<float>(-s)};
+}
+
+// e^{-2 pi i a / n} for 0 <= a < n: the table entry where n divides kTwiddles (the same bits
+// as twiddle_value), else from sincospi in double of the exact fraction a / n (rounded once
+// to float: lengths 3 2^k).
+TIMEX_FFT_DEVICE cf32 root_value(int a, int n) {
+  if (kTwiddles % n == 0) return twiddle_value(a * (kTwiddles / n));
+#ifdef TIMEX_EMULATE
+  const double x = 3.14159265358979323846 * (2.0 * a / n);
+  const double s = std::sin(x), c = std::cos(x);
+#else
+  double s, c;
+  sincospi(2.0 * a / n, &s, &c);
 #endif
   return {static_cast<float>(c), static_cast<float>(-s)};
 }
@@ -172,11 +215,39 @@ TIMEX_FFT_DEVICE void butterflies(cf32 (&a)[R]) {
   }
 }
 
-// v = DFT_R(v) in registers (R a power of two <= 16): radix-2 decimation in time; the
-// bit-reversal permutation is register renaming once unrolled.
+// DFT_3 of (a, b, c) in place: X1, X2 = a - (b + c) / 2 -+ i sqrt(3/4) (b - c).
+TIMEX_FFT_DEVICE void dft3(cf32& a, cf32& b, cf32& c) {
+  constexpr float kS3 = 0.866025403784438647f;  // sqrt(3) / 2
+  const cf32 t = b + c, d = b - c;
+  const cf32 m = {a.x - 0.5f * t.x, a.y - 0.5f * t.y}, s = {kS3 * d.y, -kS3 * d.x};
+  a = a + t;
+  b = m + s;
+  c = m - s;
+}
+
+// v = DFT_R(v) in registers. R a power of two <= 16: radix-2 decimation in time; the
+// bit-reversal permutation is register renaming once unrolled. R = 3; R = 6: the DFT_3s of the
+// even and odd entries, combined as X[k], X[k + 3] = E[k] +- W_6^k O[k].
 template <int R>
 TIMEX_FFT_DEVICE void dft(cf32 (&v)[R]) {
-  if constexpr (R > 1) {
+  if constexpr (R == 3) {
+    dft3(v[0], v[1], v[2]);
+  } else if constexpr (R == 6) {
+    constexpr float kS3 = 0.866025403784438647f;
+    cf32 e0 = v[0], e1 = v[2], e2 = v[4], o0 = v[1], o1 = v[3], o2 = v[5];
+    dft3(e0, e1, e2);
+    dft3(o0, o1, o2);
+    // W_6 = 1/2 - i sqrt(3)/2, W_6^2 = -1/2 - i sqrt(3)/2.
+    const cf32 t1 = {0.5f * o1.x + kS3 * o1.y, 0.5f * o1.y - kS3 * o1.x};
+    const cf32 t2 = {-0.5f * o2.x + kS3 * o2.y, -0.5f * o2.y - kS3 * o2.x};
+    v[0] = e0 + o0;
+    v[3] = e0 - o0;
+    v[1] = e1 + t1;
+    v[4] = e1 - t1;
+    v[2] = e2 + t2;
+    v[5] = e2 - t2;
+  } else if constexpr (R > 1) {
+    static_assert(is_pow2(R) && R <= 16, "R: 3, 6 or a power of two <= 16");
     cf32 a[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) a[bit_reverse(i, ilog2(R))] = v[i];
@@ -196,48 +267,49 @@ struct SmemStore {
 };
 
 // The stage twiddles in stage order ("staged" table; the thread-block-cluster kernels use it):
-// a stage of radix R after NS reads lo[r] = tw[r k0] (r = 1 .. min(3, R - 1)) and hi[h] =
-// tw[4 h k0] (h = 1 .. R/4 - 1), k0 = (j % NS) kTwiddles / (NS R), from the table of all
-// e^{-2 pi i m / kTwiddles}: consecutive j, a warp's butterflies, hit entries k0 apart, up
-// to 32 sectors per load. The staged table holds the same values (the same bits: twiddle_value
-// of the same m) per stage as rows lo[1], lo[2], .., hi[1], .. of NS entries each, indexed by
-// j % NS: a warp's load reads consecutive entries. Stages NS = RAD, RAD^2, .. follow each
-// other (RAD: the radix of every stage but the last, whose R = M / NS may be smaller).
+// a stage of radix R (a power of two) after NS reads lo[r] = w^r (r = 1 .. min(3, R - 1)) and
+// hi[h] = w^(4 h) (h = 1 .. R/4 - 1), w = e^{-2 pi i (j % NS) / (NS R)}; a stage of radix 3 or
+// 6 reads w^r for r = 1 .. R - 1. Unstaged, they are entries of the table of all e^{-2 pi i m /
+// kTwiddles}: consecutive j, a warp's butterflies, hit entries kTwiddles / (NS R) apart, up to
+// 32 sectors per load. The staged table holds the same values (the same bits: twiddle_value of
+// the same m, root_value where NS R is not a power of two) per stage as rows lo[1], lo[2], ..,
+// hi[1], .. of NS entries each, indexed by j % NS: a warp's load reads consecutive entries.
+// The stages after the first follow each other (stage_radix).
 TIMEX_FFT_HD constexpr int staged_count(int R) {
-  return (R - 1 < 3 ? R - 1 : 3) + (R / 4 > 1 ? R / 4 - 1 : 0);
+  return !is_pow2(R) ? R - 1 : (R - 1 < 3 ? R - 1 : 3) + (R / 4 > 1 ? R / 4 - 1 : 0);
 }
-TIMEX_FFT_HD constexpr int staged_offset(int NS, int RAD) {
+// Offset of the rows of Sh's stage after NS in the staged table.
+template <class Sh>
+TIMEX_FFT_HD constexpr int staged_offset(int NS) {
   int off = 0;
-  for (int ns = RAD; ns < NS; ns *= RAD) off += ns * staged_count(RAD);
+  for (int ns = stage_radix<Sh>(1); ns < NS; ns *= stage_radix<Sh>(ns)) {
+    off += ns * staged_count(stage_radix<Sh>(ns));
+  }
   return off;
 }
-// Entries of the staged table of Sh (NS from RAD on, the last stage's R = M / NS).
+// Entries of the staged table of Sh.
 template <class Sh>
 TIMEX_FFT_HD constexpr int staged_size() {
-  int size = 0;
-  for (int ns = Sh::RADIX; ns < Sh::M; ns *= Sh::RADIX) {
-    size += ns * staged_count(Sh::M / ns < Sh::RADIX ? Sh::M / ns : Sh::RADIX);
-  }
-  return size;
+  return Sh::M == 1 ? 0 : staged_offset<Sh>(Sh::M);
 }
 // Entry i < staged_size<Sh>() of the staged table.
 template <class Sh>
 TIMEX_FFT_DEVICE cf32 staged_value(int i) {
-  int ns = Sh::RADIX, R = Sh::RADIX;
-  for (;; ns *= Sh::RADIX) {
-    R = Sh::M / ns < Sh::RADIX ? Sh::M / ns : Sh::RADIX;
+  int ns = stage_radix<Sh>(1), R = 1;
+  for (;; ns *= R) {
+    R = stage_radix<Sh>(ns);
     if (i < ns * staged_count(R)) break;
     i -= ns * staged_count(R);
   }
   const int nlo = R - 1 < 3 ? R - 1 : 3, slot = i / ns;
-  const int k0 = (i % ns) * (kTwiddles / (ns * R));
-  return twiddle_value(slot < nlo ? (slot + 1) * k0 : 4 * (slot - nlo + 1) * k0);
+  const int r = !is_pow2(R) || slot < nlo ? slot + 1 : 4 * (slot - nlo + 1);
+  return root_value(r * (i % ns), ns * R);
 }
 
 // The one-CTA kernels' table (timex_fft_kernels.cuh, fused_twiddle_kernel): the staged table
-// of Sh, then the split/merge twiddles W_{2M}^k = tw[k kMaxM / M] for k in [0, M/2], so that a
-// warp's split pass, consecutive k, reads consecutive entries (from the plain table: k kMaxM/M
-// apart, up to 32 sectors per load for M < 4096).
+// of Sh, then the split/merge twiddles W_{2M}^k for k in [0, M/2] (root_value; tw[k kMaxM /
+// M] for M a power of two), so that a warp's split pass, consecutive k, reads consecutive
+// entries (from the plain table: k kMaxM/M apart, up to 32 sectors per load for M < 4096).
 template <class Sh>
 TIMEX_FFT_HD constexpr int fused_table_size() {
   return staged_size<Sh>() + Sh::M / 2 + 1;
@@ -246,15 +318,16 @@ TIMEX_FFT_HD constexpr int fused_table_size() {
 template <class Sh>
 TIMEX_FFT_DEVICE cf32 fused_table_value(int i) {
   constexpr int kStaged = staged_size<Sh>();
-  return i < kStaged ? staged_value<Sh>(i) : twiddle_value((i - kStaged) * (kMaxM / Sh::M));
+  return i < kStaged ? staged_value<Sh>(i) : root_value(i - kStaged, 2 * Sh::M);
 }
-// W_{2M}^k (0 <= k <= M/2) from the fused table (STAGED) or the plain one.
+// W_{2M}^k (0 <= k <= M/2) from the fused table (STAGED) or the plain one (M a power of two).
 template <class Sh, bool STAGED>
 TIMEX_FFT_DEVICE cf32 pair_twiddle(const cf32* __restrict__ tw, int k) {
   if constexpr (STAGED) {
     constexpr int kStaged = staged_size<Sh>();
     return tw[kStaged + k];
   } else {
+    static_assert(is_pow2(Sh::M), "M = 3 2^k reads the fused table");
     return tw[k * (kMaxM / Sh::M)];
   }
 }
@@ -264,28 +337,43 @@ TIMEX_FFT_DEVICE cf32 pair_twiddle(const cf32* __restrict__ tw, int k) {
 // entries n >= M/2 are zero (2n >= M >= T): not read. SYNC_MID: a barrier between the reads
 // and the writes (both in shared memory, at different addresses). STAGED: tw is the staged
 // table (above), else the table of all e^{-2 pi i m / kTwiddles}; the same values either way.
-template <int M, int THREADS, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, bool STAGED,
-          typename Load, typename Store>
+// Where THREADS does not divide the M / R butterflies (the radix 3 and 6 stages), the last
+// round of them leaves threads idle. The radix 3 and 6 stages are last stages, in place (a
+// thread writes only the addresses it read): each butterfly stores as soon as it is done, so
+// that the up to six a thread owns are not all held in registers at once (they spilled).
+template <class Sh, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, bool STAGED, typename Load,
+          typename Store>
 TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const Store store) {
-  constexpr int BF = M / R / THREADS;  // butterflies per thread
-  static_assert(BF >= 1 && BF * R * THREADS == M, "R <= E");
+  constexpr int M = Sh::M, THREADS = Sh::THREADS, NB = M / R;  // butterflies
+  constexpr int BF = (NB + THREADS - 1) / THREADS;                // per thread, at most
+  constexpr bool EVEN = NB % THREADS == 0;
+  constexpr bool POW2 = is_pow2(R);
+  constexpr bool STORE_NOW = !POW2;
+  static_assert(NB * R == M && NB >= THREADS, "R <= E");
+  static_assert(POW2 || (NS * R == M && !SYNC_MID), "radix 3 and 6: the last stage");
+  static_assert(STAGED || POW2, "radix 3 and 6 read the staged table");
   const int tid = static_cast<int>(threadIdx.x);
   cf32 v[BF][R];
 #pragma unroll
   for (int q = 0; q < BF; ++q) {
     const int j = tid + q * THREADS;
+    if (!EVEN && j >= NB) break;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      v[q][r] = ZERO_HIGH && R > 1 && r >= R / 2 ? cf32{0.f, 0.f} : load(j + r * (M / R));
+      v[q][r] = ZERO_HIGH && POW2 && R > 1 && r >= R / 2 ? cf32{0.f, 0.f}
+                                                          : load(j + r * (M / R));
     }
-    if constexpr (NS > 1) {
+    if constexpr (NS > 1 && !POW2) {
+      const cf32* row = tw + staged_offset<Sh>(NS) + (j & (NS - 1));
+#pragma unroll
+      for (int r = 1; r < R; ++r) v[q][r] = v[q][r] * row[(r - 1) * NS];
+    } else if constexpr (NS > 1) {
       // w^r = w^(r % 4) w^(r - r % 4): 3 + R/4 - 1 table loads instead of R - 1 (each a
       // register pair held across the loads' latency), at most one rounding more.
       cf32 lo[4], hi[R / 4 > 1 ? R / 4 : 1];
       if constexpr (STAGED) {
-        constexpr int E = M / THREADS, RAD = E < 16 ? E : 16, NLO = R - 1 < 3 ? R - 1 : 3;
-        constexpr int OFFSET = staged_offset(NS, RAD);
-        const cf32* row = tw + OFFSET + (j & (NS - 1));
+        constexpr int NLO = R - 1 < 3 ? R - 1 : 3;
+        const cf32* row = tw + staged_offset<Sh>(NS) + (j & (NS - 1));
 #pragma unroll
         for (int r = 1; r < 4 && r < R; ++r) lo[r] = row[(r - 1) * NS];
 #pragma unroll
@@ -304,11 +392,16 @@ TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const S
       }
     }
     dft<R>(v[q]);
+    if constexpr (STORE_NOW) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) store(j + r * NS, v[q][r]);  // j < NS
+    }
   }
   if constexpr (SYNC_MID) TIMEX_FFT_SYNC();
 #pragma unroll
-  for (int q = 0; q < BF; ++q) {
+  for (int q = 0; q < BF && !STORE_NOW; ++q) {
     const int j = tid + q * THREADS, k = j & (NS - 1);
+    if (!EVEN && j >= NB) break;
 #pragma unroll
     for (int r = 0; r < R; ++r) store((j - k) * R + k + r * NS, v[q][r]);
   }
@@ -322,23 +415,23 @@ template <class Sh, bool IN_SMEM, bool ZERO_HIGH, int NS = 1, bool STAGED = fals
           typename Load, typename Store>
 TIMEX_FFT_DEVICE void fft(cf32* sm, const cf32* __restrict__ tw, const Load& load,
                           const Store& store) {
-  constexpr int M = Sh::M, T_ = Sh::THREADS;
-  constexpr int R = M / NS >= Sh::RADIX ? Sh::RADIX : M / NS;
+  constexpr int M = Sh::M;
+  constexpr int R = stage_radix<Sh>(NS);
   constexpr bool FIRST = NS == 1, LAST = NS * R == M;
   const SmemLoad rd{sm};
   const SmemStore wr{sm};
   if constexpr (M == 1) {
     store(0, load(0));
   } else if constexpr (FIRST && LAST) {
-    stage<M, T_, R, NS, ZERO_HIGH, false, STAGED>(tw, load, store);
+    stage<Sh, R, NS, ZERO_HIGH, false, STAGED>(tw, load, store);
   } else if constexpr (FIRST) {
-    stage<M, T_, R, NS, ZERO_HIGH, IN_SMEM, STAGED>(tw, load, wr);
+    stage<Sh, R, NS, ZERO_HIGH, IN_SMEM, STAGED>(tw, load, wr);
     TIMEX_FFT_SYNC();
     fft<Sh, true, false, NS * R, STAGED>(sm, tw, load, store);
   } else if constexpr (LAST) {
-    stage<M, T_, R, NS, false, false, STAGED>(tw, rd, store);
+    stage<Sh, R, NS, false, false, STAGED>(tw, rd, store);
   } else {
-    stage<M, T_, R, NS, false, true, STAGED>(tw, rd, wr);
+    stage<Sh, R, NS, false, true, STAGED>(tw, rd, wr);
     TIMEX_FFT_SYNC();
     fft<Sh, true, false, NS * R, STAGED>(sm, tw, load, store);
   }

@@ -11,9 +11,10 @@ Families (one per group of kernels):
   rwkv_direct       TimeX's direct Toeplitz kernels (FMA and tensor-core tiles, grad_w),
                     RWKV_TIMEX_ALGO=direct
   rwkv_fft          TimeX's fused on-chip FFT kernels (twiddles, spectrum, conv, wgrad),
-                    RWKV_TIMEX_ALGO=fft: T = 1 ... 16384 (the largest fused length), odd and
-                    power-of-two lengths, misaligned rows, more channels than wgrad's grid,
-                    and the auto choice on both sides of the crossover (768 | 769)
+                    RWKV_TIMEX_ALGO=fft_fused: T = 1 ... 16384 (the largest fused length),
+                    odd, power-of-two and 3 x 2^k lengths, misaligned rows, more channels
+                    than wgrad's grid, and the auto choice on both sides of the crossover
+                    (768 | 769)
   rwkv_fft_library  TimeX's library-FFT path (cuFFT through ATen, this package's pack,
                     product and crop passes), RWKV_TIMEX_ALGO=fft_library, every dtype;
                     past the fused maximum (16385) with "fft"; the kept-spectra pair

@@ -235,19 +235,23 @@ def rwkv_direct_cases():
 
 def rwkv_fft_cases():
     # Lengths: 1 and 2 (M = 1, 2: the one-thread shapes), odd (the pairs loads fall back to
-    # scalars), 769 (M = 1024), 1024 and 1025 (M = 1024, 2048), 4097 (M =
-    # 8192, mostly padding), 16383 and 16384 (the largest fused length; 136 KiB of shared
-    # memory per CTA). B > 1 so that wgrad sums over the batch in its scratch.
+    # scalars), 769 (M = 1024), 1024; M = 3 x 2^k: 700 (M = 768: radix 3 after two radix-16
+    # stages, threads idle in its last round), 1025 and 1100 (M = 1536: radix 6), 1536, 2049
+    # (M = 3072: radix 4 then 3), 4097 (M = 6144), 12288 (the largest, 768 threads); 16383 and
+    # 16384 (the largest fused length; 136 KiB of shared memory per CTA). B > 1 so that wgrad
+    # sums over the batch in its scratch.
     shapes = {
-        "float32": [(1, 1, 1), (2, 3, 2), (3, 2, 17), (2, 3, 769), (1, 2, 1024), (2, 1, 1025),
-                    (2, 1, 4097), (1, 1, 16383), (2, 2, 16384)],
-        "float16": [(1, 1, 1), (3, 2, 17), (2, 3, 769), (1, 2, 16384)],
-        "bfloat16": [(1, 1, 1), (3, 2, 17), (2, 3, 769), (2, 1, 16384)],
+        "float32": [(1, 1, 1), (2, 3, 2), (3, 2, 17), (3, 2, 700), (2, 3, 769), (1, 2, 1024),
+                    (2, 1, 1025), (2, 1, 1536), (2, 1, 4097), (1, 2, 12288), (1, 1, 16383),
+                    (2, 2, 16384)],
+        "float16": [(1, 1, 1), (3, 2, 17), (2, 3, 769), (2, 3, 1100), (1, 2, 16384)],
+        "bfloat16": [(1, 1, 1), (3, 2, 17), (2, 3, 769), (1, 2, 2049), (2, 1, 16384)],
     }
+    # Forced: "fft" takes the tensor-core kernels for bfloat16 from B = 2 (their cases below).
     for dtype, cases in shapes.items():
         for B, C, T in cases:
-            timex_case("rwkv_fft", B, C, T, dtype, "fft", expect="fft_fused")
-        timex_case("rwkv_fft", 2, 1, 64, dtype, "fft", "misaligned", misalign=True,
+            timex_case("rwkv_fft", B, C, T, dtype, "fft_fused", expect="fft_fused")
+        timex_case("rwkv_fft", 2, 1, 64, dtype, "fft_fused", "misaligned", misalign=True,
                    expect="fft_fused")
     timex_case("rwkv_fft", 1, 2, 16384, "float32", "fft", "misaligned", misalign=True)
     # More channels than wgrad's grid (CTAs = min(C, SMs x resident CTAs)): the channel loop.
@@ -255,6 +259,8 @@ def rwkv_fft_cases():
     # The eager training path: the backward reads the forward's twiddle tables and W spectra
     # (fft_fused forced: "fft" takes fft_tc for bfloat16 at B = 2).
     timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft_fused", "kept tables", keep=True,
+               expect="fft_fused")
+    timex_case("rwkv_fft", 2, 3, 1100, "bfloat16", "fft_fused", "kept tables", keep=True,
                expect="fft_fused")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")

@@ -294,8 +294,9 @@ def test_forced_where_it_cannot_run(tc):
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (1536 from B = 16) up to T = 16384, where it measured faster (tc_faster):
-    from B = 2, but for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256), and with B = 1 for
-    8192 < T <= 12288 and past 12288 from C = 512;
+    from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) and 3072 < T <= 4096
+    from B = 4 (B = 2 from C = 256 for the latter), and with B = 1 for 8192 < T <= 12288 and
+    past 12288 from C = 512;
     the fused kernels else, for float16 (their error is the FFT conv's) and for float32; past
     T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
@@ -307,7 +308,10 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 8, 1025, "fft_tc"),
                               (torch.bfloat16, 8, 4096, "fft_tc"),
                               (torch.bfloat16, 1, 2048, "fft_fused"),
-                              (torch.bfloat16, 2, 1025, "fft_tc"),
+                              (torch.bfloat16, 2, 1025, "fft_fused"),
+                              (torch.bfloat16, 3, 1536, "fft_fused"),
+                              (torch.bfloat16, 4, 1100, "fft_tc"),
+                              (torch.bfloat16, 2, 1537, "fft_tc"),
                               (torch.bfloat16, 3, 2048, "fft_tc"),
                               (torch.bfloat16, 2, 2049, "fft_tc"),
                               (torch.bfloat16, 1, 3072, "fft_fused"),

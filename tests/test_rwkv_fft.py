@@ -344,46 +344,52 @@ def check_on_chip(w, k, g):
         assert torch.equal(a, b)
 
 
-# The one-CTA kernels' lengths M = 3 x 2^k (a last stage of radix 3 or 6: 1536 for 1024 < T <=
-# 1536, ..., 12288 for 8192 < T <= 12288), each at its shortest and longest T.
-THREE_LENGTHS = [700, 768, 1025, 1100, 1536, 2049, 3072, 4097, 6144, 8193, 12288]
+# The one-CTA kernels' lengths M = 3 x 2^k and 5 x 2^k (a last stage of radix 3, 5, 6 or 10:
+# 640 and 768 for 512 < T <= 768, ..., 10240 and 12288 for 8192 < T <= 12288), each at its
+# shortest and longest T.
+ODD_LENGTHS = [513, 640, 700, 768, 1025, 1100, 1280, 1281, 1536, 2049, 2560, 3072, 4097, 5121,
+               6144, 8193, 10240, 10241, 12288]
 
 
 def fused_m(T):
-    """The one-CTA kernels' M for T (fft_length): the shorter of 2^k and 3 x 2^k >= T."""
+    """The one-CTA kernels' M for T (fft_length): the shortest of 2^k, 3 x 2^k, 5 x 2^k >= T
+    (the last two from 48 on)."""
     m = 1 << (T - 1).bit_length()
-    return m // 4 * 3 if m // 4 * 3 >= max(T, 48) else m
+    return min(x for x in (m, m // 4 * 3, m // 8 * 5) if x >= T and (x == m or x >= 48))
 
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("T", THREE_LENGTHS)
-def test_fused_kernels_three_lengths(T, dtype, monkeypatch):
+@pytest.mark.parametrize("T", ODD_LENGTHS)
+def test_fused_kernels_odd_lengths(T, dtype, monkeypatch):
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(2, 3, T, "cuda", dtype)
     assert rwkv_ops.timex_algorithm(k) == "fft_fused"
     wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)[2]
-    assert wz.shape == (3, fused_m(T)) and fused_m(T) % 3 == 0
+    assert wz.shape == (3, fused_m(T)) and fused_m(T) % 3 * (fused_m(T) % 5) == 0
     check_on_chip(w, k, g)
 
 
 @cuda_only
-def test_fused_radix3_switch(monkeypatch):
-    """RWKV_TIMEX_FUSED_RADIX3=0 runs T = 1100 on M = 2048 instead of 1536: results within
-    2e-6 of each other, not the same bits; a backward given the other length's kept spectra
-    refuses them."""
+def test_fused_length_switches(monkeypatch):
+    """T = 1100 runs on M = 1280, with RWKV_TIMEX_FUSED_RADIX5=0 on 1536, with both switches 0
+    on 2048: results within 2e-6 of each other, not the same bits; a backward given another
+    length's kept spectra refuses them."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(2, 5, 1100, "cuda", torch.float32)
-    three = ours(w, k, g, 0.1)
+    five = ours(w, k, g, 0.1)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)
-    assert wz.shape == (5, 1536)
-    monkeypatch.setenv("RWKV_TIMEX_FUSED_RADIX3", "0")
-    assert torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)[2].shape == (5, 2048)
-    two = ours(w, k, g, 0.1)
-    for name, a, b in zip(["out", "grad_w", "grad_k"], two, three):
-        assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
-    with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
-        torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz)
+    assert wz.shape == (5, 1280)
+    for switches, m in [(("RWKV_TIMEX_FUSED_RADIX5",), 1536),
+                        (("RWKV_TIMEX_FUSED_RADIX5", "RWKV_TIMEX_FUSED_RADIX3"), 2048)]:
+        for name in switches:
+            monkeypatch.setenv(name, "0")
+        assert torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)[2].shape == (5, m)
+        other = ours(w, k, g, 0.1)
+        for name, a, b in zip(["out", "grad_w", "grad_k"], other, five):
+            assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), (m, name)
+        with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
+            torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz)
 
 
 @needs_sm90

@@ -27,8 +27,9 @@ std::mt19937 rng(1234);
 int failures = 0;
 std::vector<cf32> tw(kTwiddles);
 
-// B, C, T (M >= T: fft_length(T), or the power of two that RWKV_TIMEX_FUSED_RADIX3=0 takes,
-// given as a template argument so that the program instantiates only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
+// B, C, T (M >= T: fft_length(T), or the 3 2^k or power of two that it takes with
+// RWKV_TIMEX_FUSED_RADIX5=0 or both switches 0, given as a template argument so that the
+// program instantiates only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
 // (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
 // butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
 // several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1
@@ -37,7 +38,7 @@ std::vector<cf32> tw(kTwiddles);
 // kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
 template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
-  if (fft_length(T) != M && fft_length(T, false) != M) {
+  if (fft_length(T) != M && fft_length(T, true, false) != M && fft_length(T, false, false) != M) {
     std::printf("FAIL: T=%d does not take M=%d\n", T, M);
     ++failures;
     return;
@@ -151,23 +152,35 @@ int main() {
   check<c10::Half, 8192, 64>(1, 1, 4097, 0.3, 0, 1, 1e-3);
   check<c10::BFloat16, 64, kThreads>(3, 1, 63, 0.3, 0, 1, 8e-3);
   check<c10::BFloat16, 2048, 32, true>(1, 3, 2048, 0.3, 1, 2, 8e-3);
-  // M = 3 2^k (kMinThreeM = 48 to 12288): every last-stage form (radix 3 after 16, 8 or 4;
-  // radix 6 where the power-of-two part ends in a 2), the radix 3 and 6 stages with threads
-  // left idle in their last round (THREADS does not divide M / R) and, at 64 threads, the
-  // radix-16 stages too; the power of two of the same T (RWKV_TIMEX_FUSED_RADIX3=0) above.
+  // M = 3 2^k and 5 2^k (from kMinOddM = 48 to 12288 and 10240): every last-stage form
+  // (radix 3 or 5 after 16, 8 or 4; radix 6 or 10 where the power-of-two part ends in a 2),
+  // those stages with threads idle in their last round (THREADS does not divide M / R) and,
+  // at 64 threads, the radix-16 stages too; the lengths fft_length skips for the same T with
+  // the switches off (RWKV_TIMEX_FUSED_RADIX5=0: 3 2^k; both: 2^k) are among these and above.
   check<float, 48, kThreads>(1, 3, 40, 0.5, 0, 2, 1e-6);
+  check<float, 80, kThreads>(3, 3, 65, 1.0, 1, 3, 1e-6);
   check<float, 96, kThreads>(3, 3, 65, 1.0, 1, 3, 1e-6);
+  check<float, 160, kThreads>(2, 1, 150, 0.5, 0, 1, 1e-6);
   check<float, 192, kThreads>(2, 3, 150, 0.5, 0, 2, 1e-6);
+  check<float, 320, 8>(1, 3, 300, 0.5, 1, 1, 1e-6);
   check<float, 384, 8>(1, 3, 300, 0.5, 1, 1, 1e-6);
+  check<float, 640, kThreads>(3, 3, 600, 0.1, 1, 2, 1e-6);
   check<float, 768, kThreads>(3, 3, 700, 0.1, 1, 2, 1e-6);
+  check<float, 1280, kThreads>(1, 3, 1100, 0.1, 0, 2, 1e-6);
   check<float, 1536, kThreads>(1, 3, 1100, 0.1, 0, 2, 1e-6);
   check<float, 1536, 64>(2, 1, 1536, 0.1, 1, 1, 1e-6);
+  check<float, 2560, 64>(2, 1, 2560, 0.1, 1, 1, 1e-6);
+  check<float, 2560, kThreads>(1, 3, 2049, 0.1, 0, 2, 1e-6);
   check<float, 3072, kThreads>(3, 1, 3000, 0.1, 0, 1, 1e-6);
+  check<float, 5120, kThreads>(1, 3, 4097, 0.1, 1, 1, 1e-6);
   check<float, 6144, kThreads>(1, 3, 4097, 0.1, 1, 1, 1e-6);
+  check<float, 10240, kThreads>(1, 1, 10240, 0.1, 0, 1, 1e-6);
   check<float, 12288, kThreads>(1, 1, 12288, 0.1, 0, 1, 1e-6);
   check<float, 12288, 32>(1, 1, 9001, 0.1, 1, 1, 1e-6);
-  check<c10::Half, 1536, kThreads>(1, 3, 1100, 0.3, 0, 3, 1e-3);
-  check<c10::BFloat16, 3072, 32>(1, 3, 2049, 0.3, 1, 2, 8e-3);
+  check<c10::Half, 1280, kThreads>(1, 3, 1100, 0.3, 0, 3, 1e-3);
+  check<c10::Half, 1536, kThreads>(1, 3, 1300, 0.3, 0, 3, 1e-3);
+  check<c10::BFloat16, 2560, 32>(1, 3, 2049, 0.3, 1, 2, 8e-3);
+  check<c10::BFloat16, 3072, 32>(1, 3, 2600, 0.3, 1, 2, 8e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }
@@ -178,6 +191,6 @@ int main() {
 def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
     checks spectrum, conv and the backward kernel (one pass per channel and split over b with
-    the reduce launch) for M = 1 .. 16384 (2^k and 3 2^k) against float64 direct sums; grad_w twice, to the
+    the reduce launch) for M = 1 .. 16384 (2^k, 3 2^k and 5 2^k) against float64 direct sums; grad_w twice, to the
     bit; the fused twiddle table's results to the bit of the plain table's."""
     run_emulator(EMULATOR, tmp_path)

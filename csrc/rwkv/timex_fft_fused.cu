@@ -35,7 +35,9 @@ T* as(const Tensor& t) {
 
 // The transform length of rows of T (fused_spectrum_length): read once per call, so that a
 // call's kernels agree.
-int length(int64_t T) { return fft_length(T, switch_on("RWKV_TIMEX_FUSED_RADIX3")); }
+int length(int64_t T) {
+  return fft_length(T, switch_on("RWKV_TIMEX_FUSED_RADIX3"), switch_on("RWKV_TIMEX_FUSED_RADIX5"));
+}
 
 // The fused table of length M (the stage and split twiddles in the order the kernels' warps
 // read them: timex_fft_math.cuh): the kept table of an earlier call for M (checked; the
@@ -119,7 +121,7 @@ int64_t fused_spectrum_length(int64_t T) { return supported(T) ? length(T) : 0; 
 bool fused_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   return k.scalar_type() != ScalarType::Double && supported(T) && B * C <= INT_MAX &&
-         static_cast<size_t>(smem_bytes(fft_length(T, false))) <=
+         static_cast<size_t>(smem_bytes(fft_length(T, false, false))) <=
              fused_ops::device_properties(k).sharedMemPerBlockOptin;
 }
 

@@ -1,7 +1,7 @@
 // RWKV TimeX: the fused on-chip FFT convolution (timex_fft_kernels.cuh) behind the op's CUDA
 // entry points (timex_cuda.cu), compiled in its own translation unit (timex_fft_fused.cu:
-// every length up to 16384 (2^k and 3 2^k) for three dtypes is most of the family's nvcc time,
-// and builds in parallel with the rest).
+// every length up to 16384 (2^k, 3 2^k, 5 2^k) for three dtypes is most of the family's nvcc
+// time, and builds in parallel with the rest).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,9 +57,9 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
     const fused_ops::Tensor* kept_twiddles = nullptr);
 
 // M of the one-CTA kernels for rows of T: the complex values per row of the kept spectra (0
-// past their longest row): the shortest of 2^k and 3 2^k that is >= T (from 48 on; 1536 for
-// 1024 < T <= 1536), or with RWKV_TIMEX_FUSED_RADIX3=0 the power of two, to measure one
-// against the other.
+// past their longest row): the shortest of 2^k, 3 2^k and 5 2^k that is >= T (the last two
+// from 48 on; 1280 for 1024 < T <= 1280, 1536 up to 1536). RWKV_TIMEX_FUSED_RADIX5=0 skips
+// 5 2^k, RWKV_TIMEX_FUSED_RADIX3=0 3 2^k, to measure one against the other.
 int64_t fused_spectrum_length(int64_t T);
 
 // The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over P

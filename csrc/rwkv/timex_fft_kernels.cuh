@@ -162,7 +162,7 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
 }
 
 // f(std::integral_constant<int, M>{}) for the run-time M of fft_length (a power of two in [1,
-// kMaxM], or 3 2^k in [kMinThreeM, kMaxM]); nothing for any other M.
+// kMaxM], or 3 2^k or 5 2^k in [kMinOddM, kMaxM]); nothing for any other M.
 template <typename F>
 inline void with_length(int M, const F& f) {
   switch (M) {
@@ -176,22 +176,24 @@ inline void with_length(int M, const F& f) {
     TIMEX_FFT_CASE(48) TIMEX_FFT_CASE(96) TIMEX_FFT_CASE(192) TIMEX_FFT_CASE(384)
     TIMEX_FFT_CASE(768) TIMEX_FFT_CASE(1536) TIMEX_FFT_CASE(3072) TIMEX_FFT_CASE(6144)
     TIMEX_FFT_CASE(12288)
+    TIMEX_FFT_CASE(80) TIMEX_FFT_CASE(160) TIMEX_FFT_CASE(320) TIMEX_FFT_CASE(640)
+    TIMEX_FFT_CASE(1280) TIMEX_FFT_CASE(2560) TIMEX_FFT_CASE(5120) TIMEX_FFT_CASE(10240)
 #undef TIMEX_FFT_CASE
     default: break;
   }
 }
-static_assert(kMinThreeM == 48 && kMaxM == 16384, "with_length's cases");
+static_assert(kMinOddM == 48 && kMaxM == 16384, "with_length's cases");
 
 #ifndef TIMEX_EMULATE
 
 // ---- Host launchers: raw device pointers, the caller's stream and scratch. Each returns
-// the launch's cudaError_t. Rows of T on the one-CTA transform of length M: fft_length(T)
-// (or fft_length(T, false): the power of two, to measure one against the other; any M of
-// with_length's that is >= T runs correctly), checked by runs(T, M). Requires B * C <= INT_MAX.
+// the launch's cudaError_t. Rows of T on the one-CTA transform of length M: fft_length(T) (or
+// without its 3 2^k or 5 2^k, to measure one against the other; any M of with_length's that
+// is >= T runs correctly), checked by runs(T, M). Requires B * C <= INT_MAX.
 // tw: the fused table of M (launch_twiddles), which every launcher's kernel reads (STAGED).
 
 inline bool runs(int64_t T, int M) {
-  return supported(T) && T <= M && M <= kMaxM && length_ok(M) && (is_pow2(M) || M >= kMinThreeM);
+  return supported(T) && T <= M && M <= kMaxM && length_ok(M) && (is_pow2(M) || M >= kMinOddM);
 }
 
 // The fused table of length M: twiddle_bytes(M) (173 KiB at M = 16384, 11 KiB at 1024).

@@ -44,8 +44,12 @@
 // CTAs per SM, 924 resident on the H100, so 1024 channels took two rounds); 64 with this,
 // 207 -> 163 us at (4, 1024, 2048) bfloat16. The conv kernel (48 registers free) ran up to 8%
 // slower under the same bound, so it is not held (benchmarks/results/timex_halves_h100.md).
-#define TIMEX_FFT_MIN_BLOCKS(threads) \
-  (65536 / ((threads) * 64) > 32 ? 32 : 65536 / ((threads) * 64) < 1 ? 1 : 65536 / ((threads) * 64))
+// Threads count in whole warps (the M = 5 2^k and 3 2^k shapes run 40, 48, 80, ... threads).
+#define TIMEX_FFT_WARPED(threads) (((threads) + 31) / 32 * 32)
+#define TIMEX_FFT_MIN_BLOCKS(threads)                               \
+  (65536 / (TIMEX_FFT_WARPED(threads) * 64) > 32   ? 32             \
+   : 65536 / (TIMEX_FFT_WARPED(threads) * 64) < 1 ? 1              \
+                                                   : 65536 / (TIMEX_FFT_WARPED(threads) * 64))
 #define TIMEX_FFT_KERNEL_64REGS(threads) \
   __global__ void __launch_bounds__(threads, TIMEX_FFT_MIN_BLOCKS(threads))
 #define TIMEX_FFT_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
@@ -75,24 +79,30 @@ namespace rwkv::fft {
 constexpr int kMaxM = 16384;
 // Twiddle table entries: tw[m] = e^{-2 pi i m / kTwiddles}, enough for N = 2 kMaxM.
 constexpr int kTwiddles = 2 * kMaxM;
-// The shortest M = 3 2^k that fft_length gives (16 values per thread for three threads).
-constexpr int kMinThreeM = 48;
+// The shortest M = 3 2^k or 5 2^k that fft_length gives (48: 16 values per thread for three
+// threads; 80 for five).
+constexpr int kMinOddM = 48;
 
 TIMEX_FFT_HD constexpr bool supported(int64_t T) { return T >= 1 && T <= kMaxM; }
 TIMEX_FFT_HD constexpr bool is_pow2(int x) { return x >= 1 && (x & (x - 1)) == 0; }
-// The lengths the kernels run: a power of two, or three times one (the factor 3 in the
-// transform's last stage, of radix 3 or 6).
+// x >= 1 without its factors 2.
+TIMEX_FFT_HD constexpr int odd_part(int x) { return x % 2 == 0 ? odd_part(x / 2) : x; }
+// The lengths the kernels run: a power of two, or three or five times one (the factor 3 or 5
+// in the transform's last stage, of radix 3, 5, 6 or 10).
 TIMEX_FFT_HD constexpr bool length_ok(int M) {
-  return is_pow2(M) || (M % 3 == 0 && is_pow2(M / 3));
+  return M >= 1 && (odd_part(M) == 1 || odd_part(M) == 3 || odd_part(M) == 5);
 }
-// M for rows of T: the smallest power of two >= T, or 3/4 of it where that is >= T (and
-// three_ok, and >= kMinThreeM): 1024 < T <= 1536 takes M = 1536 instead of 2048, 25% less of
-// every transform's work and shared memory.
-TIMEX_FFT_HD constexpr int fft_length(int64_t T, bool three_ok = true) {
+// M for rows of T: the shortest of the power of two m >= T, 3m/4 (where three_ok) and 5m/8
+// (where five_ok) that is >= T (an M = 3 2^k or 5 2^k from kMinOddM on): 1024 < T <= 1280
+// takes M = 1280 and 1280 < T <= 1536 M = 1536 instead of 2048, 37% and 25% less of every
+// transform's work and shared memory.
+TIMEX_FFT_HD constexpr int fft_length(int64_t T, bool three_ok = true, bool five_ok = true) {
   int m = 1;
   while (m < T) m *= 2;
-  const int m3 = m / 4 * 3;
-  return three_ok && m3 >= kMinThreeM && m3 >= T ? m3 : m;
+  const int m5 = m / 8 * 5, m3 = m / 4 * 3;
+  if (five_ok && m5 >= kMinOddM && m5 >= T) return m5;
+  if (three_ok && m3 >= kMinOddM && m3 >= T) return m3;
+  return m;
 }
 TIMEX_FFT_HD constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
 // Padded shared-memory index of complex element n (see the top of the file).
@@ -104,15 +114,15 @@ TIMEX_FFT_HD constexpr int smem_bytes(int M) { return 8 * (M + (M >> 4)); }
 // The launch shape of length M with at most MAX_THREADS threads: E = M / THREADS complex
 // values per thread (16 where M allows), radix min(E, 16). The GPU runs MAX_THREADS =
 // kThreads; the emulation test also runs fewer, the same code with more butterflies each.
-// M = 3 2^k: the power-of-two part P2 = 2^k in stages of radix min(P2, 16), then the factor 3
-// (stage_radix below).
+// M = F 2^k (F = 3, 5): the power-of-two part P2 = 2^k in stages of radix min(P2, 16), then
+// the factor F (stage_radix below).
 template <int M_, int MAX_THREADS>
 struct Shape {
-  static_assert(M_ >= 1 && M_ <= kMaxM && length_ok(M_), "M: 2^k or 3 2^k");
+  static_assert(M_ >= 1 && M_ <= kMaxM && length_ok(M_), "M: 2^k, 3 2^k or 5 2^k");
   static constexpr int M = M_;
   static constexpr int THREADS = M / 16 < 1 ? 1 : (M / 16 > MAX_THREADS ? MAX_THREADS : M / 16);
   static constexpr int E = M / THREADS;
-  static constexpr int P2 = is_pow2(M) ? M : M / 3;
+  static constexpr int P2 = M / odd_part(M);
   static constexpr int RADIX = is_pow2(M) ? (E < 16 ? E : 16) : (P2 < 16 ? P2 : 16);
   static constexpr int SMEM = smem_bytes(M);
   static_assert(E * THREADS == M, "THREADS divides M");
@@ -120,14 +130,13 @@ struct Shape {
 
 // The radix of Sh's stage after NS (the product of the earlier radices): RADIX while the
 // power-of-two part leaves that much, then what it leaves (a power of two: the last stage);
-// where M = 3 P2, the factor 3 joins a last radix 2 (a stage of radix 6) or follows the
-// power-of-two stages as a stage of radix 3. So every NS is a power of two, and only the last
-// stage's radix is not.
+// where M = F P2 (F = 3, 5), the factor F joins a last radix 2 (a stage of radix 2F) or
+// follows the power-of-two stages as a stage of radix F. So every NS is a power of two, and
+// only the last stage's radix may not be.
 template <class Sh>
 TIMEX_FFT_HD constexpr int stage_radix(int NS) {
-  const int rem = Sh::M / NS;
-  if (rem % 3 != 0) return rem < Sh::RADIX ? rem : Sh::RADIX;
-  const int rem2 = rem / 3;
+  const int rem = Sh::M / NS, f = odd_part(rem), rem2 = rem / f;
+  if (f == 1) return rem < Sh::RADIX ? rem : Sh::RADIX;
   return rem2 <= 2 ? rem : rem2 < Sh::RADIX ? rem2 : Sh::RADIX;
 }
 
@@ -162,7 +171,7 @@ TIMEX_FFT_DEVICE cf32 twiddle_value(int m) {
 
 // e^{-2 pi i a / n} for 0 <= a < n: the table entry where n divides kTwiddles (the same bits
 // as twiddle_value), else from sincospi in double of the exact fraction a / n (rounded once
-// to float: lengths 3 2^k).
+// to float: lengths 3 2^k and 5 2^k).
 TIMEX_FFT_DEVICE cf32 root_value(int a, int n) {
   if (kTwiddles % n == 0) return twiddle_value(a * (kTwiddles / n));
 #ifdef TIMEX_EMULATE
@@ -225,29 +234,72 @@ TIMEX_FFT_DEVICE void dft3(cf32& a, cf32& b, cf32& c) {
   c = m - s;
 }
 
+// DFT_5 of v in place: with t1 = v1 + v4, t2 = v2 + v3, d1 = v1 - v4, d2 = v2 - v3,
+// X1, X4 = v0 + c1 t1 + c2 t2 -+ i (s1 d1 + s2 d2), X2, X3 = v0 + c2 t1 + c1 t2 -+ i (s2 d1 -
+// s1 d2), c_e - i s_e = e^{-2 pi i e / 5} (each constant rounded once).
+TIMEX_FFT_DEVICE void dft5(cf32 (&v)[5]) {
+  constexpr float kC1 = 0.309016994374947424f, kS1 = 0.951056516295153572f;   // 72 degrees
+  constexpr float kC2 = -0.809016994374947424f, kS2 = 0.587785252292473129f;  // 144
+  const cf32 t1 = v[1] + v[4], t2 = v[2] + v[3], d1 = v[1] - v[4], d2 = v[2] - v[3];
+  const cf32 m1 = {v[0].x + kC1 * t1.x + kC2 * t2.x, v[0].y + kC1 * t1.y + kC2 * t2.y};
+  const cf32 m2 = {v[0].x + kC2 * t1.x + kC1 * t2.x, v[0].y + kC2 * t1.y + kC1 * t2.y};
+  // -i (s1 d1 + s2 d2) and -i (s2 d1 - s1 d2).
+  const cf32 u1 = {kS1 * d1.y + kS2 * d2.y, -(kS1 * d1.x + kS2 * d2.x)};
+  const cf32 u2 = {kS2 * d1.y - kS1 * d2.y, -(kS2 * d1.x - kS1 * d2.x)};
+  v[0] = v[0] + t1 + t2;
+  v[1] = m1 + u1;
+  v[4] = m1 - u1;
+  v[2] = m2 + u2;
+  v[3] = m2 - u2;
+}
+
 // v = DFT_R(v) in registers. R a power of two <= 16: radix-2 decimation in time; the
-// bit-reversal permutation is register renaming once unrolled. R = 3; R = 6: the DFT_3s of the
-// even and odd entries, combined as X[k], X[k + 3] = E[k] +- W_6^k O[k].
+// bit-reversal permutation is register renaming once unrolled. R = 3, 5; R = 6, 10: the
+// DFT_{R/2}s of the even and odd entries, combined as X[k], X[k + R/2] = E[k] +- W_R^k O[k].
 template <int R>
 TIMEX_FFT_DEVICE void dft(cf32 (&v)[R]) {
   if constexpr (R == 3) {
     dft3(v[0], v[1], v[2]);
-  } else if constexpr (R == 6) {
-    constexpr float kS3 = 0.866025403784438647f;
-    cf32 e0 = v[0], e1 = v[2], e2 = v[4], o0 = v[1], o1 = v[3], o2 = v[5];
-    dft3(e0, e1, e2);
-    dft3(o0, o1, o2);
-    // W_6 = 1/2 - i sqrt(3)/2, W_6^2 = -1/2 - i sqrt(3)/2.
-    const cf32 t1 = {0.5f * o1.x + kS3 * o1.y, 0.5f * o1.y - kS3 * o1.x};
-    const cf32 t2 = {-0.5f * o2.x + kS3 * o2.y, -0.5f * o2.y - kS3 * o2.x};
-    v[0] = e0 + o0;
-    v[3] = e0 - o0;
-    v[1] = e1 + t1;
-    v[4] = e1 - t1;
-    v[2] = e2 + t2;
-    v[5] = e2 - t2;
+  } else if constexpr (R == 5) {
+    dft5(v);
+  } else if constexpr (R == 6 || R == 10) {
+    constexpr int H = R / 2;
+    // W_R^k = c[k] - i s[k] for k < H: W_6 at 60 degrees a step, W_10 at 36.
+    constexpr float c6[3] = {1.f, 0.5f, -0.5f};
+    constexpr float s6[3] = {0.f, 0.866025403784438647f, 0.866025403784438647f};
+    constexpr float c10[5] = {1.f, 0.809016994374947424f, 0.309016994374947424f,
+                              -0.309016994374947424f, -0.809016994374947424f};
+    constexpr float s10[5] = {0.f, 0.587785252292473129f, 0.951056516295153572f,
+                              0.951056516295153572f, 0.587785252292473129f};
+    cf32 e[H], o[H];
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      e[i] = v[2 * i];
+      o[i] = v[2 * i + 1];
+    }
+    if constexpr (H == 3) {
+      dft3(e[0], e[1], e[2]);
+      dft3(o[0], o[1], o[2]);
+    } else {
+      dft5(e);
+      dft5(o);
+    }
+#pragma unroll
+    for (int k = 0; k < H; ++k) {
+      float c, s;
+      if constexpr (H == 3) {
+        c = c6[k];
+        s = s6[k];
+      } else {
+        c = c10[k];
+        s = s10[k];
+      }
+      const cf32 t = k == 0 ? o[k] : cf32{c * o[k].x + s * o[k].y, c * o[k].y - s * o[k].x};
+      v[k] = e[k] + t;
+      v[k + H] = e[k] - t;
+    }
   } else if constexpr (R > 1) {
-    static_assert(is_pow2(R) && R <= 16, "R: 3, 6 or a power of two <= 16");
+    static_assert(is_pow2(R) && R <= 16, "R: 3, 5, 6, 10 or a power of two <= 16");
     cf32 a[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) a[bit_reverse(i, ilog2(R))] = v[i];
@@ -327,7 +379,7 @@ TIMEX_FFT_DEVICE cf32 pair_twiddle(const cf32* __restrict__ tw, int k) {
     constexpr int kStaged = staged_size<Sh>();
     return tw[kStaged + k];
   } else {
-    static_assert(is_pow2(Sh::M), "M = 3 2^k reads the fused table");
+    static_assert(is_pow2(Sh::M), "M = 3 2^k and 5 2^k read the fused table");
     return tw[k * (kMaxM / Sh::M)];
   }
 }
@@ -337,8 +389,8 @@ TIMEX_FFT_DEVICE cf32 pair_twiddle(const cf32* __restrict__ tw, int k) {
 // entries n >= M/2 are zero (2n >= M >= T): not read. SYNC_MID: a barrier between the reads
 // and the writes (both in shared memory, at different addresses). STAGED: tw is the staged
 // table (above), else the table of all e^{-2 pi i m / kTwiddles}; the same values either way.
-// Where THREADS does not divide the M / R butterflies (the radix 3 and 6 stages), the last
-// round of them leaves threads idle. The radix 3 and 6 stages are last stages, in place (a
+// Where THREADS does not divide the M / R butterflies (the radix 3, 5, 6 and 10 stages), the
+// last round of them leaves threads idle. Those stages are last stages, in place (a
 // thread writes only the addresses it read): each butterfly stores as soon as it is done, so
 // that the up to six a thread owns are not all held in registers at once (they spilled).
 template <class Sh, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, bool STAGED, typename Load,
@@ -350,8 +402,8 @@ TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const S
   constexpr bool POW2 = is_pow2(R);
   constexpr bool STORE_NOW = !POW2;
   static_assert(NB * R == M && NB >= THREADS, "R <= E");
-  static_assert(POW2 || (NS * R == M && !SYNC_MID), "radix 3 and 6: the last stage");
-  static_assert(STAGED || POW2, "radix 3 and 6 read the staged table");
+  static_assert(POW2 || (NS * R == M && !SYNC_MID), "radix 3, 5, 6, 10: the last stage");
+  static_assert(STAGED || POW2, "radix 3, 5, 6, 10 read the staged table");
   const int tid = static_cast<int>(threadIdx.x);
   cf32 v[BF][R];
 #pragma unroll

@@ -235,15 +235,14 @@ def rwkv_direct_cases():
 
 def rwkv_fft_cases():
     # Lengths: 1 and 2 (M = 1, 2: the one-thread shapes), odd (the pairs loads fall back to
-    # scalars), 769 (M = 1024), 1024; M = 3 x 2^k and 5 x 2^k: 700 (M = 768: radix 3 after two
-    # radix-16 stages, threads idle in its last round), 1025 and 1100 (M = 1280: radix 5),
-    # 1281 and 1536 (M = 1536: radix 6), 2049 (M = 2560: radix 10), 4097 (M = 5120: radix 4
-    # then 5), 10000 and 12288 (M = 10240, 12288: the largest, 640 and 768 threads); 16383 and
-    # 16384 (the largest fused length; 136 KiB of shared memory per CTA). B > 1 so that wgrad
-    # sums over the batch in its scratch.
+    # scalars), 700 and 769 (M = 1024), 1024; M = 3 x 2^k and 5 x 2^k: 1025 and 1536 (M =
+    # 1536: radix 6, threads idle in its last round), 2049 (M = 2560: radix 10), 3000 (M = 3072:
+    # radix 4 then 3), 4097 (M = 5120: radix 4 then 5), 10000 and 12288 (M = 10240, 12288: 640
+    # and 768 threads); 16383 and 16384 (the largest fused length; 136 KiB of shared memory per
+    # CTA). B > 1 so that wgrad sums over the batch in its scratch.
     shapes = {
         "float32": [(1, 1, 1), (2, 3, 2), (3, 2, 17), (3, 2, 700), (2, 3, 769), (1, 2, 1024),
-                    (2, 1, 1025), (2, 1, 1281), (2, 1, 1536), (2, 1, 4097), (2, 1, 10000),
+                    (2, 1, 1025), (2, 1, 1536), (3, 1, 3000), (2, 1, 4097), (2, 1, 10000),
                     (1, 2, 12288), (1, 1, 16383), (2, 2, 16384)],
         "float16": [(1, 1, 1), (3, 2, 17), (2, 3, 769), (2, 3, 1100), (1, 2, 16384)],
         "bfloat16": [(1, 1, 1), (3, 2, 17), (2, 3, 769), (1, 2, 2049), (2, 1, 16384)],

@@ -345,17 +345,17 @@ def check_on_chip(w, k, g):
 
 
 # The one-CTA kernels' lengths M = 3 x 2^k and 5 x 2^k (a last stage of radix 3, 5, 6 or 10:
-# 640 and 768 for 512 < T <= 768, ..., 10240 and 12288 for 8192 < T <= 12288), each at its
-# shortest and longest T.
-ODD_LENGTHS = [513, 640, 700, 768, 1025, 1100, 1280, 1281, 1536, 2049, 2560, 3072, 4097, 5121,
-               6144, 8193, 10240, 10241, 12288]
+# 1536 for 1024 < T <= 1536, 2560 for 2048 < T <= 2560, ..., 10240 and 12288 past 8192), each
+# at its shortest and longest T.
+ODD_LENGTHS = [1025, 1100, 1536, 2049, 2560, 2561, 3072, 4097, 5120, 5121, 6144, 8193, 10240,
+               10241, 12288]
 
 
 def fused_m(T):
-    """The one-CTA kernels' M for T (fft_length): the shortest of 2^k, 3 x 2^k, 5 x 2^k >= T
-    (the last two from 48 on)."""
+    """The one-CTA kernels' M for T (fft_length): the shortest of 2^k, 3 x 2^k and 5 x 2^k that
+    is >= T (the last two from 1536 on)."""
     m = 1 << (T - 1).bit_length()
-    return min(x for x in (m, m // 4 * 3, m // 8 * 5) if x >= T and (x == m or x >= 48))
+    return min(x for x in (m, m // 4 * 3, m // 8 * 5) if x >= T and (x == m or x >= 1536))
 
 
 @cuda_only
@@ -372,16 +372,16 @@ def test_fused_kernels_odd_lengths(T, dtype, monkeypatch):
 
 @cuda_only
 def test_fused_length_switches(monkeypatch):
-    """T = 1100 runs on M = 1280, with RWKV_TIMEX_FUSED_RADIX5=0 on 1536, with both switches 0
-    on 2048: results within 2e-6 of each other, not the same bits; a backward given another
+    """T = 2100 runs on M = 2560, with RWKV_TIMEX_FUSED_RADIX5=0 on 3072, with both switches 0
+    on 4096: results within 2e-6 of each other, not the same bits; a backward given another
     length's kept spectra refuses them."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
-    w, k, g = make(2, 5, 1100, "cuda", torch.float32)
+    w, k, g = make(2, 5, 2100, "cuda", torch.float32)
     five = ours(w, k, g, 0.1)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)
-    assert wz.shape == (5, 1280)
-    for switches, m in [(("RWKV_TIMEX_FUSED_RADIX5",), 1536),
-                        (("RWKV_TIMEX_FUSED_RADIX5", "RWKV_TIMEX_FUSED_RADIX3"), 2048)]:
+    assert wz.shape == (5, 2560)
+    for switches, m in [(("RWKV_TIMEX_FUSED_RADIX5",), 3072),
+                        (("RWKV_TIMEX_FUSED_RADIX5", "RWKV_TIMEX_FUSED_RADIX3"), 4096)]:
         for name in switches:
             monkeypatch.setenv(name, "0")
         assert torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)[2].shape == (5, m)

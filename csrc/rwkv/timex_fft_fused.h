@@ -58,8 +58,9 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
 
 // M of the one-CTA kernels for rows of T: the complex values per row of the kept spectra (0
 // past their longest row): the shortest of 2^k, 3 2^k and 5 2^k that is >= T (the last two
-// from 48 on; 1280 for 1024 < T <= 1280, 1536 up to 1536). RWKV_TIMEX_FUSED_RADIX5=0 skips
-// 5 2^k, RWKV_TIMEX_FUSED_RADIX3=0 3 2^k, to measure one against the other.
+// from 1536 on: 1536 for 1024 < T <= 1536, 2560 for 2048 < T <= 2560, ..., 12288 for 10240 <
+// T <= 12288). RWKV_TIMEX_FUSED_RADIX5=0 skips 5 2^k, RWKV_TIMEX_FUSED_RADIX3=0 3 2^k, to
+// measure one against the other.
 int64_t fused_spectrum_length(int64_t T);
 
 // The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over P

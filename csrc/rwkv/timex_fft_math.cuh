@@ -44,12 +44,8 @@
 // CTAs per SM, 924 resident on the H100, so 1024 channels took two rounds); 64 with this,
 // 207 -> 163 us at (4, 1024, 2048) bfloat16. The conv kernel (48 registers free) ran up to 8%
 // slower under the same bound, so it is not held (benchmarks/results/timex_halves_h100.md).
-// Threads count in whole warps (the M = 5 2^k and 3 2^k shapes run 40, 48, 80, ... threads).
-#define TIMEX_FFT_WARPED(threads) (((threads) + 31) / 32 * 32)
-#define TIMEX_FFT_MIN_BLOCKS(threads)                               \
-  (65536 / (TIMEX_FFT_WARPED(threads) * 64) > 32   ? 32             \
-   : 65536 / (TIMEX_FFT_WARPED(threads) * 64) < 1 ? 1              \
-                                                   : 65536 / (TIMEX_FFT_WARPED(threads) * 64))
+#define TIMEX_FFT_MIN_BLOCKS(threads) \
+  (65536 / ((threads) * 64) > 32 ? 32 : 65536 / ((threads) * 64) < 1 ? 1 : 65536 / ((threads) * 64))
 #define TIMEX_FFT_KERNEL_64REGS(threads) \
   __global__ void __launch_bounds__(threads, TIMEX_FFT_MIN_BLOCKS(threads))
 #define TIMEX_FFT_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
@@ -79,9 +75,11 @@ namespace rwkv::fft {
 constexpr int kMaxM = 16384;
 // Twiddle table entries: tw[m] = e^{-2 pi i m / kTwiddles}, enough for N = 2 kMaxM.
 constexpr int kTwiddles = 2 * kMaxM;
-// The shortest M = 3 2^k or 5 2^k that fft_length gives (48: 16 values per thread for three
-// threads; 80 for five).
-constexpr int kMinOddM = 48;
+// The shortest M = 3 2^k or 5 2^k that fft_length gives. Below it the power of two measured
+// as fast or faster (GPU busy time, run 44 (c)): at T = 600 M = 1024 against 768 and 640
+// (48 and 40 threads: CTAs too small to fill the SM's slots either way), at T = 1100 1536
+// against 1280 (80 threads, 3 rounds of radix-5 butterflies for 3.2 of work).
+constexpr int kMinOddM = 1536;
 
 TIMEX_FFT_HD constexpr bool supported(int64_t T) { return T >= 1 && T <= kMaxM; }
 TIMEX_FFT_HD constexpr bool is_pow2(int x) { return x >= 1 && (x & (x - 1)) == 0; }
@@ -93,9 +91,9 @@ TIMEX_FFT_HD constexpr bool length_ok(int M) {
   return M >= 1 && (odd_part(M) == 1 || odd_part(M) == 3 || odd_part(M) == 5);
 }
 // M for rows of T: the shortest of the power of two m >= T, 3m/4 (where three_ok) and 5m/8
-// (where five_ok) that is >= T (an M = 3 2^k or 5 2^k from kMinOddM on): 1024 < T <= 1280
-// takes M = 1280 and 1280 < T <= 1536 M = 1536 instead of 2048, 37% and 25% less of every
-// transform's work and shared memory.
+// (where five_ok) that is >= T (an M = 3 2^k or 5 2^k from kMinOddM on): 1024 < T <= 1536
+// takes M = 1536 instead of 2048 and 2048 < T <= 2560 M = 2560 instead of 4096, 25% and 37%
+// less of every transform's work and shared memory.
 TIMEX_FFT_HD constexpr int fft_length(int64_t T, bool three_ok = true, bool five_ok = true) {
   int m = 1;
   while (m < T) m *= 2;

@@ -295,8 +295,7 @@ def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (1536 from B = 16) up to T = 16384, where it measured faster (tc_faster):
     from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) and 3072 < T <= 4096
-    from B = 4 (B = 2 from C = 256 for the latter), and with B = 1 for 8192 < T <= 12288 and
-    past 12288 from C = 512;
+    from B = 4 (B = 2 from C = 256 for the latter), and with B = 1 past 8192 from C = 512;
     the fused kernels else, for float16 (their error is the FFT conv's) and for float32; past
     T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
@@ -322,12 +321,12 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 2, 4097, "fft_tc"),
                               (torch.bfloat16, 1, 6145, "fft_fused"),
                               (torch.bfloat16, 1, 8192, "fft_fused"),
-                              (torch.bfloat16, 1, 8193, "fft_tc"),
+                              (torch.bfloat16, 1, 8193, "fft_fused"),
                               (torch.bfloat16, 2, 6145, "fft_tc"),
                               (torch.bfloat16, 4, 8192, "fft_tc"),
                               (torch.bfloat16, 2, 8193, "fft_tc"),
-                              (torch.bfloat16, 1, 12288, "fft_tc"),
-                              (torch.bfloat16, 1, 9000, "fft_tc"),
+                              (torch.bfloat16, 1, 12288, "fft_fused"),
+                              (torch.bfloat16, 1, 9000, "fft_fused"),
                               (torch.bfloat16, 1, 12289, "fft_fused"),
                               (torch.bfloat16, 2, 12289, "fft_tc"),
                               (torch.bfloat16, 4, 12289, "fft_tc"),
@@ -339,13 +338,17 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 2, 16384, "fft_tc"),
                               (torch.bfloat16, 4, 16384, "fft_tc"),
                               (torch.bfloat16, 16, 1536, "direct"),
+                              (torch.bfloat16, 16, 1100, "fft_tc"),
+                              (torch.float16, 16, 1100, "fft_fused"),
+                              (torch.float16, 32, 1152, "direct"),
                               (torch.bfloat16, 8, 1024, "direct"),
                               (torch.float32, 16, 4096, "fft_fused")]:
         k = torch.empty(B, 2, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, T)
     for B, C, T, want in [(1, 512, 12289, "fft_tc"), (1, 1024, 16384, "fft_tc"),
                           (1, 511, 16384, "fft_fused"), (1, 512, 12288, "fft_tc"),
-                          (1, 128, 12288, "fft_tc"), (2, 256, 3073, "fft_tc"),
+                          (1, 128, 12288, "fft_fused"), (1, 511, 9000, "fft_fused"),
+                          (1, 512, 9000, "fft_tc"), (2, 256, 3073, "fft_tc"),
                           (2, 2048, 4096, "fft_tc"), (2, 255, 4096, "fft_fused"),
                           (3, 1024, 4096, "fft_fused")]:
         k = torch.empty(B, C, T, device="cuda", dtype=torch.bfloat16)

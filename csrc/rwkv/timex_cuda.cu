@@ -172,7 +172,12 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // once as B grows): with B = 16 and 32 the direct kernels win up to T = 1536 (there by 30% and
 // 32%), with B = 4 and 8 up to 1024 (at 1536 the FFT by 3-5%), with B = 1 and 2 and 1024
 // channels the FFT from 1024 or 1536 on (at 1536 by 1.3x to 2.2x): kHalfDirectMaxT, and
-// kHalfBatchedMaxT from B = kHalfBatch on. float64 (FMA direct kernels, cuFFT):
+// kHalfBatchedMaxT from B = kHalfBatch on where T % 8 == 0: past 1024 the direct kernels' rows
+// load 16 bytes at a time only at such T (rows_vec, timex_tc_launch.cuh), and the FFT (the fused
+// kernels' M = 1536, the tensor-core N = 4096) won at every other T measured (H200, GPU busy
+// time, run 44 (d); B = 16 and 32: 14-26% less at T = 1025, C = 512, 26-41% at (16, 512, 1300),
+// (16, 256, 1500), (32, 256, 1100), (16, 1024, 1100)) while the direct kernels won at 1152 and
+// 1280 (22-35%) and tied at 1408 (C = 512). float64 (FMA direct kernels, cuFFT):
 // the FFT from 512 on with 256 rows, from 257 on with 4096 rows and more.
 constexpr int64_t kF32DirectMaxT = 640;
 constexpr int64_t kF32DirectMaxRows = 256;
@@ -218,7 +223,9 @@ constexpr int64_t kF64DirectMaxT = 256;
 //     with 4; 11-17% more with 1;
 //   8192 < T <= 12288 (N = 20480, 24576): 24-32% less with B = 2, 34-43% with 3, 36-49% with 4
 //     and 8, 40-48% with 5; with 1 1-26% less from C = 256 to 2048 (at C = 128 4% more at
-//     T = 8193, 11% less at 10000, 1% more at 12288);
+//     T = 8193, 11% less at 10000, 1% more at 12288); then with 1 against the fused kernels'
+//     M = 10240 and 12288 (run 44 (d)): 8-15% less from C = 512, 3-7% more at C = 256 up to
+//     10240 and 0-2% less past it, 44-52% more at C = 128;
 //   T > 12288 (N = 28672, 32768): with W's spectra two channels a CTA (a0abc1d), 13-16% less
 //     with B = 2, 13-17% with 3, 20-22% with 5 (18-20% with 4 before a0abc1d); 4-9% more with 1
 //     (after W's spectra went to float16: 2% less at T = 12300 and tied at 16384, C = 512);
@@ -229,7 +236,7 @@ constexpr int64_t kF64DirectMaxT = 256;
 // the error of conv1d in float16 (2-norm 6-9.3e-4 against 2.1-3.1e-4 from T = 1024), past the
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 bool tc_faster(int64_t B, int64_t C, int64_t T) {
-  if (B == 1) return (T > 8192 && T <= 12288) || (T > 12288 && C >= 512);
+  if (B == 1) return T > 8192 && C >= 512;
   if (T > 1024 && T <= 1536) return B >= 4;
   if (T > 3072 && T <= 4096) return B >= 4 || (B == 2 && C >= 256);
   return true;
@@ -253,7 +260,9 @@ bool takes_direct(const Tensor& k) {
     case ScalarType::Float:
       return T <= 256 || (T <= kF32DirectMaxT && k.size(0) * k.size(1) <= kF32DirectMaxRows);
     case ScalarType::Double: return T <= kF64DirectMaxT;
-    default: return T <= (k.size(0) >= kHalfBatch ? kHalfBatchedMaxT : kHalfDirectMaxT);
+    default:
+      return T <= kHalfDirectMaxT ||
+             (k.size(0) >= kHalfBatch && T <= kHalfBatchedMaxT && T % 8 == 0);
   }
 }
 

@@ -315,9 +315,9 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
     """auto: the tensor-core direct kernels up to T = 1024, or 1536 from B = 16 on at T a
-    multiple of 8 (timex_cuda.cu takes_direct), the FFT after: the fused kernels, in bfloat16 from B = 4 (B
-    = 2 past T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's bound
-    on each side."""
+    multiple of 8 (timex_cuda.cu takes_direct), the FFT after: the fused kernels, in bfloat16
+    from B = 4 (B = 2 past T = 1536) the tensor-core FFT (fastest_fft); both agree within the
+    dtype's bound on each side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     batched_fft = "fft_tc" if dtype == torch.bfloat16 else "fft_fused"
     for B, T, algo in ((2, 1024, "direct"), (1, 1025, "fft_fused"), (2, 1025, "fft_fused"),

@@ -175,9 +175,9 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // kHalfBatchedMaxT from B = kHalfBatch on where T % 8 == 0: past 1024 the direct kernels' rows
 // load 16 bytes at a time only at such T (rows_vec, timex_tc_launch.cuh), and the FFT (the fused
 // kernels' M = 1536, the tensor-core N = 4096) won at every other T measured (H200, GPU busy
-// time, run 44 (d); B = 16 and 32: 14-26% less at T = 1025, C = 512, 26-41% at (16, 512, 1300),
-// (16, 256, 1500), (32, 256, 1100), (16, 1024, 1100)) while the direct kernels won at 1152 and
-// 1280 (22-35%) and tied at 1408 (C = 512). float64 (FMA direct kernels, cuFFT):
+// time, run 44 (d); B = 16 and 32: 14-25% less at T = 1025, C = 512, 24-42% at (16, 512, 1300),
+// (16, 256, 1500), (32, 256, 1100), (16, 1024, 1100)) while the direct kernels took 18-29% less
+// at 1152 and 1280 and tied at 1408 (C = 512). float64 (FMA direct kernels, cuFFT):
 // the FFT from 512 on with 256 rows, from 257 on with 4096 rows and more.
 constexpr int64_t kF32DirectMaxT = 640;
 constexpr int64_t kF32DirectMaxRows = 256;

@@ -139,9 +139,9 @@ int backward_blocks_per_sm(int M) {
   return std::max(per_sm, 1);
 }
 
-// Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once (backward_blocks_per_sm
-// times the SM count). splits = 1 where C >= resident; else as many ranges of b as keep the
-// C * splits items within the resident CTAs (at most B, at least 1).
+// Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once
+// (backward_blocks_per_sm times the SM count). splits = 1 where C >= resident; else as many ranges
+// of b as keep the C * splits items within the resident CTAs (at most B, at least 1).
 inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident) {
   BackwardPlan p;
   p.splits =

@@ -8,21 +8,24 @@
 // P[k] = X[k] for 0 < k < M.
 //
 // DFT_M is a Stockham autosort FFT (natural order in and out) of radix-RADIX stages and one
-// smaller last stage where log2 M is not a multiple of log2 RADIX. Stage s has NS = the
-// product of the earlier radices and does, for each butterfly j in [0, M/R):
+// smaller last stage where log2 M is not a multiple of log2 RADIX; M = 3 2^k and 5 2^k end in
+// a stage of radix 3, 5, 6 or 10 (stage_radix). Stage s has NS = the product of the earlier
+// radices and does, for each butterfly j in [0, M/R):
 //   v[r] = in[j + r M/R] * w^(r (j % NS)),  w = e^{-2 pi i / (NS R)}
 //   v = DFT_R(v)  (in registers)
 //   out[(j / NS) NS R + j % NS + r NS] = v[r]
-// in place in shared memory: a stage's reads all finish (a barrier) before its writes, except
-// in the last stage, whose writes go exactly to its own reads' addresses (NS R = M). Each
-// thread owns M / R / THREADS butterflies of every stage, j = tid + q THREADS, so that a
-// warp's reads are consecutive. The inverse DFT is conj(DFT(conj U)): merge stores conj(U),
-// the same forward stages run, and the final store negates the imaginary part.
+// in place in shared memory: a stage's reads all finish (a barrier) before its writes, except in
+// the last stage, whose writes go exactly to its own reads' addresses (NS R = M). Each thread owns
+// M / R / THREADS butterflies of every stage (rounded up, the last round's beyond M / R idle), j =
+// tid + q THREADS, so that a warp's reads are consecutive. The inverse DFT is conj(DFT(conj U)):
+// merge stores conj(U), the same forward stages run, and the final store negates the imaginary
+// part.
 //
 // Shared memory holds M complex floats at padded index n + n/16 (8-byte words): the first
 // stage's writes (NS = 1: stride R between threads) then hit 16 distinct bank pairs per
 // half-warp instead of one; runs of >= 16 consecutive indices stay conflict free.
-// Twiddles are entries of the table of e^{-2 pi i m / 32768} computed in double (twiddle_value):
+// Twiddles are entries of the table of e^{-2 pi i m / 32768} computed in double (twiddle_value;
+// for M = 3 2^k and 5 2^k the split's and the odd stage's from the exact fraction, root_value):
 // every split twiddle is one entry (correctly rounded), every stage twiddle one entry or the
 // product of two, so the error of the transform is that of its float arithmetic, not of
 // sin/cos approximations (max |err| / max |ref| of a whole convolution at M = 16384: 3e-7).
@@ -76,9 +79,9 @@ constexpr int kMaxM = 16384;
 // Twiddle table entries: tw[m] = e^{-2 pi i m / kTwiddles}, enough for N = 2 kMaxM.
 constexpr int kTwiddles = 2 * kMaxM;
 // The shortest M = 3 2^k or 5 2^k that fft_length gives. Below it the power of two measured
-// as fast or faster (GPU busy time, run 44 (c)): at T = 600 M = 1024 against 768 and 640
-// (48 and 40 threads: CTAs too small to fill the SM's slots either way), at T = 1100 1536
-// against 1280 (80 threads, 3 rounds of radix-5 butterflies for 3.2 of work).
+// as fast or faster (GPU busy time, run 44 (c)): at T = 600 M = 1024 took 5-10% less than 768
+// and 640 (48 and 40 threads), at T = 1100 to 1200 M = 1536 0-3% less than 1280 (80 threads,
+// 2.5 warps; its radix-5 stage's 256 butterflies in 4 rounds of 80).
 constexpr int kMinOddM = 1536;
 
 TIMEX_FFT_HD constexpr bool supported(int64_t T) { return T >= 1 && T <= kMaxM; }
@@ -316,15 +319,15 @@ struct SmemStore {
   TIMEX_FFT_DEVICE void operator()(int n, cf32 v) const { sm[pad(n)] = v; }
 };
 
-// The stage twiddles in stage order ("staged" table; the thread-block-cluster kernels use it):
-// a stage of radix R (a power of two) after NS reads lo[r] = w^r (r = 1 .. min(3, R - 1)) and
-// hi[h] = w^(4 h) (h = 1 .. R/4 - 1), w = e^{-2 pi i (j % NS) / (NS R)}; a stage of radix 3 or
-// 6 reads w^r for r = 1 .. R - 1. Unstaged, they are entries of the table of all e^{-2 pi i m /
-// kTwiddles}: consecutive j, a warp's butterflies, hit entries kTwiddles / (NS R) apart, up to
-// 32 sectors per load. The staged table holds the same values (the same bits: twiddle_value of
-// the same m, root_value where NS R is not a power of two) per stage as rows lo[1], lo[2], ..,
-// hi[1], .. of NS entries each, indexed by j % NS: a warp's load reads consecutive entries.
-// The stages after the first follow each other (stage_radix).
+// The stage twiddles in stage order ("staged" table; the thread-block-cluster kernels use it): a
+// stage of radix R (a power of two) after NS reads lo[r] = w^r (r = 1 .. min(3, R - 1)) and hi[h] =
+// w^(4 h) (h = 1 .. R/4 - 1), w = e^{-2 pi i (j % NS) / (NS R)}; a stage of radix 3, 5, 6 or 10
+// reads w^r for r = 1 .. R - 1. Unstaged, they are entries of the table of all e^{-2 pi i m /
+// kTwiddles}: consecutive j, a warp's butterflies, hit entries kTwiddles / (NS R) apart, up to 32
+// sectors per load. The staged table holds the same values (the same bits: twiddle_value of the
+// same m, root_value where NS R is not a power of two) per stage as rows lo[1], lo[2], .., hi[1],
+// .. of NS entries each, indexed by j % NS: a warp's load reads consecutive entries. The stages
+// after the first follow each other (stage_radix).
 TIMEX_FFT_HD constexpr int staged_count(int R) {
   return !is_pow2(R) ? R - 1 : (R - 1 < 3 ? R - 1 : 3) + (R / 4 > 1 ? R / 4 - 1 : 0);
 }

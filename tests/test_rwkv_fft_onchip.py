@@ -127,7 +127,7 @@ def test_fused_kernels_odd_lengths(T, dtype, monkeypatch):
 def test_fused_length_switches(monkeypatch):
     """T = 2100 runs on M = 2560, with RWKV_TIMEX_FUSED_RADIX5=0 on 3072, with both switches 0
     on 4096: results within 2e-6 of each other, not the same bits; a backward given another
-    length's kept spectra refuses them."""
+    length's kept spectra refuses them. CUDA graph capture at M = 2560 and 1536."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(2, 5, 2100, "cuda", torch.float32)
     five = ours(w, k, g, 0.1)
@@ -143,6 +143,10 @@ def test_fused_length_switches(monkeypatch):
             assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), (m, name)
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w, k, kz, wz)
+    monkeypatch.delenv("RWKV_TIMEX_FUSED_RADIX5")
+    monkeypatch.delenv("RWKV_TIMEX_FUSED_RADIX3")
+    check_graph_capture((2, 5, 2100), torch.float32)
+    check_graph_capture((3, 2, 1100), torch.bfloat16)
 
 
 @needs_sm90

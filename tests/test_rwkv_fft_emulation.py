@@ -28,14 +28,13 @@ int failures = 0;
 std::vector<cf32> tw(kTwiddles);
 
 // B, C, T (M >= T: fft_length(T), or the 3 2^k or power of two that it takes with
-// RWKV_TIMEX_FUSED_RADIX5=0 or both switches 0, given as a template argument so that the
-// program instantiates only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are shifted
-// (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread more
-// butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
-// several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1
-// from B = 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w
-// within tol. PLAIN: also run every
-// kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
+// RWKV_TIMEX_FUSED_RADIX5=0 or both switches 0, given as a template argument so that the program
+// instantiates only the lengths it runs); eps; offset: elements by which k, g, out and grad_k are
+// shifted (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread
+// more butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
+// several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1 from B =
+// 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w within tol. PLAIN:
+// also run every kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
 template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   if (fft_length(T) != M && fft_length(T, true, false) != M && fft_length(T, false, false) != M) {
@@ -126,10 +125,10 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
 int main() {
   launch(1, 8, 0, [&] { twiddle_kernel(tw.data()); });
   // Every power-of-two M from 1 (T = 1) to 16384, the GPU's shapes (MAXT = kThreads: 16 values per
-  // thread, radix 16 and a last stage of radix 2, 4 or 8 where log2 M % 4 != 0) and smaller
-  // CTAs (several butterflies per thread and stage), odd B and C, eps != 0, misaligned rows;
-  // the plain table too (PLAIN) at every last-stage radix, with 1 and several butterflies
-  // per thread and stage, in each type.
+  // thread, radix 16 and a last stage of radix 2, 4 or 8 where log2 M % 4 != 0) and smaller CTAs
+  // (several butterflies per thread and stage), odd B and C, eps != 0, misaligned rows; the plain
+  // table too (PLAIN) at every last-stage radix, with 1 and several butterflies per thread and
+  // stage, in each type.
   check<float, 1, kThreads>(1, 1, 1, 0.5, 0, 1, 1e-6);
   check<float, 2, kThreads>(3, 1, 2, 0.5, 0, 1, 1e-6);
   check<float, 4, kThreads>(1, 3, 3, -0.25, 1, 2, 1e-6);
@@ -180,6 +179,7 @@ int main() {
 def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
     checks spectrum, conv and the backward kernel (one pass per channel and split over b with
-    the reduce launch) for M = 1 .. 16384 (2^k, 3 2^k and 5 2^k) against float64 direct sums; grad_w twice, to the
-    bit; the fused twiddle table's results to the bit of the plain table's."""
+    the reduce launch) for M = 1 .. 16384 (2^k, 3 2^k and 5 2^k) against float64 direct sums;
+    grad_w twice, to the bit; the fused twiddle table's results to the bit of the plain
+    table's."""
     run_emulator(EMULATOR, tmp_path)

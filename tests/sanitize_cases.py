@@ -235,11 +235,11 @@ def rwkv_direct_cases():
 
 def rwkv_fft_cases():
     # Lengths: 1 and 2 (M = 1, 2: the one-thread shapes), odd (the pairs loads fall back to
-    # scalars), 700 and 769 (M = 1024), 1024; M = 3 x 2^k and 5 x 2^k: 1025 and 1536 (M =
-    # 1536: radix 6, threads idle in its last round), 2049 (M = 2560: radix 10), 3000 (M = 3072:
-    # radix 4 then 3), 4097 (M = 5120: radix 4 then 5), 10000 and 12288 (M = 10240, 12288: 640
-    # and 768 threads); 16383 and 16384 (the largest fused length; 136 KiB of shared memory per
-    # CTA). B > 1 so that wgrad sums over the batch in its scratch.
+    # scalars), 700 and 769 (M = 1024), 1024; M = 3 x 2^k and 5 x 2^k: 1025 and 1536 (M = 1536:
+    # radix 6, threads idle in its last round), 2049 (M = 2560: radix 10), 3000 (M = 3072: radix
+    # 12), 4097 (M = 5120: radix 20), 10000 and 12288 (M = 10240, 12288: radix 8 then 5, 16 then
+    # 3; 640 and 768 threads); 16383 and 16384 (the largest fused length; 136 KiB of shared
+    # memory per CTA). B > 1 so that wgrad sums over the batch in its scratch.
     shapes = {
         "float32": [(1, 1, 1), (2, 3, 2), (3, 2, 17), (3, 2, 700), (2, 3, 769), (1, 2, 1024),
                     (2, 1, 1025), (2, 1, 1536), (3, 1, 3000), (2, 1, 4097), (2, 1, 10000),

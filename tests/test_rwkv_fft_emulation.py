@@ -151,11 +151,11 @@ int main() {
   check<c10::Half, 8192, 64>(1, 1, 4097, 0.3, 0, 1, 1e-3);
   check<c10::BFloat16, 64, kThreads>(3, 1, 63, 0.3, 0, 1, 8e-3);
   check<c10::BFloat16, 2048, 32, true>(1, 3, 2048, 0.3, 1, 2, 8e-3);
-  // M = 3 2^k and 5 2^k (fft_length's, from kMinOddM = 1536 to 12288 and 10240): every
-  // last-stage form (radix 3 or 5 after 16, 8 or 4; radix 6 or 10 where the power-of-two part
-  // ends in a 2), those stages with threads idle in their last round (THREADS does not divide
-  // M / R) and, at 64 threads, the radix-16 stages too; the lengths that the switches off take
-  // for the same T (RWKV_TIMEX_FUSED_RADIX5=0: 3 2^k; both: 2^k) are among these and above.
+  // M = 3 2^k and 5 2^k (fft_length's, from kMinOddM = 1536 to 12288 and 10240): every last-stage
+  // form (radix 3 or 5 after 16 or 8; radix 6, 10, 12 or 20 where the power-of-two part ends in a 2
+  // or 4), those stages with threads idle in their last round (THREADS does not divide M / R) and,
+  // at 64 threads, the radix-16 stages too; the lengths that the switches off take for the same T
+  // (RWKV_TIMEX_FUSED_RADIX5=0: 3 2^k; both: 2^k) are among these and above.
   check<float, 1536, kThreads>(1, 3, 1100, 0.1, 0, 2, 1e-6);
   check<float, 1536, 64>(2, 1, 1536, 0.1, 1, 1, 1e-6);
   check<float, 2560, kThreads>(1, 3, 2049, 0.1, 0, 2, 1e-6);

@@ -97,9 +97,9 @@ def check_on_chip(w, k, g):
         assert torch.equal(a, b)
 
 
-# The one-CTA kernels' lengths M = 3 x 2^k and 5 x 2^k (a last stage of radix 3, 5, 6 or 10:
-# 1536 for 1024 < T <= 1536, 2560 for 2048 < T <= 2560, ..., 10240 and 12288 past 8192), each
-# at its shortest and longest T.
+# The one-CTA kernels' lengths M = 3 x 2^k and 5 x 2^k (a last stage of radix 3, 5, 6, 10, 12
+# or 20: 1536 for 1024 < T <= 1536, 2560 for 2048 < T <= 2560, ..., 10240 and 12288 past 8192),
+# each at its shortest and longest T.
 ODD_LENGTHS = [1025, 1100, 1536, 2049, 2560, 2561, 3072, 4097, 5120, 5121, 6144, 8193, 10240,
                10241, 12288]
 

@@ -9,7 +9,7 @@
 //
 // DFT_M is a Stockham autosort FFT (natural order in and out) of radix-RADIX stages and one
 // smaller last stage where log2 M is not a multiple of log2 RADIX; M = 3 2^k and 5 2^k end in
-// a stage of radix 3, 5, 6 or 10 (stage_radix). Stage s has NS = the product of the earlier
+// a stage of radix 3, 5, 6, 10, 12 or 20 (stage_radix). Stage s has NS = the product of the earlier
 // radices and does, for each butterfly j in [0, M/R):
 //   v[r] = in[j + r M/R] * w^(r (j % NS)),  w = e^{-2 pi i / (NS R)}
 //   v = DFT_R(v)  (in registers)
@@ -89,7 +89,7 @@ TIMEX_FFT_HD constexpr bool is_pow2(int x) { return x >= 1 && (x & (x - 1)) == 0
 // x >= 1 without its factors 2.
 TIMEX_FFT_HD constexpr int odd_part(int x) { return x % 2 == 0 ? odd_part(x / 2) : x; }
 // The lengths the kernels run: a power of two, or three or five times one (the factor 3 or 5
-// in the transform's last stage, of radix 3, 5, 6 or 10).
+// in the transform's last stage, of radix 3, 5, 6, 10, 12 or 20).
 TIMEX_FFT_HD constexpr bool length_ok(int M) {
   return M >= 1 && (odd_part(M) == 1 || odd_part(M) == 3 || odd_part(M) == 5);
 }
@@ -130,15 +130,16 @@ struct Shape {
 };
 
 // The radix of Sh's stage after NS (the product of the earlier radices): RADIX while the
-// power-of-two part leaves that much, then what it leaves (a power of two: the last stage);
-// where M = F P2 (F = 3, 5), the factor F joins a last radix 2 (a stage of radix 2F) or
-// follows the power-of-two stages as a stage of radix F. So every NS is a power of two, and
-// only the last stage's radix may not be.
+// power-of-two part leaves that much, then what it leaves (a power of two: the last stage); where M
+// = F P2 (F = 3, 5), the factor F joins a last radix 2 or 4 (a stage of radix 2F or 4F: one pass
+// less than radix 4 then F, 4-10% less GPU time at M = 3072 and 5120, run 44 (j)) or follows the
+// power-of-two stages as a stage of radix F. So every NS is a power of two, and only the last
+// stage's radix may not be.
 template <class Sh>
 TIMEX_FFT_HD constexpr int stage_radix(int NS) {
   const int rem = Sh::M / NS, f = odd_part(rem), rem2 = rem / f;
   if (f == 1) return rem < Sh::RADIX ? rem : Sh::RADIX;
-  return rem2 <= 2 ? rem : rem2 < Sh::RADIX ? rem2 : Sh::RADIX;
+  return rem2 <= 4 ? rem : rem2 < Sh::RADIX ? rem2 : Sh::RADIX;
 }
 
 struct alignas(8) cf32 {
@@ -263,44 +264,35 @@ TIMEX_FFT_DEVICE void dft(cf32 (&v)[R]) {
     dft3(v[0], v[1], v[2]);
   } else if constexpr (R == 5) {
     dft5(v);
-  } else if constexpr (R == 6 || R == 10) {
+  } else if constexpr (R == 6 || R == 10 || R == 12 || R == 20) {
     constexpr int H = R / 2;
-    // W_R^k = c[k] - i s[k] for k < H: W_6 at 60 degrees a step, W_10 at 36.
-    constexpr float c6[3] = {1.f, 0.5f, -0.5f};
-    constexpr float s6[3] = {0.f, 0.866025403784438647f, 0.866025403784438647f};
-    constexpr float c10[5] = {1.f, 0.809016994374947424f, 0.309016994374947424f,
-                              -0.309016994374947424f, -0.809016994374947424f};
-    constexpr float s10[5] = {0.f, 0.587785252292473129f, 0.951056516295153572f,
-                              0.951056516295153572f, 0.587785252292473129f};
+    // cos(6 i degrees) for i = 0 .. 15, each rounded once: W_R^k = cos - i sin of 360 k / R
+    // degrees, a multiple of 6 for these R.
+    constexpr float cos6[16] = {
+        1.000000000000000000f, 0.994521895368273290f, 0.978147600733805689f,
+        0.951056516295153531f, 0.913545457642600867f, 0.866025403784438708f,
+        0.809016994374947451f, 0.743144825477394244f, 0.669130606358858238f,
+        0.587785252292473137f, 0.500000000000000111f, 0.406736643075800208f,
+        0.309016994374947451f, 0.207911690817759454f, 0.104528463267653457f,
+        0.000000000000000061f};
     cf32 e[H], o[H];
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       e[i] = v[2 * i];
       o[i] = v[2 * i + 1];
     }
-    if constexpr (H == 3) {
-      dft3(e[0], e[1], e[2]);
-      dft3(o[0], o[1], o[2]);
-    } else {
-      dft5(e);
-      dft5(o);
-    }
+    dft<H>(e);
+    dft<H>(o);
 #pragma unroll
     for (int k = 0; k < H; ++k) {
-      float c, s;
-      if constexpr (H == 3) {
-        c = c6[k];
-        s = s6[k];
-      } else {
-        c = c10[k];
-        s = s10[k];
-      }
+      const int i = 60 / R * k;  // the angle in steps of 6 degrees, < 30
+      const float c = i <= 15 ? cos6[i] : -cos6[30 - i], s = i <= 15 ? cos6[15 - i] : cos6[i - 15];
       const cf32 t = k == 0 ? o[k] : cf32{c * o[k].x + s * o[k].y, c * o[k].y - s * o[k].x};
       v[k] = e[k] + t;
       v[k + H] = e[k] - t;
     }
   } else if constexpr (R > 1) {
-    static_assert(is_pow2(R) && R <= 16, "R: 3, 5, 6, 10 or a power of two <= 16");
+    static_assert(is_pow2(R) && R <= 16, "R: 3, 5, 6, 10, 12, 20 or a power of two <= 16");
     cf32 a[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) a[bit_reverse(i, ilog2(R))] = v[i];
@@ -321,8 +313,8 @@ struct SmemStore {
 
 // The stage twiddles in stage order ("staged" table; the thread-block-cluster kernels use it): a
 // stage of radix R (a power of two) after NS reads lo[r] = w^r (r = 1 .. min(3, R - 1)) and hi[h] =
-// w^(4 h) (h = 1 .. R/4 - 1), w = e^{-2 pi i (j % NS) / (NS R)}; a stage of radix 3, 5, 6 or 10
-// reads w^r for r = 1 .. R - 1. Unstaged, they are entries of the table of all e^{-2 pi i m /
+// w^(4 h) (h = 1 .. R/4 - 1), w = e^{-2 pi i (j % NS) / (NS R)}; a stage of radix 3, 5, 6, 10, 12
+// or 20 reads w^r for r = 1 .. R - 1. Unstaged, they are entries of the table of all e^{-2 pi i m /
 // kTwiddles}: consecutive j, a warp's butterflies, hit entries kTwiddles / (NS R) apart, up to 32
 // sectors per load. The staged table holds the same values (the same bits: twiddle_value of the
 // same m, root_value where NS R is not a power of two) per stage as rows lo[1], lo[2], .., hi[1],
@@ -388,12 +380,12 @@ TIMEX_FFT_DEVICE cf32 pair_twiddle(const cf32* __restrict__ tw, int k) {
 // One Stockham stage of radix R after NS (see the top of the file). load(n) -> cf32 reads
 // input n, store(n, v) writes output n. ZERO_HIGH: the input is a real row's packed z, whose
 // entries n >= M/2 are zero (2n >= M >= T): not read. SYNC_MID: a barrier between the reads
-// and the writes (both in shared memory, at different addresses). STAGED: tw is the staged
-// table (above), else the table of all e^{-2 pi i m / kTwiddles}; the same values either way.
-// Where THREADS does not divide the M / R butterflies (the radix 3, 5, 6 and 10 stages), the
-// last round of them leaves threads idle. Those stages are last stages, in place (a
-// thread writes only the addresses it read): each butterfly stores as soon as it is done, so
-// that the up to six a thread owns are not all held in registers at once (they spilled).
+// and the writes (both in shared memory, at different addresses). STAGED: tw is the staged table
+// (above), else the table of all e^{-2 pi i m / kTwiddles}; the same values either way. Where
+// THREADS does not divide the M / R butterflies (the stages of radix 3, 5, 6, 10, 12, 20), the last
+// round of them leaves threads idle. Those stages are last stages, in place (a thread writes only
+// the addresses it read): each butterfly stores as soon as it is done, so that the up to six a
+// thread owns are not all held in registers at once (they spilled).
 template <class Sh, int R, int NS, bool ZERO_HIGH, bool SYNC_MID, bool STAGED, typename Load,
           typename Store>
 TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const Store store) {
@@ -402,9 +394,9 @@ TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const S
   constexpr bool EVEN = NB % THREADS == 0;
   constexpr bool POW2 = is_pow2(R);
   constexpr bool STORE_NOW = !POW2;
-  static_assert(NB * R == M && NB >= THREADS, "R <= E");
-  static_assert(POW2 || (NS * R == M && !SYNC_MID), "radix 3, 5, 6, 10: the last stage");
-  static_assert(STAGED || POW2, "radix 3, 5, 6, 10 read the staged table");
+  static_assert(NB * R == M && (NB >= THREADS || !POW2), "R <= E");
+  static_assert(POW2 || (NS * R == M && !SYNC_MID), "radix 3, 5, 6, 10, 12, 20: the last stage");
+  static_assert(STAGED || POW2, "radix 3, 5, 6, 10, 12, 20 read the staged table");
   const int tid = static_cast<int>(threadIdx.x);
   cf32 v[BF][R];
 #pragma unroll

@@ -256,7 +256,7 @@ TIMEX_FFT_DEVICE void dft5(cf32 (&v)[5]) {
 }
 
 // v = DFT_R(v) in registers. R a power of two <= 16: radix-2 decimation in time; the
-// bit-reversal permutation is register renaming once unrolled. R = 3, 5; R = 6, 10: the
+// bit-reversal permutation is register renaming once unrolled. R = 3, 5; R = 6, 10, 12, 20: the
 // DFT_{R/2}s of the even and odd entries, combined as X[k], X[k + R/2] = E[k] +- W_R^k O[k].
 template <int R>
 TIMEX_FFT_DEVICE void dft(cf32 (&v)[R]) {
@@ -269,12 +269,12 @@ TIMEX_FFT_DEVICE void dft(cf32 (&v)[R]) {
     // cos(6 i degrees) for i = 0 .. 15, each rounded once: W_R^k = cos - i sin of 360 k / R
     // degrees, a multiple of 6 for these R.
     constexpr float cos6[16] = {
-        1.000000000000000000f, 0.994521895368273290f, 0.978147600733805689f,
+        1.0f,                  0.994521895368273290f, 0.978147600733805689f,
         0.951056516295153531f, 0.913545457642600867f, 0.866025403784438708f,
         0.809016994374947451f, 0.743144825477394244f, 0.669130606358858238f,
-        0.587785252292473137f, 0.500000000000000111f, 0.406736643075800208f,
+        0.587785252292473137f, 0.5f,                  0.406736643075800208f,
         0.309016994374947451f, 0.207911690817759454f, 0.104528463267653457f,
-        0.000000000000000061f};
+        0.0f};
     cf32 e[H], o[H];
 #pragma unroll
     for (int i = 0; i < H; ++i) {

@@ -294,7 +294,9 @@ def tc_faster(B, C, T):
     """Whether auto takes the tensor-core FFT in bfloat16 for B rows of C channels of T
     (timex_cuda.cu)."""
     if B == 1:
-        return 8192 < T <= 12288 or (T > 12288 and C >= 512)
+        return T > 8192 and C >= 512
+    if 1024 < T <= 1536:
+        return B != 3 and (C >= 512 or B >= 8 or (B == 2 and T > 1280))
     if 3072 < T <= 4096:
         return B >= 4 or (B == 2 and C >= 256)
     return True

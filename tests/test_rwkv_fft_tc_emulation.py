@@ -3,7 +3,7 @@ ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU (tests/
 emulates the warp operations with PTX's fragment layouts) against the float64 definition, so
 that its pass, twiddle and storage-order arithmetic is checked without a GPU: the forward, and
 grad_k (the same kernel given W's spectrum conjugated); every outer radix (N = 2048 and 32768:
-8, 4096: 16 and 6144: 24 on tensor cores, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6,
+8, 4096: 16, 2560: 10, 3072: 12 and 6144: 24 on tensor cores, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6,
 28672: 7 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the
 kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's storage order
 and the middle's layout (middle_position)."""
@@ -136,6 +136,10 @@ int main() {
   check<BF, 8192>(2, 1, 4096, 0.0, 1e-2);
   check<H, 8192>(3, 3, 3001, 0.25, 2e-3);                // two channels' last rows, C odd
   check<H, 16384>(2, 1, 8191, 0.0, 2e-3);
+  check<BF, 2560>(2, 1, 1280, 0.0, 1e-2);                // outer radix 10
+  check<H, 2560>(3, 1, 1025, 0.25, 2e-3);
+  check<BF, 3072>(2, 1, 1536, 0.0, 1e-2);                // outer radix 12
+  check<H, 3072>(3, 1, 1025, 0.25, 2e-3);
   check<BF, 6144>(2, 1, 3072, 0.0, 1e-2);                // outer radix 24
   check<H, 6144>(3, 1, 2049, 0.25, 2e-3);
   check<BF, 12288>(2, 1, 6144, 0.0, 1e-2);               // outer radix 3
@@ -152,6 +156,8 @@ int main() {
   check<BF, 2048>(3, 2, 1001, 0.0, 1e-2, 1, 1, true);
   check<H, 8192>(3, 2, 4096, 0.0, 2e-3, 1, 1, true);
   check<H, 6144>(2, 1, 3072, 0.0, 2e-3, 1, 1, true);
+  check<BF, 3072>(3, 2, 1300, 0.0, 1e-2, 1, 1, true);
+  check<H, 2560>(3, 2, 1100, 0.0, 2e-3, 1, 1, true);
   return failures != 0;
 }
 """.replace("STORAGE_FREQUENCY\n", STORAGE_FREQUENCY)
@@ -165,7 +171,7 @@ def test_fft_tc_emulated(tmp_path):
 # The transform lengths (timex_fft_tc_common.cuh valid_length, timex_fft_tc_forward.cuh
 # transform_length): for every T <= 16384 the chosen N is a valid length of at least 2 T and no
 # valid length between 2 T and it is shorter; each valid N is radix1(N) 16^P with an outer
-# radix the passes have (2 to 8, 16 or 24). The kernels' arithmetic at each N is the other
+# radix the passes have (2 to 8, 10, 12, 16 or 24). The kernels' arithmetic at each N is the other
 # tests'.
 LENGTHS = r"""
 #include <cstdio>
@@ -189,7 +195,7 @@ int main() {
     const int r = radix1(N);
     int m = N / r;
     while (m % 16 == 0) m /= 16;
-    const bool ok = m == 1 && N / r >= 256 && ((r >= 2 && r <= 8) || r == 16 || r == 24);
+    const bool ok = m == 1 && N / r >= 256 && ((r >= 2 && r <= 8) || r == 10 || r == 12 || r == 16 || r == 24);
     if (!ok) std::printf("FAIL N=%d: radix1 %d, N / radix1 not a power of 16 >= 256\n", N, r);
     failures += !ok;
   }
@@ -392,6 +398,8 @@ int main() {
   // one channel a CTA (N <= 12288), then two (16384 on: every pairing of blocks); T short,
   // as the pairing is N's
   check_spectra<BF, 6144>(3, 3000, 1, 3e-3);
+  check_spectra<H, 3072>(3, 1500, 1, 3e-3);
+  check_spectra<BF, 2560>(3, 1200, 1, 3e-3);
   check_spectra<H, 24576>(2, 500, 3, 3e-3);
   for (int odd = 0; odd < 6; ++odd) {
     check_spectra<BF, 2048>(2, 1000, odd, 3e-3);
@@ -411,6 +419,15 @@ int main() {
   // scratch reused), then pairs split with the reduce launch, odd B, odd T, misaligned rows
   check<BF, 32768>(3, 3, 16384, 1, 2, 0, 1e-2);
   check<H, 32768>(3, 1, 16383, 2, 0, 1, 2e-3);
+  // outer radix 10 and 12 at N = 2560 and 3072 (on tensor cores): looping, split, odd B and T
+  check<BF, 3072>(3, 3, 1536, 1, 2, 0, 1e-2);
+  check<H, 3072>(5, 1, 1281, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
+  check<BF, 2560>(3, 3, 1280, 1, 2, 0, 1e-2);
+  check<H, 2560>(5, 1, 1025, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
+  check<BF, 2560>(4, 2, 1100, 1, 2, 0, 1e-2, 0x1p-10, 0x1p-10);
+  // the same with acc in shared memory
+  check<BF, 3072, true>(3, 3, 1300, 1, 2, 0, 1e-2);
+  check<H, 2560, true>(5, 1, 1111, 2, 0, 1, 2e-3, 0x1p-10, 1.0);
   // outer radix 24 at N = 6144 (on tensor cores): looping, split
   check<BF, 6144>(3, 3, 3072, 1, 2, 0, 1e-2);
   check<H, 6144>(5, 1, 2500, 2, 0, 1, 2e-3, 0x1p-10, 1.0);

@@ -205,11 +205,15 @@ constexpr int64_t kF64DirectMaxT = 256;
 // marked; odd B with the kernels built for it (from N = 8192 the last rows share transforms)
 // and the last row's grad_k and grad_w through one inverse (run 37, f661ed9; C = 512 and
 // 1024):
-//   1024 < T <= 2048 (N = 4096): 10-22% less time with B = 2, 8-16% with 3, 14-21% with 4;
-//     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024; then up to T = 1536 the fused
-//     kernels' M = 1536 (5934ad0; GPU busy time, run 44 (b), C = 256 to 2048): with B = 2 2-6%
-//     more at T = 1100 and 1300, 5-11% less at 1536; with 3 6-22% more (3% less at (3, 512,
-//     1536)); with 4 2-12% less (3% more at C = 256); with 8 5-11% less;
+//   1536 < T <= 2048 (N = 4096): 10-22% less time with B = 2, 8-16% with 3, 14-21% with 4;
+//     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024;
+//   1024 < T <= 1536 (N = 2560 to 1280, 3072 past it) against the fused kernels' M = 1536 (GPU
+//     busy time, run 45 (b), (c)): at N = 2560 with B = 2 5-17% less from C = 512, 9% more at
+//     256; with 3 3% less at C = 2048, 1-25% more below; with 4 5-24% less from C = 512, 13%
+//     more at 256; with 16 15-30% less (with B = 8 0-23% less and with 1 24-80% more, measured
+//     with a backward of 160 threads, 2-12% slower than the 64 kept); at N = 3072 with B = 2
+//     6-13% less; with 3 7-10% less at C = 512, 3-19% more else; with 4 14-21% less from C =
+//     512, 2-5% more at 256; with 8 12-24% less, with 16 18-26%; with 1 14-64% more;
 //   2048 < T <= 3072 (N = 6144; runs 31, 32): 4-11% less with B = 2, 12-20% with 4, 21-29% with
 //     8; 37-43% more with 1;
 //   3072 < T <= 4096 (N = 8192): 2-6% less with B = 4, 3-6% with 5, 7-10% with 6, 1-3% with
@@ -237,7 +241,7 @@ constexpr int64_t kF64DirectMaxT = 256;
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 bool tc_faster(int64_t B, int64_t C, int64_t T) {
   if (B == 1) return T > 8192 && C >= 512;
-  if (T > 1024 && T <= 1536) return B >= 4;
+  if (T > 1024 && T <= 1536) return B != 3 && (C >= 512 || B >= 8 || (B == 2 && T > 1280));
   if (T > 3072 && T <= 4096) return B >= 4 || (B == 2 && C >= 256);
   return true;
 }

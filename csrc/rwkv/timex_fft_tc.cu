@@ -31,6 +31,8 @@ template <typename Fn>
 void with_length(int64_t T, Fn&& fn) {
   switch (tc::transform_length(T)) {
     case 2048: fn(std::integral_constant<int, 2048>{}); break;
+    case 2560: fn(std::integral_constant<int, 2560>{}); break;
+    case 3072: fn(std::integral_constant<int, 3072>{}); break;
     case 4096: fn(std::integral_constant<int, 4096>{}); break;
     case 6144: fn(std::integral_constant<int, 6144>{}); break;
     case 8192: fn(std::integral_constant<int, 8192>{}); break;

@@ -5,15 +5,15 @@
 // tests/test_rwkv_fft_tc_emulation.py checks them on the CPU.
 //
 // The convolution, one CTA per channel c and pair of batch rows (b, b + 1): the complex row x =
-// k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two from 2048 to 32768, 6144,
-// 12288, 20480, 24576 or 28672: transform_length), is convolved circularly with the real kernel
-// h[s] = w[c, T-1-s]: since h is real, y = x * h = k[b, c] * h + i k[b + 1, c] * h, and out[b,
-// c, t] = Re y[t] + eps, out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap: N >= 2T - 1). No
-// split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh), except where two
-// rows with different kernels share a transform: W's spectra of two channels, and where B is
-// odd the last rows of two channels (timex_fft_tc_mirror.cuh).
+// k[b, c] + i k[b + 1, c], zero-padded to N >= 2T (a power of two from 2048 to 32768, 2560, 3072,
+// 6144, 12288, 20480, 24576 or 28672: transform_length), is convolved circularly with the real
+// kernel h[s] = w[c, T-1-s]: since h is real, y = x * h = k[b, c] * h + i k[b + 1, c] * h, and
+// out[b, c, t] = Re y[t] + eps, out[b + 1, c, t] = Im y[t] + eps for t < T (no wrap: N >= 2T - 1).
+// No split of a real row's spectrum, as the FMA kernels do (timex_fft_math.cuh), except where two
+// rows with different kernels share a transform: W's spectra of two channels, and where B is odd
+// the last rows of two channels (timex_fft_tc_mirror.cuh).
 //
-// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 16, 24}: valid_length): pass
+// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 12, 16, 24}: valid_length): pass
 // j has radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16
 // DFT over 16 contiguous elements (the "middle", see middle()) follows. Pass j, for
 // every block of r_j L_j elements and every column n2 < L_j in it, does
@@ -38,7 +38,8 @@
 // 4096 have. That fusion took 10-13% off the op's forward + backward (bfloat16, H200: run 30 in
 // benchmarks/results/issue29_runs). An outer radix r_1 other than 16 is fused with the load and
 // the store, where half its inputs are zeros and half its outputs unwanted: on the CUDA cores
-// for r_1 <= 8 (timex_fft_tc_outer.cuh), on the tensor cores for 24 (timex_fft_tc_outer24.cuh).
+// for r_1 <= 8 (timex_fft_tc_outer.cuh), on the tensor cores for 12 and 24
+// (timex_fft_tc_outer_mma.cuh).
 // Data between passes are stored as float16 for either input type (Plane: the row pair and W's
 // spectrum scaled by powers of two, timex_fft_tc_common.cuh) in two planes; accumulation and
 // twiddles in float. Shared memory: 4 N bytes (128 KiB at N = 32768), 16-byte chunks swizzled
@@ -58,7 +59,7 @@
 #include "rwkv/timex_fft_tc_common.cuh"
 #include "rwkv/timex_fft_tc_middle.cuh"
 #include "rwkv/timex_fft_tc_outer.cuh"
-#include "rwkv/timex_fft_tc_outer24.cuh"
+#include "rwkv/timex_fft_tc_outer_mma.cuh"
 #include "rwkv/timex_fft_tc_rows.cuh"
 
 namespace rwkv {
@@ -246,8 +247,8 @@ TIMEX_FFT_DEVICE void inverse_out(uint16_t* re, uint16_t* im, const DftFrags<Pla
     if constexpr (has_pass256(N)) {  // (emit unused there: the outer pass has it)
       inverse_passes<Plane, N, 256, TH>(re, im, f16, emit);
     }
-    if constexpr (radix1(N) == 24) {
-      last_pass_tc24<N, TH>(re, im, emit);
+    if constexpr (outer_on_mma(N)) {
+      last_pass_mma<N, TH>(re, im, emit);
     } else {
       last_pass_fma<N, TH>(re, im, emit);
     }

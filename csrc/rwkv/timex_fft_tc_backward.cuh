@@ -47,8 +47,16 @@ TIMEX_FFT_HD constexpr bool z_off_chip(int N) { return N > kMaxTwoSetN; }
 // At N = 6144, 256 rather than threads(N) = 192: two CTAs of 192 at 168 registers kept 12 warps
 // an SM, and the kernel stalled with half its issue slots idle (ncu on the H200: run 30).
 // With acc on chip (acc_smem) past N = 6144, 512: one CTA an SM (192 KiB at N = 12288).
+// At N = 3072, 128 rather than 96 (4 CTAs an SM instead of 5, the middle's 12 steps 3 a warp):
+// 315 us against 379 at (16, 1024, 1100), 100 against 106 at (2, 2048, 1100) (bfloat16, H200,
+// run 45 (a); 96 left C = 1024 channels 1.55 waves of resident CTAs, 128 1.94). At N = 2560, 64
+// (its 10 steps 5 a warp, 8 CTAs an SM): 293 us and 88 against 376 and 104 with 160.
 TIMEX_FFT_HD constexpr int backward_threads(int N, bool acc_smem = false) {
-  return N >= 16384 || (acc_smem && N > 6144) ? 512 : N == 6144 ? 256 : threads(N);
+  return N >= 16384 || (acc_smem && N > 6144) ? 512
+         : N == 6144                             ? 256
+         : N == 3072                             ? 128
+         : N == 2560                             ? 64
+                                                 : threads(N);
 }
 // Where acc starts in shared memory (acc_smem): after the planes and 4 floats a warp.
 TIMEX_FFT_HD constexpr int backward_acc_offset(int N, bool acc_smem = false) {
@@ -61,6 +69,10 @@ TIMEX_FFT_HD constexpr int backward_smem_bytes(int N, bool acc_smem = false) {
 // Whether the kernel is built with acc in shared memory too (ACC_SMEM; timex_fft_tc.cu picks it
 // where an SM holds 512 of its threads, as it does without). Measured on the H200 (run 32),
 // bitwise the same results either way:
+//   N = 3072: 48 KiB a CTA, 4 an SM as without: 0-3% faster (run 45 (a));
+//   N = 2560: 40 KiB, 5 CTAs of 64 threads an SM against 8 (auto leaves it off there): 11%
+//     faster at (3, 512) and (4, 512), -3% to +5% at other C <= 512, 15-21% slower from C = 1024
+//     (run 45 (a));
 //   N = 6144: 96 KiB a CTA, two an SM as with acc in global memory (48 KiB, the registers'
 //     limit): acc's read and write per pair, 96 KiB a CTA through L2, gone, the kernel 10-15%
 //     faster;
@@ -68,7 +80,9 @@ TIMEX_FFT_HD constexpr int backward_smem_bytes(int N, bool acc_smem = false) {
 //     B >= 4, within 2% at B = 1 and 2 (3-5% slower there in run 34: auto leaves it off);
 //   N = 8192 (one CTA of 512 and 128 KiB instead of two of 256 and 64): -2% to +6%, not built;
 //   N = 4096 (64 KiB: 3 CTAs of 128 threads an SM instead of 4): 6-28% slower, not built.
-TIMEX_FFT_HD constexpr bool has_acc_smem(int N) { return N == 6144 || N == 12288; }
+TIMEX_FFT_HD constexpr bool has_acc_smem(int N) {
+  return N == 2560 || N == 3072 || N == 6144 || N == 12288;
+}
 // Where z_off_chip(N), Z's copy (MiddleLane::save_m: 1 KiB a step of the middle, N / 256
 // steps): zsteps of them in shared memory after the slots, the rest in the CTA's global
 // scratch. zsteps: as many as fit beside the planes under smem_limit (the device's bytes per

@@ -87,8 +87,9 @@ TIMEX_FFT_DEVICE void wait_for_spectra(P*&... spectra) {
 }
 
 // Threads per CTA: N / 32 up to 256, so that each warp has at least 8 tiles per pass and 4
-// steps of the middle over which to spread its set-up (fragments, per-lane twiddles).
-TIMEX_FFT_HD constexpr int threads(int N) { return N / 32 < 256 ? N / 32 : 256; }
+// steps of the middle over which to spread its set-up (fragments, per-lane twiddles); 64 at N =
+// 2560 (N / 32 is not whole warps; 2 warps take its 10 steps of the middle 5 each).
+TIMEX_FFT_HD constexpr int threads(int N) { return N == 2560 ? 64 : N / 32 < 256 ? N / 32 : 256; }
 // The register cap, in CTAs of 256 threads per SM: 3 (80 registers a thread, 16 bytes
 // spilled), measured 1-12% faster than 2 (104-128 registers, no spills) at N = 2048-16384
 // and within 2% at 32768 (benchmarks/results/issue29_runs/run20_tc_probe.md); min_blocks
@@ -100,17 +101,19 @@ TIMEX_FFT_HD constexpr int min_blocks(int cta_threads) {
   return TIMEX_TC_MIN_BLOCKS * 256 / cta_threads;
 }
 constexpr int kMinN = 2048, kMaxN = 32768;
-// The transform lengths: powers of two from kMinN to kMaxN (outer radix 2, 4, 8 or 16), 6144 =
-// 24 16^2 (outer radix 24), 12288 = 3 16^3 (3) and r 16^3 for r = 5, 6, 7 (20480, 24576,
-// 28672): rows of 2048 < T <= 3072 and 4096 < T <= 6144 padded to 3/4 of the next power of
-// two, of 8192 < T <= 14336 to the shortest of 5/8, 6/8 and 7/8 of it (transform_length).
+// The transform lengths: powers of two from kMinN to kMaxN (outer radix 2, 4, 8 or 16), 2560 =
+// 10 16^2, 3072 = 12 16^2 and 6144 = 24 16^2 (outer radix 10, 12 and 24), 12288 = 3 16^3 (3) and
+// r 16^3 for r = 5, 6, 7 (20480, 24576, 28672): rows of 1024 < T <= 1280 padded to 5/8 of the
+// next power of two, of 1280 < T <= 1536, 2048 < T <= 3072 and 4096 < T <= 6144 to 3/4 of it,
+// of 8192 < T <= 14336 to the shortest of 5/8, 6/8 and 7/8 of it (transform_length).
 TIMEX_FFT_HD constexpr bool valid_length(int N) {
-  return N == 6144 || N == 12288 || N == 20480 || N == 24576 || N == 28672 ||
-         (N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0);
+  return N == 2560 || N == 3072 || N == 6144 || N == 12288 || N == 20480 || N == 24576 ||
+         N == 28672 || (N >= kMinN && N <= kMaxN && (N & (N - 1)) == 0);
 }
 
 TIMEX_FFT_HD constexpr int radix1(int N) {
-  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s (24 at N = 6144).
+  // N / 16 = r_1 16^(P-1): the outer radix is what is left after the 16s (10, 12 and 24 at N =
+  // 2560, 3072 and 6144).
   int m = N / 16;
   while (m > 16 && m % 16 == 0) m /= 16;
   return m;
@@ -351,6 +354,23 @@ inline constexpr float kDftScale = 0.2325439453125f;
 // = 0x326A (float16 bits) and its products by at most 6.0e-5 (searched as kDftScale). The
 // pass scales by sqrt(24) sigma_24 = 0.982, which dft_gain_inverse undoes with the others.
 inline constexpr float kDft24Scale = 0.200439453125f;
+// And for radix 12 (N = 3072): 1 / sqrt(12) rounded to float16 makes its product with cos(pi /
+// 6) miss by 1.4e-4 of itself; sigma_12 = 0x3476 (float16 bits) by 1.0e-6 (the best within
+// 10% of 1 / sqrt(12): searched). The pass scales by sqrt(12) sigma_12 = 0.966.
+inline constexpr float kDft12Scale = 0.27880859375f;
+// And for radix 10 (N = 2560): 1 / sqrt(10) in float16 misses by up to 3.1e-4 in its products
+// with the cosines and sines of multiples of 36 degrees, sigma_10 = 0x34B7 by 6.5e-5 (searched
+// likewise). The pass scales by sqrt(10) sigma_10 = 0.932.
+inline constexpr float kDft10Scale = 0.294677734375f;
+
+// sigma_R of the outer radices on tensor cores (timex_fft_tc_outer_mma.cuh).
+TIMEX_FFT_HD constexpr float outer_dft_scale(int R) {
+  return R == 24 ? kDft24Scale : R == 12 ? kDft12Scale : kDft10Scale;
+}
+// Whether the outer pass runs on tensor cores (radix 10, 12 and 24) rather than the CUDA cores.
+TIMEX_FFT_HD constexpr bool outer_on_mma(int N) {
+  return radix1(N) == 10 || radix1(N) == 12 || radix1(N) == 24;
+}
 
 // The radix-16 passes on tensor cores (DftFrags) in a transform of N, the middle's two
 // included: N / radix1(N) = 16^p of them, one more where the outer radix is 16 too.
@@ -360,11 +380,15 @@ TIMEX_FFT_HD constexpr int dft_passes(int N) {
   return radix1(N) == 16 ? p + 1 : p;
 }
 
-// 1 / (4 sigma)^dft_passes(N), and 1 / (sqrt(24) sigma_24) more where the outer radix is 24
-// (float-rounded): what MiddleLane's twiddles carry.
+// 1 / (4 sigma)^dft_passes(N), and 1 / (sqrt(R) sigma_R) more where the outer radix R is 10, 12
+// or 24 (float-rounded): what MiddleLane's twiddles carry.
 TIMEX_FFT_HD constexpr float dft_gain_inverse(int N) {
-  constexpr double kSqrt24 = 4.898979485566356;
-  double g = radix1(N) == 24 ? 1.0 / (kSqrt24 * kDft24Scale) : 1.0;
+  constexpr double kSqrt10 = 3.162277660168380, kSqrt12 = 3.464101615137754,
+                   kSqrt24 = 4.898979485566356;
+  double g = radix1(N) == 24   ? 1.0 / (kSqrt24 * kDft24Scale)
+             : radix1(N) == 12 ? 1.0 / (kSqrt12 * kDft12Scale)
+             : radix1(N) == 10 ? 1.0 / (kSqrt10 * kDft10Scale)
+                               : 1.0;
   for (int i = 0; i < dft_passes(N); ++i) g /= 4.0 * kDftScale;
   return static_cast<float>(g);
 }

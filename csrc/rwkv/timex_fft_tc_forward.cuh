@@ -17,7 +17,8 @@ namespace fft_tc {
 TIMEX_FFT_HD constexpr int64_t transform_length(int64_t T) {
   int64_t n = kMinN;
   while (n < 2 * T) n *= 2;
-  if ((n == 8192 || n == 16384) && 2 * T <= n / 4 * 3) return n / 4 * 3;
+  if (n == 4096 && 2 * T <= n / 8 * 5) return n / 8 * 5;
+  if ((n == 4096 || n == 8192 || n == 16384) && 2 * T <= n / 4 * 3) return n / 4 * 3;
   if (n == 32768) {
     for (int64_t m = 20480; m < n; m += 4096) {
       if (2 * T <= m) return m;
@@ -50,7 +51,7 @@ TIMEX_FFT_HD constexpr int forward_smem_bytes(int N) {
 
 // The forward passes of the planes' SETS sets down to stride 256 (the middle runs the one at
 // 16): the first at stride N / 16 where the outer radix is 16, else after scale_sets' first
-// pass at N / R1. None where that pass leaves blocks of 256 (N = 2048, 6144).
+// pass at N / R1. None where that pass leaves blocks of 256 (N = 2048, 2560, 3072, 6144).
 template <int N, int SETS = 1, int TH = threads(N)>
 TIMEX_FFT_DEVICE void forward_transform(uint16_t* re, uint16_t* im, const DftFrags<Plane>& f16) {
   constexpr int R1 = radix1(N);

@@ -1,13 +1,13 @@
-// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 other than 16
-// and 24, at stride L = N / R1: 2, 4 or 8, 3 at 12288, 5 at 20480, 6 at 24576, 7 at 28672) on the
-// CUDA cores, fused with the load (forward) and with the store (inverse). Both sides of it are
-// half empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each column
-// can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2)
-// outputs of each column (times past T dropped by the sink). A pass on tensor cores would spend
-// a whole MMA pass (conversions, twiddles, stores) on it; here each output is a sum of
-// ceil(R1 / 2) or R1 terms with constant factors (adds alone at R1 <= 4), in float, rounded
-// once. Two columns per thread and step; a thread reads and writes only the positions of its
-// columns. Radix 24 (N = 6144) runs on the tensor cores: timex_fft_tc_outer24.cuh.
+// RWKV TimeX, the FFT on tensor cores (timex_fft_tc.cuh): the outer pass (radix R1 other than 10,
+// 12, 16 and 24, at stride L = N / R1: 2, 4 or 8, 3 at 12288, 5 at 20480, 6 at 24576, 7 at 28672)
+// on the CUDA cores, fused with the load (forward) and with the store (inverse). Both sides of it
+// are half empty: x is zero from T <= N / 2 on, so only the first ceil(R1 / 2) inputs of each
+// column can be nonzero; and only the times t < T <= N / 2 of y are wanted, the first ceil(R1 / 2)
+// outputs of each column (times past T dropped by the sink). A pass on tensor cores would spend a
+// whole MMA pass (conversions, twiddles, stores) on it; here each output is a sum of ceil(R1 / 2)
+// or R1 terms with constant factors (adds alone at R1 <= 4), in float, rounded once. Two columns
+// per thread and step; a thread reads and writes only the positions of its columns. Radix 10, 12
+// and 24 (N = 2560, 3072, 6144) run on the tensor cores: timex_fft_tc_outer_mma.cuh.
 #pragma once
 
 #include <cstdint>

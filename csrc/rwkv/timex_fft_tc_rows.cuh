@@ -10,7 +10,7 @@
 
 #include "rwkv/timex_fft_tc_common.cuh"
 #include "rwkv/timex_fft_tc_outer.cuh"
-#include "rwkv/timex_fft_tc_outer24.cuh"
+#include "rwkv/timex_fft_tc_outer_mma.cuh"
 
 namespace rwkv {
 namespace fft_tc {
@@ -145,12 +145,12 @@ TIMEX_FFT_DEVICE void load_rows(uint16_t* re, uint16_t* im, const uint16_t* r0,
 // The loaded sets (S's bits, set s at re + 2 N s) as float16, each plane times its own scale
 // (scale[s][0] the real plane's, scale[s][1] the imaginary one's: each row of a pair scaled
 // by its own power of two, so that a row far smaller than its partner keeps its own relative
-// accuracy): the first forward pass where the outer radix is not 16 (first_pass_tc24 at 24,
-// else first_pass_fma), else in place. The caller syncs before the passes.
+// accuracy): the first forward pass where the outer radix is not 16 (first_pass_mma at 12 and
+// 24, else first_pass_fma), else in place. The caller syncs before the passes.
 template <typename S, int N, int SETS, int TH = threads(N)>
 TIMEX_FFT_DEVICE void scale_sets(uint16_t* re, uint16_t* im, const float (&scale)[SETS][2]) {
-  if constexpr (radix1(N) == 24) {
-    first_pass_tc24<S, N, SETS, TH>(re, im, scale);
+  if constexpr (outer_on_mma(N)) {
+    first_pass_mma<S, N, SETS, TH>(re, im, scale);
   } else if constexpr (radix1(N) != 16) {
     first_pass_fma<S, N, SETS, TH>(re, im, scale);
   } else {  // each thread rescales the chunks it stored

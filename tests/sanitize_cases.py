@@ -265,11 +265,13 @@ def rwkv_fft_cases():
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")
     # The tensor-core kernels (bfloat16/float16, T <= 16384): each transform length N = 2048 to
-    # 32768, 6144, 12288 and 5, 6, 7 times 4096 (Z's planes in global scratch from 28672), odd B
-    # (a pair of one row), misaligned rows, the kept spectra, auto's choice (bfloat16 at
-    # B = 16), and a backward split over items (few channels, several pairs: the reduce launch).
+    # 32768, 2560, 3072, 6144, 12288 and 5, 6, 7 times 4096 (Z's planes in global scratch from
+    # 28672), odd B (a pair of one row), misaligned rows, the kept spectra, auto's choice
+    # (bfloat16 at B = 16), and a backward split over items (few channels, several pairs: the
+    # reduce launch).
     for dtype in ("bfloat16", "float16"):
-        for B, C, T in [(1, 1, 1), (3, 2, 1000), (2, 3, 2048), (3, 1, 2500), (4, 1, 4097),
+        for B, C, T in [(1, 1, 1), (3, 2, 1000), (3, 2, 1100), (2, 1, 1280), (3, 1, 1300),
+                        (2, 2, 1536), (2, 3, 2048), (3, 1, 2500), (4, 1, 4097),
                         (2, 1, 6145), (2, 2, 8192), (3, 1, 9001), (3, 1, 12288), (2, 1, 13001),
                         (3, 2, 16384)]:
             timex_case("rwkv_fft", B, C, T, dtype, "fft_tc", "tensor cores", expect="fft_tc")
@@ -281,6 +283,10 @@ def rwkv_fft_cases():
                expect="fft_tc")
     timex_case("rwkv_fft", 9, 1, 3000, "bfloat16", "fft_tc", "tensor cores, split backward",
                expect="fft_tc")
+    timex_case("rwkv_fft", 9, 1, 1200, "bfloat16", "fft_tc", "tensor cores, split backward",
+               keep=True, expect="fft_tc")
+    timex_case("rwkv_fft", 9, 1, 1500, "float16", "fft_tc", "tensor cores, split backward",
+               misalign=True, expect="fft_tc")
     timex_case("rwkv_fft", 9, 1, 12289, "float16", "fft_tc", "tensor cores, split backward",
                misalign=True, expect="fft_tc")
     # The cluster kernels (sm_90: a row's transform over a 2- to 5-CTA cluster through

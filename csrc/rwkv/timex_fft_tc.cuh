@@ -13,8 +13,8 @@
 // rows with different kernels share a transform: W's spectra of two channels, and where B is odd
 // the last rows of two channels (timex_fft_tc_mirror.cuh).
 //
-// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 12, 16, 24}: valid_length): pass
-// j has radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16
+// The transform of length N = r_1 16^(P-1) 16 (r_1 in {2, ..., 8, 10, 12, 16, 24}: valid_length):
+// pass j has radix r_j (r_1, then 16) and stride L_j = N / (r_1 16^(j-1)); the innermost radix-16
 // DFT over 16 contiguous elements (the "middle", see middle()) follows. Pass j, for
 // every block of r_j L_j elements and every column n2 < L_j in it, does
 //   Y[k1] = sum_{n1 < r_j} W_{r_j}^(n1 k1) x[L_j n1 + n2] / sqrt(r_j),
@@ -38,7 +38,7 @@
 // 4096 have. That fusion took 10-13% off the op's forward + backward (bfloat16, H200: run 30 in
 // benchmarks/results/issue29_runs). An outer radix r_1 other than 16 is fused with the load and
 // the store, where half its inputs are zeros and half its outputs unwanted: on the CUDA cores
-// for r_1 <= 8 (timex_fft_tc_outer.cuh), on the tensor cores for 12 and 24
+// for r_1 <= 8 (timex_fft_tc_outer.cuh), on the tensor cores for 10, 12 and 24
 // (timex_fft_tc_outer_mma.cuh).
 // Data between passes are stored as float16 for either input type (Plane: the row pair and W's
 // spectrum scaled by powers of two, timex_fft_tc_common.cuh) in two planes; accumulation and

@@ -20,11 +20,11 @@ constexpr int64_t kTcMaxT = 16384;
 // memory within the device's per-block limit.
 bool tc_supported(const fused_ops::Tensor& k);
 
-// out = eps + the causal convolution; w, k contiguous, tc_supported(k). keep_wz, keep_wexp:
-// where not null, receive W's spectra ((C, N) int32, two float16 an entry; N the transform
-// length: the shortest of 3072, 6144, 12288, 20480, 24576, 28672 and the powers of two from 2048
-// on that is at least 2 T; the kernels' layout, scaled) and their exponents ((C,) int32), for
-// tc_backward's kept.
+// out = eps + the causal convolution; w, k contiguous, tc_supported(k). keep_wz, keep_wexp: where
+// not null, receive W's spectra ((C, N) int32, two float16 an entry; N the transform length: the
+// shortest of 2560, 3072, 6144, 12288, 20480, 24576, 28672 and the powers of two from 2048 on that
+// is at least 2 T; the kernels' layout, scaled) and their exponents ((C,) int32), for tc_backward's
+// kept.
 fused_ops::Tensor tc_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k, double eps,
                              cudaStream_t stream, fused_ops::Tensor* keep_wz = nullptr,
                              fused_ops::Tensor* keep_wexp = nullptr);

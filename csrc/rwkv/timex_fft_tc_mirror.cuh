@@ -26,7 +26,7 @@ namespace rwkv {
 namespace fft_tc {
 
 // Whether the blocks pair as BlockPairs has them: N = r_1 16^3 (8192, 12288, ..., 32768); not
-// 2048, 3072, 4096 and 6144, whose digits above the middle's are one (8, 12, 16, 24).
+// 2048, 2560, 3072, 4096 and 6144, whose digits above the middle's are one (8, 10, 12, 16, 24).
 TIMEX_FFT_HD constexpr bool mirror_blocks(int N) { return N / 256 == 16 * radix1(N); }
 
 // The blocks of 256 positions pair by the two digits above the middle's: a block index b =

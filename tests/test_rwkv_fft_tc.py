@@ -1,8 +1,8 @@
 """TimeX's FFT convolution on tensor cores ("fft_tc": csrc/rwkv/timex_fft_tc*.cuh, bfloat16 and
 float16, T <= 16384) on the GPU, forced through RWKV_TIMEX_ALGO: against float64 on the same
 rounded inputs at lengths across every transform length N (the powers of two from 2048 to 32768,
-3072, 6144, 12288, 20480, 24576, 28672) and each outer radix, odd and prime T, B = C = 1, odd B (a
-pair of one row); every work split of its backward; determinism, CUDA graph capture,
+2560, 3072, 6144, 12288, 20480, 24576, 28672) and each outer radix, odd and prime T, B = C = 1,
+odd B (a pair of one row); every work split of its backward; determinism, CUDA graph capture,
 torch.compile, the spectra kept from forward to backward, and auto's choice.
 tests/test_rwkv_fft_tc_emulation.py runs the same kernels on the CPU."""
 
@@ -17,16 +17,16 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 HALF = [torch.bfloat16, torch.float16]
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # rel. error vs float64, same inputs
-# (B, C, T): N = 2048 (outer radix 8) up to T = 1024, 3072 (12) to 1536, 4096 (16) to 2048,
-# 6144 (24) to 3072, 8192 (2) to 4096, 12288 (3) to 6144, 16384 (4) to 8192, 20480 (5) to
-# 10240, 24576 (6) to 12288, 28672 (7) to 14336, 32768 (8) to 16384 (Z's planes off chip in the
-# backward from 28672); each at its longest T and past the last, odd and prime T, T % 8 = 4 and
-# 6 (rows read 4 and 2 elements at a time), B = C = 1.
-SHAPES = [(1, 1, 1), (2, 3, 7), (3, 5, 300), (2, 4, 1024), (1, 1, 1025), (3, 2, 1300),
-          (2, 2, 1536), (1, 2, 1537), (4, 3, 2048), (5, 2, 2053), (2, 2, 2502), (2, 2, 3072),
-          (1, 1, 3073), (2, 3, 4096), (3, 2, 4099), (2, 2, 6144), (1, 2, 7919), (2, 2, 8192),
-          (1, 1, 8193), (2, 2, 10240), (1, 2, 10241), (2, 2, 12288), (3, 2, 12289), (2, 1, 14336),
-          (1, 2, 14337), (2, 2, 16384)]
+# (B, C, T): N = 2048 (outer radix 8) up to T = 1024, 2560 (10) to 1280, 3072 (12) to 1536,
+# 4096 (16) to 2048, 6144 (24) to 3072, 8192 (2) to 4096, 12288 (3) to 6144, 16384 (4) to
+# 8192, 20480 (5) to 10240, 24576 (6) to 12288, 28672 (7) to 14336, 32768 (8) to 16384 (Z's
+# planes off chip in the backward from 28672); each at its longest T and past the last, odd and
+# prime T, T % 8 = 4 and 6 (rows read 4 and 2 elements at a time), B = C = 1.
+SHAPES = [(1, 1, 1), (2, 3, 7), (3, 5, 300), (2, 4, 1024), (1, 1, 1025), (2, 3, 1280),
+          (3, 2, 1300), (2, 2, 1536), (1, 2, 1537), (4, 3, 2048), (5, 2, 2053), (2, 2, 2502),
+          (2, 2, 3072), (1, 1, 3073), (2, 3, 4096), (3, 2, 4099), (2, 2, 6144), (1, 2, 7919),
+          (2, 2, 8192), (1, 1, 8193), (2, 2, 10240), (1, 2, 10241), (2, 2, 12288), (3, 2, 12289),
+          (2, 1, 14336), (1, 2, 14337), (2, 2, 16384)]
 
 
 @pytest.fixture
@@ -297,8 +297,8 @@ def test_auto_choice(monkeypatch):
     kernels' reach (1536 from B = 16 at T % 8 == 0) up to T = 16384, where it measured faster
     (tc_faster): from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) not B = 3
     and below C = 512 only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B =
-    2 from C = 256), and with B = 1 past 8192 from C = 512; the fused kernels else, for float16 (their error is the FFT conv's) and for float32;
-    past T = 16384 not fft_tc."""
+    2 from C = 256), and with B = 1 past 8192 from C = 512; the fused kernels else, for float16
+    (their error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),

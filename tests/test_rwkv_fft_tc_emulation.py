@@ -1,12 +1,12 @@
 """The tensor-core FFT convolution (csrc/rwkv/timex_fft_tc*.cuh: mma.sync m16n8k16 DFT passes,
 ldmatrix .trans, swizzled planes, digit-reversed spectra) run on the CPU (tests/cuda_emulation.h
-emulates the warp operations with PTX's fragment layouts) against the float64 definition, so
-that its pass, twiddle and storage-order arithmetic is checked without a GPU: the forward, and
-grad_k (the same kernel given W's spectrum conjugated); every outer radix (N = 2048 and 32768:
-8, 4096: 16, 2560: 10, 3072: 12 and 6144: 24 on tensor cores, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6,
-28672: 7 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the
-kernel's input spectrum, is made here in float64 by a direct DFT in the kernel's storage order
-and the middle's layout (middle_position)."""
+emulates the warp operations with PTX's fragment layouts) against the float64 definition, so that
+its pass, twiddle and storage-order arithmetic is checked without a GPU: the forward, and grad_k
+(the same kernel given W's spectrum conjugated); every outer radix (N = 2048 and 32768: 8, 4096: 16,
+2560: 10, 3072: 12 and 6144: 24 on tensor cores, 8192: 2, 12288: 3, 16384: 4, 20480: 5, 24576: 6,
+28672: 7 on the CUDA cores), odd T and B, and inputs far outside float16's range. wz, the kernel's
+input spectrum, is made here in float64 by a direct DFT in the kernel's storage order and the
+middle's layout (middle_position)."""
 
 from conftest import emulation_test, run_emulator
 
@@ -195,7 +195,8 @@ int main() {
     const int r = radix1(N);
     int m = N / r;
     while (m % 16 == 0) m /= 16;
-    const bool ok = m == 1 && N / r >= 256 && ((r >= 2 && r <= 8) || r == 10 || r == 12 || r == 16 || r == 24);
+    const bool ok = m == 1 && N / r >= 256 &&
+                    ((r >= 2 && r <= 8) || r == 10 || r == 12 || r == 16 || r == 24);
     if (!ok) std::printf("FAIL N=%d: radix1 %d, N / radix1 not a power of 16 >= 256\n", N, r);
     failures += !ok;
   }

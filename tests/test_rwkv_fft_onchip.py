@@ -54,8 +54,8 @@ def errors(got, want):
 
 
 def cluster_m(T):
-    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 3 or
-    5 x 8192, 2, 3 or 4 x 16384, the shortest >= T."""
+    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 3 x 8192,
+    4 x 10240, 2, 3 or 4 x 16384, the shortest >= T."""
     return next(m for m in (24576, 32768, 40960, 49152, 65536) if T <= m)
 
 
@@ -153,8 +153,9 @@ def test_fused_length_switches(monkeypatch):
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
     cluster does several channels; at M = 24576 and 40960 three CTAs per SM), misaligned (odd)
-    T, M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, the Spread scheduling policy
-    (RWKV_TIMEX_CLUSTER_BALANCED=0), and CUDA graph capture at T = 40001."""
+    T, M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, M = 40960 as 5 CTAs of 8192
+    (RWKV_TIMEX_CLUSTER_L10240=0), the Spread scheduling policy (RWKV_TIMEX_CLUSTER_BALANCED=0),
+    and CUDA graph capture at T = 40001."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     for shape in [(1, 1, 40001), (1, 1, 16411), (2, 300, 17000), (1, 150, 44100),
                   (2, 200, 36001), (1, 1, 32769)]:
@@ -174,6 +175,13 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1), p5):
         assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
     monkeypatch.delenv("RWKV_TIMEX_CLUSTER_P5")
+    # M = 40960 as 5 CTAs of 8192 instead of 4 of 10240 (RWKV_TIMEX_CLUSTER_L10240=0): the same
+    # length, other roundings.
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_L10240", "0")
+    assert kept_m() == 40960
+    for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1), p5):
+        assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
+    monkeypatch.delenv("RWKV_TIMEX_CLUSTER_L10240")
     # The Spread scheduling policy (fewer resident clusters at L = 8192: 124 against 132 on the
     # H200, so other clusters do the 200 channels): the same bits.
     w, k, g = make(1, 200, 20000, "cuda", torch.float32)

@@ -49,6 +49,9 @@ constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 5 * kCluste
 static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
 // RWKV_TIMEX_CLUSTER_P5=0 skips M = 40960 (rows of 32768 < T <= 40960 take 49152).
+// RWKV_TIMEX_CLUSTER_L10240=0 runs M = 40960 as 5 CTAs of 8192 instead of 4 of 10240
+// (with_cluster_length).
+bool four_of_10240() { return switch_on("RWKV_TIMEX_CLUSTER_L10240"); }
 int cluster_length(int64_t T) {
   const bool p5 = switch_on("RWKV_TIMEX_CLUSTER_P5");
   for (const int M : kClusterLengths) {
@@ -58,7 +61,9 @@ int cluster_length(int64_t T) {
 }
 
 // CTAs per row at cluster length M.
-int cluster_ctas(int M) { return M % 3 == 0 ? 3 : M % 5 == 0 ? 5 : M / kClusterL; }
+int cluster_ctas(int M) {
+  return M % 3 == 0 ? 3 : M % 5 == 0 ? (four_of_10240() ? 4 : 5) : M / kClusterL;
+}
 
 // f(ClusterShape<...>{}) for the run-time M of cluster_length. L = 16384 values per CTA where
 // P allows: with L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the
@@ -72,7 +77,13 @@ void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;
   if (M == 3 * kClusterL / 2) f(ClusterShape<Shape<kClusterL / 2, kThreads>, 3>{});
   if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
-  if (M == 5 * kClusterL / 2) f(ClusterShape<Shape<kClusterL / 2, kThreads>, 5>{});
+  if (M == 5 * kClusterL / 2) {
+    if (four_of_10240()) {
+      f(ClusterShape<Shape<5 * kClusterL / 8, kThreads>, 4>{});
+    } else {
+      f(ClusterShape<Shape<kClusterL / 2, kThreads>, 5>{});
+    }
+  }
   if (M == 3 * kClusterL) f(ClusterShape<Local, 3>{});
   if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
@@ -194,7 +205,7 @@ bool relaxed_barriers() { return switch_on("RWKV_TIMEX_CLUSTER_RELAXED"); }
 // instantiated for a switch that changes no result: less nvcc time).
 template <class CS>
 bool staged_twiddles() {
-  if constexpr (CS::P == 3 || CS::P == 5) {
+  if constexpr (CS::P == 3 || CS::P == 5 || !is_pow2(CS::L)) {
     return true;
   } else {
     return switch_on("RWKV_TIMEX_CLUSTER_STAGED");
@@ -205,7 +216,7 @@ bool staged_twiddles() {
 // otherwise the one reading the one-CTA table.
 template <typename scalar_t, class CS>
 auto forward_kernel(bool staged) {
-  if constexpr (CS::P == 3 || CS::P == 5) {
+  if constexpr (CS::P == 3 || CS::P == 5 || !is_pow2(CS::L)) {
     return cluster_forward_kernel<scalar_t, CS, true>;
   } else {
     return staged ? cluster_forward_kernel<scalar_t, CS, true>

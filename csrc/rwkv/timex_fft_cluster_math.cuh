@@ -321,7 +321,8 @@ TIMEX_FFT_DEVICE void cluster_combine(cf32* sm, const cf32* __restrict__ twc,
 #pragma unroll
   for (int q = 0; q < P; ++q) src[q] = cluster_map(sm, static_cast<unsigned>(q));
   for (int i = static_cast<int>(threadIdx.x); i < L / 2; i += CS::THREADS) {
-    const int n = static_cast<int>(r) * (L / 2) + i, n2 = n & (L - 1);
+    // n2 = n mod L (a mask where L is a power of two; L = 10240 is not).
+    const int n = static_cast<int>(r) * (L / 2) + i, n2 = static_cast<int>(unsigned(n) % L);
     if (2 * n >= store.T) break;  // n grows with i: the rest is past the row
     cf32 acc = src[0][pad(n2)];
 #pragma unroll

@@ -2,9 +2,10 @@
 // kernels in timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory
 // holds. M = the smallest of 24576, 32768, 40960, 49152 and 65536 that is >= T
 // (cluster_length), as P CTAs per row of L values each (with_cluster_length): L = 8192 (512
-// threads, 68 KiB of shared memory, three CTAs per SM) with P = 3 at M = 24576 and P = 5 at
-// M = 40960, else the one-CTA kernels' largest shape, L = 16384 (1024 threads, 136 KiB, one
-// CTA per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the
+// threads, 68 KiB of shared memory, three CTAs per SM) with P = 3 at M = 24576, L = 10240 (640
+// threads, 85 KiB, two CTAs per SM) with P = 4 at M = 40960, else the one-CTA kernels' largest
+// shape, L = 16384 (1024 threads, 136 KiB, one CTA per SM), P = 2, 3 and 4. Per call, as the
+// one-CTA path: the
 // twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
 // device-global state and capturable in a CUDA graph; the backward takes the forward's where
 // the caller kept it), then the forward as one kernel (W's spectrum and the convolution by the
@@ -71,7 +72,10 @@ int cluster_ctas(int M) {
 // timex_tensor_cores_h100.md). M = 24576 = 3 x 8192 is the exception: measured faster than
 // M = 32768 at T = 20000 and 22050 (benchmarks/results/timex_cluster_p3_h100.md), and so is
 // M = 40960 = 5 x 8192 against 49152 = 3 x 16384 (1.2 times the points; 4-29% more time on
-// the H200 at 32768 < T <= 40960: benchmarks/results/issue29_runs/run43_p5_h200.md (b)).
+// the H200 at 32768 < T <= 40960: benchmarks/results/issue29_runs/run43_p5_h200.md (b)), and
+// 4 x 10240 (a local length 5 2^11: the one-CTA kernels' odd last stage) against 5 x 8192:
+// 10-27% less GPU time forward + backward at 32768 < T <= 40960 in bfloat16 and float32, one
+// partner fewer in every cross-CTA sum (issue29_runs/run46_cluster_l10240_h200.md (a)).
 template <typename F>
 void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;

@@ -151,9 +151,9 @@ def test_fused_length_switches(monkeypatch):
 
 @needs_sm90
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
-    """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a
-    cluster does several channels; at M = 24576 and 40960 three CTAs per SM), misaligned (odd)
-    T, M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, M = 40960 as 5 CTAs of 8192
+    """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a cluster
+    does several channels; at M = 24576 three CTAs per SM, at 40960 two), misaligned (odd) T,
+    M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, M = 40960 as 5 CTAs of 8192
     (RWKV_TIMEX_CLUSTER_L10240=0), the Spread scheduling policy (RWKV_TIMEX_CLUSTER_BALANCED=0),
     and CUDA graph capture at T = 40001."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")

@@ -1,19 +1,17 @@
-// RWKV TimeX: host side of the thread-block-cluster FFT convolution (timex_fft_fused.h,
-// kernels in timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory
-// holds. M = the smallest of 24576, 32768, 40960, 49152 and 65536 that is >= T
-// (cluster_length), as P CTAs per row of L values each (with_cluster_length): L = 8192 (512
-// threads, 68 KiB of shared memory, three CTAs per SM) with P = 3 at M = 24576, L = 10240 (640
-// threads, 85 KiB, two CTAs per SM) with P = 4 at M = 40960, else the one-CTA kernels' largest
-// shape, L = 16384 (1024 threads, 136 KiB, one CTA per SM), P = 2, 3 and 4. Per call, as the
-// one-CTA path: the
-// twiddle tables (a buffer from torch's caching allocator each call keeps the op free of
-// device-global state and capturable in a CUDA graph; the backward takes the forward's where
-// the caller kept it), then the forward as one kernel (W's spectrum and the convolution by the
-// same cluster, timex_fft_cluster_forward.cuh) where it takes no more waves of transforms
-// (fused_forward_for), else the spectra of W = w reversed and one kernel per output; where the
-// caller keeps them for the backward, the forward also writes k's spectra (kept_rows). Rows of
-// 49152 < T <= 65536 may instead run as two halves on 2-CTA clusters (halves_for;
-// timex_fft_cluster_halves.cuh).
+// RWKV TimeX: host side of the thread-block-cluster FFT convolution (timex_fft_fused.h, kernels in
+// timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory holds. M = the
+// smallest of 24576, 32768, 40960, 49152 and 65536 that is >= T (cluster_length), as P CTAs per row
+// of L values each (with_cluster_length): L = 8192 (512 threads, 68 KiB of shared memory, three
+// CTAs per SM) with P = 3 at M = 24576, L = 10240 (640 threads, 85 KiB, two CTAs per SM) with P = 4
+// at M = 40960, else the one-CTA kernels' largest shape, L = 16384 (1024 threads, 136 KiB, one CTA
+// per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the twiddle tables (a buffer from torch's
+// caching allocator each call keeps the op free of device-global state and capturable in a CUDA
+// graph; the backward takes the forward's where the caller kept it), then the forward as one kernel
+// (W's spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
+// takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed and one
+// kernel per output; where the caller keeps them for the backward, the forward also writes k's
+// spectra (kept_rows). Rows of 49152 < T <= 65536 may instead run as two halves on 2-CTA clusters
+// (halves_for; timex_fft_cluster_halves.cuh).
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>

@@ -290,19 +290,22 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 9, 1, 12289, "float16", "fft_tc", "tensor cores, split backward",
                misalign=True, expect="fft_tc")
     # The cluster kernels (sm_90: a row's transform over a 2- to 5-CTA cluster through
-    # distributed shared memory), each M: just past one CTA (T = 16385: 3 CTAs of 8192, M =
-    # 24576), 2 CTAs (32768), 4 CTAs of 10240 (40001: M = 40960; and 5 of 8192), 3 CTAs of
-    # 16384 (44101: M = 49152), 4 CTAs (65536), odd lengths in the half types.
+    # distributed shared memory), each M: just past one CTA (T = 16385: 2 CTAs of 10240, M =
+    # 20480), 3 CTAs of 8192 (20481: 24576), 2 of 16384 (30001: 32768), 4 of 10240 (40001:
+    # 40960; and 5 of 8192), 4 of 12288 (44101: 49152; and 3 of 16384), 4 of 16384 (65536), odd
+    # lengths in the half types.
     for dtype, B, C, T in [("float32", 1, 2, 16385), ("float32", 2, 1, 32768),
                            ("float32", 1, 1, 65536), ("bfloat16", 1, 2, 20001),
+                           ("bfloat16", 1, 2, 20481), ("float16", 2, 1, 30001),
                            ("float16", 2, 1, 40001), ("float32", 2, 1, 44101)]:
         timex_case("rwkv_fft", B, C, T, dtype, "fft_cluster", "fft_cluster", expect="fft_cluster")
     timex_case("rwkv_fft", 2, 2, 16385, "float32", "fft_cluster", "fft_cluster, kept tables",
                keep=True, expect="fft_cluster")
     timex_case("rwkv_fft", 2, 2, 36001, "bfloat16", "fft_cluster", "fft_cluster, kept tables",
                keep=True, expect="fft_cluster")
-    timex_case("rwkv_fft", 2, 1, 40001, "float32", "fft_cluster", "fft_cluster, 5 CTAs of 8192",
-               expect="fft_cluster", extra_env={"RWKV_TIMEX_CLUSTER_L10240": "0"})
+    for T, note in [(40001, "5 CTAs of 8192"), (44101, "3 CTAs of 16384")]:
+        timex_case("rwkv_fft", 2, 1, T, "float32", "fft_cluster", f"fft_cluster, {note}",
+                   expect="fft_cluster", extra_env={"RWKV_TIMEX_CLUSTER_ODD_L": "0"})
     # The rows as two halves on 2-CTA clusters (timex_fft_cluster_halves.cuh): T = 2H, odd T,
     # just past H, misaligned, B > 1 (grad_w's sum), the split forward (more rows than channels).
     for dtype, B, C, T, misalign, forward in [("float32", 1, 2, 65536, False, "fused"),

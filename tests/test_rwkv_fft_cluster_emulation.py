@@ -166,11 +166,13 @@ int main() {
   check<float, 8192, 5, 64>(1, 2, 40001, 0.1, 1, 1, 1e-6);
   check<float, 8192, 5, 64>(2, 1, 32769, 0.1, 0, 1, 1e-6);
   // Local lengths 3 2^k and 5 2^k (the one-CTA kernels' odd last stage; the combine's n mod L):
-  // P = 1, 2, 4, and the GPU's shape at M = 40960, 4 CTAs of 10240, just past 32768 and at T =
-  // 40000 with B = 2 (the wgrad sum).
+  // P = 1 to 4, the GPU's 4 x 12288 at M = 49152, and its 4 x 10240 at M = 40960 just past
+  // 32768 and at T = 40000 with B = 2 (the wgrad sum).
   check<float, 48, 1, 8>(1, 2, 48, 0.5, 0, 1, 1e-6);
   check<float, 80, 2, kThreads>(2, 3, 151, 0.5, 1, 2, 1e-6);
   check<float, 48, 4, 8>(1, 2, 190, -0.25, 0, 1, 1e-6);
+  check<float, 80, 3, 8>(2, 2, 233, 0.5, 1, 1, 1e-6);
+  check<float, 12288, 4, 64>(1, 1, 44101, 0.1, 1, 1, 1e-6);
   check<float, 10240, 4, 64>(1, 1, 32769, 0.1, 1, 1, 1e-6);
   check<float, 10240, 4, 64>(2, 1, 40000, 0.1, 0, 1, 1e-6);
   check<c10::BFloat16, 160, 4, 8>(2, 3, 600, 0.3, 1, 2, 8e-3);

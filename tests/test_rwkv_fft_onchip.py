@@ -45,7 +45,8 @@ def test_fused_backward_work_splits(shape, monkeypatch):
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
 # takes them too, up to T = 65536), in every dtype they take, at odd, prime and power-of-two
 # lengths: each cluster length M (cluster_m) at its shortest and longest T and between.
-LONG_LENGTHS = [16385, 16411, 20000, 24576, 24577, 32768, 32771, 40960, 40961, 44100, 49152,
+LONG_LENGTHS = [16385, 16411, 20000, 20480, 20481, 24576, 24577, 32768, 32771, 40960, 40961,
+                44100, 49152,
                 49153, 65536]
 
 
@@ -54,9 +55,9 @@ def errors(got, want):
 
 
 def cluster_m(T):
-    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 3 x 8192,
-    4 x 10240, 2, 3 or 4 x 16384, the shortest >= T."""
-    return next(m for m in (24576, 32768, 40960, 49152, 65536) if T <= m)
+    """The cluster kernels' row length for T (timex_fft_cluster.cu: cluster_length): 2 or 4 x
+    10240, 3 x 8192, 4 x 12288, 2 or 4 x 16384, the shortest >= T."""
+    return next(m for m in (20480, 24576, 32768, 40960, 49152, 65536) if T <= m)
 
 
 @needs_sm90
@@ -153,9 +154,10 @@ def test_fused_length_switches(monkeypatch):
 def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     """B = C = 1 and many channels (more than the wgrad kernel's resident clusters: a cluster
     does several channels; at M = 24576 three CTAs per SM, at 40960 two), misaligned (odd) T,
-    M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, M = 40960 as 5 CTAs of 8192
-    (RWKV_TIMEX_CLUSTER_L10240=0), the Spread scheduling policy (RWKV_TIMEX_CLUSTER_BALANCED=0),
-    and CUDA graph capture at T = 40001."""
+    M = 49152 where RWKV_TIMEX_CLUSTER_P5=0 skips 40960, local lengths that are powers of two
+    alone (RWKV_TIMEX_CLUSTER_ODD_L=0: 40960 as 5 CTAs of 8192, 49152 as 3 of 16384, no
+    20480), the Spread scheduling policy (RWKV_TIMEX_CLUSTER_BALANCED=0), and CUDA graph
+    capture at T = 40001."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_cluster")
     for shape in [(1, 1, 40001), (1, 1, 16411), (2, 300, 17000), (1, 150, 44100),
                   (2, 200, 36001), (1, 1, 32769)]:
@@ -175,16 +177,26 @@ def test_cluster_kernels_odd_channels_and_graph_capture(monkeypatch):
     for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1), p5):
         assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
     monkeypatch.delenv("RWKV_TIMEX_CLUSTER_P5")
-    # M = 40960 as 5 CTAs of 8192 instead of 4 of 10240 (RWKV_TIMEX_CLUSTER_L10240=0): the same
-    # length, other roundings.
-    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_L10240", "0")
+    # Local lengths that are powers of two alone (RWKV_TIMEX_CLUSTER_ODD_L=0): M = 40960 as 5
+    # CTAs of 8192 instead of 4 of 10240 (the same length, other roundings); 49152 as 3 x 16384
+    # instead of 4 x 12288; T = 20000 at 24576 instead of 20480.
+    monkeypatch.setenv("RWKV_TIMEX_CLUSTER_ODD_L", "0")
     assert kept_m() == 40960
     for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w, k, g, 0.1), p5):
         assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), name
-    monkeypatch.delenv("RWKV_TIMEX_CLUSTER_L10240")
+    for T, odd_m, m in [(44100, 49152, 49152), (20000, 20480, 24576)]:
+        w2, k2, g2 = make(1, 2, T, "cuda", torch.float32)
+        two = ours(w2, k2, g2, 0.1)
+        assert torch.ops.rwkv_ops.timex_forward_keep(w2, k2, 0.1)[2].shape[-1] == m
+        monkeypatch.delenv("RWKV_TIMEX_CLUSTER_ODD_L")
+        assert torch.ops.rwkv_ops.timex_forward_keep(w2, k2, 0.1)[2].shape[-1] == odd_m
+        for name, a, b in zip(["out", "grad_w", "grad_k"], ours(w2, k2, g2, 0.1), two):
+            assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), (T, name)
+        monkeypatch.setenv("RWKV_TIMEX_CLUSTER_ODD_L", "0")
+    monkeypatch.delenv("RWKV_TIMEX_CLUSTER_ODD_L")
     # The Spread scheduling policy (fewer resident clusters at L = 8192: 124 against 132 on the
     # H200, so other clusters do the 200 channels): the same bits.
-    w, k, g = make(1, 200, 20000, "cuda", torch.float32)
+    w, k, g = make(1, 200, 24000, "cuda", torch.float32)
     balanced = ours(w, k, g, 0.1)
     monkeypatch.setenv("RWKV_TIMEX_CLUSTER_BALANCED", "0")
     for a, b in zip(ours(w, k, g, 0.1), balanced):

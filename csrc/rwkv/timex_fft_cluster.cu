@@ -1,17 +1,18 @@
 // RWKV TimeX: host side of the thread-block-cluster FFT convolution (timex_fft_fused.h, kernels in
 // timex_fft_cluster_kernels.cuh) for rows longer than one CTA's shared memory holds. M = the
-// smallest of 24576, 32768, 40960, 49152 and 65536 that is >= T (cluster_length), as P CTAs per row
-// of L values each (with_cluster_length): L = 8192 (512 threads, 68 KiB of shared memory, three
-// CTAs per SM) with P = 3 at M = 24576, L = 10240 (640 threads, 85 KiB, two CTAs per SM) with P = 4
-// at M = 40960, else the one-CTA kernels' largest shape, L = 16384 (1024 threads, 136 KiB, one CTA
-// per SM), P = 2, 3 and 4. Per call, as the one-CTA path: the twiddle tables (a buffer from torch's
-// caching allocator each call keeps the op free of device-global state and capturable in a CUDA
-// graph; the backward takes the forward's where the caller kept it), then the forward as one kernel
-// (W's spectrum and the convolution by the same cluster, timex_fft_cluster_forward.cuh) where it
-// takes no more waves of transforms (fused_forward_for), else the spectra of W = w reversed and one
-// kernel per output; where the caller keeps them for the backward, the forward also writes k's
-// spectra (kept_rows). Rows of 49152 < T <= 65536 may instead run as two halves on 2-CTA clusters
-// (halves_for; timex_fft_cluster_halves.cuh).
+// smallest of 20480, 24576, 32768, 40960, 49152 and 65536 that is >= T (cluster_length), as P CTAs
+// per row of L values each (with_cluster_length): L = 10240 (640 threads, 85 KiB of shared memory,
+// two CTAs per SM) with P = 2 at M = 20480 and P = 4 at 40960, L = 8192 (512 threads, 68 KiB, three
+// CTAs per SM) with P = 3 at 24576, L = 12288 (768 threads, 102 KiB, two per SM) with P = 4 at
+// 49152, and the one-CTA kernels' largest shape, L = 16384 (1024 threads, 136 KiB, one CTA per SM),
+// with P = 2 at 32768 and P = 4 at 65536. Per call, as the one-CTA path: the twiddle tables (a
+// buffer from torch's caching allocator each call keeps the op free of device-global state and
+// capturable in a CUDA graph; the backward takes the forward's where the caller kept it), then the
+// forward as one kernel (W's spectrum and the convolution by the same cluster,
+// timex_fft_cluster_forward.cuh) where it takes no more waves of transforms (fused_forward_for),
+// else the spectra of W = w reversed and one kernel per output; where the caller keeps them for the
+// backward, the forward also writes k's spectra (kept_rows). Rows of 49152 < T <= 65536 may instead
+// run as two halves on 2-CTA clusters (halves_for; timex_fft_cluster_halves.cuh).
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
@@ -43,25 +44,32 @@ static_assert(kFusedMaxT == kMaxM, "timex_fft_fused.h");
 
 // The cluster kernels' row lengths M, shortest first, and M for rows of T (0 past the
 // longest). Each M is P L (with_cluster_length).
-constexpr int kClusterLengths[] = {3 * kClusterL / 2, 2 * kClusterL, 5 * kClusterL / 2,
-                                   3 * kClusterL, 4 * kClusterL};
+constexpr int kClusterLengths[] = {5 * kClusterL / 4, 3 * kClusterL / 2, 2 * kClusterL,
+                                   5 * kClusterL / 2, 3 * kClusterL,     4 * kClusterL};
 static_assert(4 * kClusterL == kClusterMaxM, "timex_fft_cluster_math.cuh");
 
+// RWKV_TIMEX_CLUSTER_ODD_L=0: only local lengths L that are powers of two (run 43's shapes):
+// no M = 20480 (2 x 10240), M = 40960 as 5 x 8192 instead of 4 x 10240 and 49152 as 3 x 16384
+// instead of 4 x 12288 (with_cluster_length).
+bool odd_locals() { return switch_on("RWKV_TIMEX_CLUSTER_ODD_L"); }
+
 // RWKV_TIMEX_CLUSTER_P5=0 skips M = 40960 (rows of 32768 < T <= 40960 take 49152).
-// RWKV_TIMEX_CLUSTER_L10240=0 runs M = 40960 as 5 CTAs of 8192 instead of 4 of 10240
-// (with_cluster_length).
-bool four_of_10240() { return switch_on("RWKV_TIMEX_CLUSTER_L10240"); }
 int cluster_length(int64_t T) {
-  const bool p5 = switch_on("RWKV_TIMEX_CLUSTER_P5");
+  const bool p5 = switch_on("RWKV_TIMEX_CLUSTER_P5"), odd = odd_locals();
   for (const int M : kClusterLengths) {
+    if (!odd && M == 5 * kClusterL / 4) continue;
     if (T <= M && (p5 || M != 5 * kClusterL / 2)) return M;
   }
   return 0;
 }
 
-// CTAs per row at cluster length M.
+// CTAs per row at cluster length M (with_cluster_length's P).
 int cluster_ctas(int M) {
-  return M % 3 == 0 ? 3 : M % 5 == 0 ? (four_of_10240() ? 4 : 5) : M / kClusterL;
+  const bool odd = odd_locals();
+  if (M == 5 * kClusterL / 4 || M == 2 * kClusterL) return 2;
+  if (M == 5 * kClusterL / 2) return odd ? 4 : 5;
+  if (M == 3 * kClusterL) return odd ? 4 : 3;
+  return M == 4 * kClusterL ? 4 : 3;  // 24576
 }
 
 // f(ClusterShape<...>{}) for the run-time M of cluster_length. L = 16384 values per CTA where
@@ -70,23 +78,36 @@ int cluster_ctas(int M) {
 // timex_tensor_cores_h100.md). M = 24576 = 3 x 8192 is the exception: measured faster than
 // M = 32768 at T = 20000 and 22050 (benchmarks/results/timex_cluster_p3_h100.md), and so is
 // M = 40960 = 5 x 8192 against 49152 = 3 x 16384 (1.2 times the points; 4-29% more time on
-// the H200 at 32768 < T <= 40960: benchmarks/results/issue29_runs/run43_p5_h200.md (b)), and
-// 4 x 10240 (a local length 5 2^11: the one-CTA kernels' odd last stage) against 5 x 8192:
-// 10-27% less GPU time forward + backward at 32768 < T <= 40960 in bfloat16 and float32, one
-// partner fewer in every cross-CTA sum (issue29_runs/run46_cluster_l10240_h200.md (a)).
+// the H200 at 32768 < T <= 40960: benchmarks/results/issue29_runs/run43_p5_h200.md (b)).
+// Local lengths 3 2^k and 5 2^k (the one-CTA kernels' odd last stage) measured against those
+// shapes (GPU time forward + backward, bfloat16 and float32, H200: issue29_runs/
+// run46_cluster_l10240_h200.md (a), (d)): 4 x 10240 against 5 x 8192 10-27% less at 32768 < T
+// <= 40960 (one partner fewer in every cross-CTA sum); 2 x 10240 against 3 x 8192 = 24576 21-24%
+// less at 16384 < T <= 20480; 4 x 12288 against 3 x 16384 14-20% less at 40960 < T <= 49152; 3
+// x 10240 = 30720 against 2 x 16384 = 32768 6-9% more at T = 28000 and 30000 (2-3% less at
+// 26000): not taken.
 template <typename F>
 void with_cluster_length(int M, const F& f) {
   using Local = Shape<kClusterL, kThreads>;
+  using L10240 = Shape<5 * kClusterL / 8, kThreads>;
+  const bool odd = odd_locals();
+  if (M == 5 * kClusterL / 4) f(ClusterShape<L10240, 2>{});
   if (M == 3 * kClusterL / 2) f(ClusterShape<Shape<kClusterL / 2, kThreads>, 3>{});
   if (M == 2 * kClusterL) f(ClusterShape<Local, 2>{});
   if (M == 5 * kClusterL / 2) {
-    if (four_of_10240()) {
-      f(ClusterShape<Shape<5 * kClusterL / 8, kThreads>, 4>{});
+    if (odd) {
+      f(ClusterShape<L10240, 4>{});
     } else {
       f(ClusterShape<Shape<kClusterL / 2, kThreads>, 5>{});
     }
   }
-  if (M == 3 * kClusterL) f(ClusterShape<Local, 3>{});
+  if (M == 3 * kClusterL) {
+    if (odd) {
+      f(ClusterShape<Shape<3 * kClusterL / 4, kThreads>, 4>{});
+    } else {
+      f(ClusterShape<Local, 3>{});
+    }
+  }
   if (M == 4 * kClusterL) f(ClusterShape<Local, 4>{});
 }
 

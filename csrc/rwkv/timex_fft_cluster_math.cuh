@@ -22,7 +22,8 @@
 // P is 2, 3, 4, 5 or 8 (1 in the emulation test): M = 3 L and 5 L are the lengths that are no
 // power of two, so that a row of T <= 3 L is padded to 3 L instead of 4 L (25% fewer points)
 // and one of T <= 5 L to 5 L instead of 6 L (17% fewer). L itself may be 3 2^k or 5 2^k (the
-// one-CTA kernels' odd lengths: M = 40960 runs as 4 x 10240).
+// one-CTA kernels' odd lengths: M = 20480 runs as 2 x 10240, 40960 as 4 x 10240, 49152 as 4 x
+// 12288).
 //
 // Twiddles: the one-CTA table tw (e^{-2 pi i m / 32768}) for the DFT_L stages, and the
 // cluster table twc of 2M entries (cluster_twiddle_kernel, in double, rounded once), laid out
@@ -106,9 +107,10 @@ __device__ __forceinline__ T* cluster_map(T* p, unsigned rank) {
 // kernels' __launch_bounds__ ask for (TIMEX_CLUSTER_KERNEL): as many as the shared memory and the
 // threads allow, so that ptxas caps the registers to fit them: 1 at L = 16384 (136 KiB, 1024
 // threads, up to 64 registers), 2 at L = 10240 (85 KiB, 640 threads: 48 registers, 12-16 bytes
-// spilled in the wgrad and backward kernels), 3 at L = 8192 (68 KiB, 512 threads: 40 registers, a
-// few bytes spilled; at two CTAs, 52 to 64 registers, the 3-CTA kernels took 6-13% more time from
-// 100 channels on at T = 17000-24000 on the H200, 7% less at 39: benchmarks/results/
+// spilled in the wgrad and backward kernels at P = 3 and 4) and at L = 12288 (102 KiB, 768 threads:
+// 40 registers, 16-48 bytes spilled), 3 at L = 8192 (68 KiB, 512 threads: 40 registers, a few bytes
+// spilled; at two CTAs, 52 to 64 registers, the 3-CTA kernels took 6-13% more time from 100
+// channels on at T = 17000-24000 on the H200, 7% less at 39: benchmarks/results/
 // issue29_runs/run42_kept_k_h200.md (f)).
 template <class Sh, int P_>
 struct ClusterShape {

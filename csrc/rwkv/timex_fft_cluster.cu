@@ -63,15 +63,6 @@ int cluster_length(int64_t T) {
   return 0;
 }
 
-// CTAs per row at cluster length M (with_cluster_length's P).
-int cluster_ctas(int M) {
-  const bool odd = odd_locals();
-  if (M == 5 * kClusterL / 4 || M == 2 * kClusterL) return 2;
-  if (M == 5 * kClusterL / 2) return odd ? 4 : 5;
-  if (M == 3 * kClusterL) return odd ? 4 : 3;
-  return M == 4 * kClusterL ? 4 : 3;  // 24576
-}
-
 // f(ClusterShape<...>{}) for the run-time M of cluster_length. L = 16384 values per CTA where
 // P allows: with L = 8192 (512 threads, 68 KiB, P = 4 and 8, two CTAs resident per SM) the
 // forward took 1.2-1.4x longer on the H100 at the same M (benchmarks/results/
@@ -499,10 +490,15 @@ bool kernels_have_clusters(int device) {
 bool cluster_supported(const Tensor& k) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   if (k.scalar_type() == ScalarType::Double || T < 1 || T > kClusterMaxM) return false;
-  const int M = cluster_length(T), P = cluster_ctas(M);
+  // The shape that would run (with_cluster_length: the one place that pairs M with P and L).
+  int P = 1, smem = 0;
+  with_cluster_length(cluster_length(T), [&](auto cs) {
+    P = decltype(cs)::P;
+    smem = decltype(cs)::Local::SMEM;
+  });
   const cudaDeviceProp& prop = fused_ops::device_properties(k);
   return prop.major >= 9 && B * C <= INT_MAX / P &&
-         static_cast<size_t>(smem_bytes(M / P)) <= prop.sharedMemPerBlockOptin &&
+         static_cast<size_t>(smem) <= prop.sharedMemPerBlockOptin &&
          kernels_have_clusters(k.get_device_index());
 }
 

@@ -237,7 +237,7 @@ def test_eager_training_path_keeps_spectra(forced):
         assert torch.equal(a, b)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
     # The library FFT keeps the spectra of k and W; the fused and cluster kernels their
-    # twiddle tables (bytes) and W's spectra.
+    # twiddle tables (bytes) and the spectra of W and then k.
     algo = rwkv_ops.timex_algorithm(k)
     assert (kz.numel() > 0) == (algo in ("fft_library", "fft_fused", "fft_cluster"))
     assert (kz.dtype == torch.uint8) == (algo in ("fft_fused", "fft_cluster"))
@@ -245,8 +245,8 @@ def test_eager_training_path_keeps_spectra(forced):
     if algo == "fft_library":
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
-    if algo == "fft_fused":
-        assert wz.shape == (5, 1024) and wz.dtype == torch.complex64
+    if algo == "fft_fused":  # W's spectra and k's, M = 1024
+        assert wz.shape == (5 * (1 + 3), 1024) and wz.dtype == torch.complex64
     if algo == "fft_cluster":  # W's spectra and k's, M = 20480
         assert wz.shape == (5 * (1 + 3), 20480) and wz.dtype == torch.complex64
     if algo in ("fft_fused", "fft_cluster"):
@@ -256,6 +256,10 @@ def test_eager_training_path_keeps_spectra(forced):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
         # Without the tables (an empty kz) the backward makes them: the same bits.
         grads = torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[:0], wz)
+        for a, b in zip(grads, want[1:]):
+            assert torch.equal(a, b)
+    if algo == "fft_fused":  # W's spectra alone (k's transformed again): the same bits
+        grads = torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[:5])
         for a, b in zip(grads, want[1:]):
             assert torch.equal(a, b)
 

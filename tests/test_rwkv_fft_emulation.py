@@ -33,8 +33,10 @@ std::vector<cf32> tw(kTwiddles);
 // shifted (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread
 // more butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
 // several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1 from B =
-// 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w within tol. PLAIN:
-// also run every kernel on the plain table tw; out, grad_k and grad_w must be the same bits.
+// 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w within tol. The
+// backward runs again from k's spectra as the conv kernel kept them (kspec), whole and split:
+// the same bits as from k. PLAIN: also run every kernel on the plain table tw; out, grad_k and
+// grad_w must be the same bits.
 template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   if (fft_length(T) != M && fft_length(T, true, false) != M && fft_length(T, false, false) != M) {
@@ -51,6 +53,9 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   std::vector<cf32> spec(size_t(C) * M), gs(size_t(std::max(ctas, B * C)) * M),
       acc(size_t(std::max(ctas, B * C)) * M);
   std::vector<S> gk_split(k.size(), guard), gw_split(gw.size(), guard);
+  std::vector<S> gk_kept(k.size(), guard), gw_kept(gw.size(), guard),
+      gk_split_kept(k.size(), guard), gw_split_kept(gw.size(), guard);
+  std::vector<cf32> kspec(size_t(B) * C * M);
   using Sh = Shape<M, MAXT>;
   std::vector<cf32> fused(fused_table_size<Sh>());
   launch(1, 8, 0, [&] { fused_twiddle_kernel<Sh>(fused.data()); });
@@ -67,32 +72,43 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     launch(C, Sh::THREADS, Sh::SMEM,
            [&] { spectrum_kernel<S, Sh, kStaged>(w.data(), T, true, spec.data(), t); });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
-      conv_kernel<S, Sh, kStaged>(kp, spec.data(), out_.data() + offset, C, T, float(eps), t);
+      conv_kernel<S, Sh, kStaged>(kp, spec.data(), out_.data() + offset, C, T, float(eps), t,
+                                  kspec.data());
     });
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, kStaged>(gp, kp, spec.data(), gk_.data() + offset, dst->data(),
-                                        B, C, T, 1, false, gs.data(), acc.data(), t);
+                                        B, C, T, 1, false, gs.data(), acc.data(), t, nullptr);
       });
     }
   };
   // splits ranges of b (B - 1 from B = 3 on: items of one and of two rows), one CTA per (c, s)
   // item, then the reduce launch, one CTA per channel.
   const int splits = B > 2 ? B - 1 : B;
-  const auto run_split = [&] {
+  const auto run_split = [&](const cf32* ks, std::vector<S>& gk_, std::vector<S>& gw_) {
     for (bool reduce : {false, true}) {
       launch(reduce ? C : splits * C, Sh::THREADS, Sh::SMEM, [&] {
-        backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_split.data() + offset,
-                                     gw_split.data(), B, C, T, splits, reduce, gs.data(),
-                                     acc.data(), fused.data());
+        backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C,
+                                     T, splits, reduce, gs.data(), acc.data(), fused.data(), ks);
       });
     }
   };
   run(std::true_type{}, fused.data(), out, gk, gw, gw2);
+  launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
+    backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_kept.data() + offset, gw_kept.data(), B,
+                                 C, T, 1, false, gs.data(), acc.data(), fused.data(),
+                                 kspec.data());
+  });
+  const auto bits = [](const std::vector<S>& a, const std::vector<S>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0;
+  };
+  bool kept_same = bits(gk, gk_kept) && bits(gw, gw_kept);
   double e_split = 0;
   bool split_same = true;
   if (B > 1) {
-    run_split();
+    run_split(nullptr, gk_split, gw_split);
+    run_split(kspec.data(), gk_split_kept, gw_split_kept);
+    kept_same &= bits(gk_split, gk_split_kept) && bits(gw_split, gw_split_kept);
     split_same = std::memcmp(gk.data(), gk_split.data(), gk.size() * sizeof(S)) == 0;
     std::vector<double> d(gw.size());
     for (size_t i = 0; i < gw.size(); ++i) d[i] = as_double(gw_split[i]);
@@ -110,15 +126,16 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
   const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e_split < tol && e.guards &&
-                  same && plain_same && split_same;
+                  same && plain_same && split_same && kept_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d M=%d threads=%d offset=%d ctas=%d: out %.2e grad_k "
-              "%.2e grad_w %.2e (split over b: %.2e)%s%s%s%s%s\n",
+              "%.2e grad_w %.2e (split over b: %.2e)%s%s%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e.out, e.gk,
               e.gw, e_split, PLAIN ? " (plain table too)" : "",
               e.guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)",
               plain_same ? "" : " (the plain table's results differ)",
-              split_same ? "" : " (grad_k differs with splits)");
+              split_same ? "" : " (grad_k differs with splits)",
+              kept_same ? "" : " (the backward from kept k spectra differs)");
   std::fflush(stdout);
 }
 
@@ -180,6 +197,7 @@ def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
     checks spectrum, conv and the backward kernel (one pass per channel and split over b with
     the reduce launch) for M = 1 .. 16384 (2^k, 3 2^k and 5 2^k) against float64 direct sums;
-    grad_w twice, to the bit; the fused twiddle table's results to the bit of the plain
-    table's."""
+    grad_w twice, to the bit; the backward from k's spectra as the conv kernel kept them to
+    the bit of the one that transforms k; the fused twiddle table's results to the bit of the
+    plain table's."""
     run_emulator(EMULATOR, tmp_path)

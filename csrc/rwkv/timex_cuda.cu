@@ -370,12 +370,12 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
 // timex_backward_kept; where the fused or cluster kernels run, their twiddle tables as kz
-// (bytes, at most 1.4 MiB) and W's spectra (their frequency order) as wz: C M complex floats
-// (M = the power of two >= T for the fused kernels, e.g. 128 MiB at C = 1024, T = 16384), and
-// for the cluster kernels (M = 24576, 32768, 40960, 49152 or 65536) k's spectra after them,
-// (C + B C) M (as PyTorch's FFT convolution keeps k's; (C + B C, 2, kHalvesH) where their rows
-// run as two halves), held from the forward to the backward, which then skips their
-// transforms and the tables' allocation and launch; where the
+// (bytes, at most 1.4 MiB) and W's spectra (their frequency order) and k's after them as wz:
+// (C + B C) M complex floats (M = fused_spectrum_length(T) >= T for the fused kernels, e.g.
+// 1.06 GiB at B = 16, C = 512, T = 16384; C M with RWKV_TIMEX_FUSED_KEEP_K=0; M = 20480 to 65536
+// for the cluster kernels; as PyTorch's FFT convolution keeps k's; (C + B C, 2, kHalvesH)
+// where the cluster rows run as two halves), held from the forward to the backward, which
+// then skips their transforms and the tables' allocation and launch; where the
 // tensor-core kernels run, W's spectra (C, N) int32 (two float16 an entry) as wz and their
 // exponents (C,) int32 as kz; else an empty tensor as both (one allocation fewer: short calls
 // are bound by host time).
@@ -432,9 +432,9 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
                          ? torch::headeronly::ScalarType::ComplexDouble
                          : torch::headeronly::ScalarType::ComplexFloat;
   // The fused or cluster kernels' kept W spectra (kz their twiddle tables, bytes, or empty:
-  // made again): used where those kernels run now in the same layout: (C, M) of the fused
-  // kernels, (C + B C, M) of the cluster kernels (W's, then k's), or (C + B C, 2, kHalvesH) of
-  // their two halves. Kept in
+  // made again): used where those kernels run now in the same layout: (C + B C, M) (W's, then
+  // k's) or (C, M) of the fused kernels, (C + B C, M) of the cluster kernels, or (C + B C, 2,
+  // kHalvesH) of their two halves. Kept in
   // another of these (RWKV_TIMEX_ALGO or RWKV_TIMEX_CLUSTER_HALVES changed between forward and
   // backward), or where neither runs now: recomputed.
   const fft::Kernel algo = k.numel() != 0 ? choose_cuda(k) : fft::Kernel::kDirect;
@@ -457,7 +457,7 @@ std::tuple<Tensor, Tensor> backward_kept_cuda(Tensor grad_out, Tensor w, Tensor 
   if (on_chip_kept) {
     const bool fused = algo == fft::Kernel::kFftFused;
     const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
-    const bool as_fused = wz.dim() == 2 && wz.size(0) == C &&
+    const bool as_fused = wz.dim() == 2 && (wz.size(0) == C || wz.size(0) == C * (1 + B)) &&
                           wz.size(1) == fft::fused_spectrum_length(T);
     const bool as_cluster = wz.dim() == 2 && wz.size(0) == C * (1 + B) &&
                             wz.size(1) == fft::cluster_spectrum_length(T);

@@ -4,7 +4,9 @@
 //   grad_w[T-1-s] = IDFT(sum_b G_b conj(K_b))[s]
 // Per (b, c) row: G = DFT(g row) (kept in scratch), grad_k's inverse right away, K = DFT(k
 // row), acc += G conj(K): 3 transforms instead of the 4 of a conv kernel for grad_k plus a
-// wgrad kernel that transforms g again; per channel one more inverse for grad_w.
+// wgrad kernel that transforms g again; per channel one more inverse for grad_w. Where the
+// forward kept k's spectra (conv_kernel's xspec, 8 M bytes a row written and read again), K is
+// read, not made: 2 transforms a row, and no G in scratch.
 //
 // Work items: channel c's batch rows split into `splits` consecutive ranges, item i = c *
 // splits + s (b in [s B / splits, (s + 1) B / splits)). splits = 1 where the channels fill the
@@ -22,17 +24,20 @@
 
 namespace rwkv::fft {
 
-// spec (C, M): W^ from spectrum_kernel. gs: M complex floats per CTA (G of the current row).
-// acc: M complex floats per CTA (splits = 1; not read at B = 1) or per item (splits > 1: the
-// partial sums that the reduce launch reads, one CTA per channel). STAGED as in
-// timex_fft_kernels.cuh.
+// spec (C, M): W^ from spectrum_kernel. gs: M complex floats per CTA (G of the current row;
+// not read where kspec is given). acc: M complex floats per CTA (splits = 1; not read at B = 1
+// unless kspec is given) or per item (splits > 1: the partial sums that the reduce launch
+// reads, one CTA per channel). kspec: null, or the rows' K (B C rows of M, conv_kernel's
+// xspec): then acc += G conj(K) runs in G's split, with K read instead of made, and a row
+// takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits. STAGED
+// as in timex_fft_kernels.cuh.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL_64REGS(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,
                 cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
-                const cf32* __restrict__ tw) {
+                const cf32* __restrict__ tw, const cf32* __restrict__ kspec) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   if (reduce) {  // grad_w of channel blockIdx.x from its `splits` partial sums, in s order
@@ -70,9 +75,20 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       fft<Sh, false, true, 1, STAGED>(
           sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)}, SmemStore{sm});
       TIMEX_FFT_SYNC();
+      const cf32* k_hat = kspec != nullptr ? kspec + r * Sh::M : nullptr;
       split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
-        gs[f] = pf;
-        gs[j] = pj;
+        if (k_hat != nullptr) {  // j's sum stored last: at f = j = M / 2 as below
+          cf32 af = product<true>(f, pf, k_hat[f]), aj = product<true>(j, pj, k_hat[j]);
+          if (b > b0) {
+            af = acc[f] + af;
+            aj = acc[j] + aj;
+          }
+          acc[f] = af;
+          acc[j] = aj;
+        } else {
+          gs[f] = pf;
+          gs[j] = pj;
+        }
         merge<Sh, STAGED>(sm, tw, f, j, product<true>(f, pf, w_hat[f]),
                           product<true>(j, pj, w_hat[j]));
       });
@@ -80,6 +96,7 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       scalar_t* o = grad_k + r * T;
       fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
                                       RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
+      if (k_hat != nullptr) continue;
       TIMEX_FFT_SYNC();
       fft<Sh, false, true, 1, STAGED>(
           sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)}, SmemStore{sm});
@@ -103,6 +120,13 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();
+      if (kspec != nullptr) {  // the channel's sum, from acc (as the reduce launch merges it)
+        for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
+          const int j = f == 0 ? 0 : Sh::M - f;
+          merge<Sh, STAGED>(sm, tw, f, j, acc[f], acc[j]);
+        }
+        TIMEX_FFT_SYNC();
+      }
       scalar_t* o = grad_w + int64_t{c} * T;
       fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
                                       RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
@@ -113,7 +137,8 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 #ifndef TIMEX_EMULATE
 
 // How launch_backward runs: ctas of the first launch, splits (see the top of the file), and
-// the scratch it needs (scratch_bytes: gs per CTA, then acc per CTA or per item).
+// the scratch it needs (scratch_bytes: gs per CTA unless K is kept, then acc per CTA or per
+// item).
 struct BackwardPlan {
   int ctas = 1, splits = 1;
   size_t gs_elems = 0, acc_elems = 0;
@@ -142,25 +167,28 @@ int backward_blocks_per_sm(int M) {
 // Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once
 // (backward_blocks_per_sm times the SM count). splits = 1 where C >= resident; else as many ranges
 // of b as keep the C * splits items within the resident CTAs (at most B, at least 1).
-inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident) {
+// kept_k: the kernel reads K (kspec).
+inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
+                                  bool kept_k = false) {
   BackwardPlan p;
   p.splits =
       C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
   const int64_t items = C * p.splits;
   p.ctas = static_cast<int>(std::max<int64_t>(1, std::min(items, resident)));
   const size_t m = static_cast<size_t>(M);
-  p.gs_elems = m * p.ctas;
-  p.acc_elems = p.splits > 1 ? m * items : B > 1 ? m * p.ctas : 0;
+  p.gs_elems = kept_k ? 0 : m * p.ctas;
+  p.acc_elems = p.splits > 1 ? m * items : B > 1 || kept_k ? m * p.ctas : 0;
   return p;
 }
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
-// of plan.scratch_bytes() with plan from backward_plan. B >= 1.
+// of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null). kspec:
+// null, or k's spectra (B C, M) from launch_conv's kspec. B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
                             int M, const BackwardPlan& plan, cf32* scratch, const cf32* tw,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const cf32* kspec = nullptr) {
   if (!runs(T, M) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -173,11 +201,11 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     cf32* acc = scratch + plan.gs_elems;
     err = fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k,
                                       spec, grad_k, grad_w, b, c, t, plan.splits, false,
-                                      scratch, acc, tw);
+                                      scratch, acc, tw, kspec);
     if (err == cudaSuccess && plan.splits > 1) {
       err = fused_ops::launch_with_smem(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec,
                                         grad_k, grad_w, b, c, t, plan.splits, true, scratch,
-                                        acc, tw);
+                                        acc, tw, kspec);
     }
   });
   return err;

@@ -3,8 +3,9 @@
 // torch's caching allocator each call keeps the op free of device-global state and
 // capturable in a CUDA graph; the backward takes the forward's where the caller kept it), the
 // spectra of W = w reversed (C rows; the backward takes the forward's where the caller kept
-// them), then the forward's conv kernel or the backward kernel (both gradients, each g row
-// transformed once: timex_fft_backward.cuh).
+// them), then the forward's conv kernel (which also writes k's spectra where the caller keeps
+// them) or the backward kernel (both gradients, each g row transformed once, each k row once
+// unless its spectrum was kept: timex_fft_backward.cuh).
 #include "rwkv/timex_fft_fused.h"
 
 #include <torch/csrc/stable/ops.h>
@@ -54,11 +55,12 @@ Tensor twiddles(int M, const Tensor& like, cudaStream_t stream, const Tensor* ke
 }
 
 // The spectra of W (w reversed in time): C rows of M complex floats (a complex tensor, so
-// that the forward can keep it for the backward as the cluster kernels' is kept).
+// that the forward can keep it for the backward as the cluster kernels' is kept), the first of
+// `rows` (the rest left for k's).
 template <typename scalar_t>
-Tensor w_spectra(const Tensor& w, int M, const Tensor& tw, cudaStream_t stream) {
+Tensor w_spectra(const Tensor& w, int M, const Tensor& tw, cudaStream_t stream, int64_t rows) {
   const int64_t C = w.size(0), T = w.size(1);
-  Tensor spec = fused_ops::empty({C, int64_t{M}}, ScalarType::ComplexFloat, w);
+  Tensor spec = fused_ops::empty({rows, int64_t{M}}, ScalarType::ComplexFloat, w);
   FUSED_OPS_CUDA_CHECK(launch_spectrum<scalar_t>(w.const_data_ptr<scalar_t>(), C, T, M,
                                                  /*reversed=*/true, as<cf32>(spec),
                                                  as<const cf32>(tw), stream));
@@ -71,11 +73,14 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const int M = length(T);
   const Tensor tw = twiddles(M, k, stream, nullptr);
-  const Tensor spec = w_spectra<scalar_t>(w, M, tw, stream);
+  // Kept for a backward: W's rows, then k's (written by the conv kernel).
+  const bool keep_k = keep != nullptr && switch_on("RWKV_TIMEX_FUSED_KEEP_K");
+  const Tensor spec = w_spectra<scalar_t>(w, M, tw, stream, keep_k ? C * (1 + B) : C);
   Tensor out = fused_ops::empty({B, C, T}, k.scalar_type(), k);
-  FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
-                                             out.mutable_data_ptr<scalar_t>(), B, C, T, M,
-                                             static_cast<float>(eps), as<const cf32>(tw), stream));
+  FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(
+      k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(), B, C,
+      T, M, static_cast<float>(eps), as<const cf32>(tw), stream,
+      keep_k ? as<cf32>(spec) + C * M : nullptr));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
@@ -102,15 +107,19 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   // caller: fused_spectrum_length).
   const int M = kept != nullptr ? static_cast<int>(kept->size(1)) : length(T);
   const Tensor tw = twiddles(M, k, stream, kept_twiddles);
-  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, M, tw, stream);
+  const Tensor spec = kept != nullptr ? *kept : w_spectra<scalar_t>(w, M, tw, stream, C);
+  // k's spectra where the forward kept them (C + B C rows: fused_forward's keep).
+  const cf32* kspec = spec.size(0) == C * (1 + B) && B > 0 ? as<const cf32>(spec) + C * M
+                                                           : nullptr;
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
-  const BackwardPlan plan = backward_plan(B, C, M, resident_ctas<scalar_t>(M, k));
+  const BackwardPlan plan =
+      backward_plan(B, C, M, resident_ctas<scalar_t>(M, k), kspec != nullptr);
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
       grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, M, plan,
-      as<cf32>(scratch), as<const cf32>(tw), stream));
+      as<cf32>(scratch), as<const cf32>(tw), stream, kspec));
   return {grad_w, grad_k};
 }
 

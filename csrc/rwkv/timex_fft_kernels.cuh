@@ -139,11 +139,14 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 }
 
 // out[b, c] = eps + IDFT(X^ S[c]), first T values, for the rows x[b, c] of x (B, C, T); spec
-// (C, M) from spectrum_kernel. One CTA per row, rows b * C + c.
+// (C, M) from spectrum_kernel. One CTA per row, rows b * C + c. xspec: where not null, row r's
+// X^ (M complex floats, as spectrum_kernel writes it) is stored at xspec + r M, for the
+// backward's kspec (8 M bytes a row more than the 2 T reads and writes of a half-type row).
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
-            scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw) {
+            scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw,
+            cf32* __restrict__ xspec) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x;
@@ -152,7 +155,12 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
       sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, SmemStore{sm});
   TIMEX_FFT_SYNC();
   const cf32* s = spec + (r % C) * Sh::M;
+  cf32* xs = xspec != nullptr ? xspec + r * Sh::M : nullptr;
   split_pairs<Sh, STAGED>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
+    if (xs != nullptr) {
+      xs[k] = pk;
+      xs[j] = pj;
+    }
     merge<Sh, STAGED>(sm, tw, k, j, product<false>(k, pk, s[k]), product<false>(j, pj, s[j]));
   });
   TIMEX_FFT_SYNC();
@@ -228,10 +236,11 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 }
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
-// holds.
+// holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
-                        int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream) {
+                        int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
+                        cf32* kspec = nullptr) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
@@ -239,7 +248,8 @@ cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int6
     using Sh = Shape<decltype(m)::value, kThreads>;
     err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
                                       Sh::THREADS, Sh::SMEM, stream, k, spec, out,
-                                      static_cast<int>(C), static_cast<int>(T), eps, tw);
+                                      static_cast<int>(C), static_cast<int>(T), eps, tw,
+                                      kspec);
   });
   return err;
 }

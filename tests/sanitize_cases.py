@@ -256,11 +256,15 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 1, 2, 16384, "float32", "fft", "misaligned", misalign=True)
     # More channels than wgrad's grid (CTAs = min(C, SMs x resident CTAs)): the channel loop.
     timex_case("rwkv_fft", 1, 5000, 5, "float32", "fft", "wgrad channel loop")
-    # The eager training path: the backward reads the forward's twiddle tables and W spectra
+    # The eager training path: the backward reads the forward's twiddle tables and the spectra
+    # of W and k
     # (fft_fused forced: "fft" takes fft_tc for bfloat16 at B = 2).
     timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft_fused", "kept tables", keep=True,
                expect="fft_fused")
     timex_case("rwkv_fft", 2, 3, 1100, "bfloat16", "fft_fused", "kept tables", keep=True,
+               expect="fft_fused")
+    # k's spectra kept too at B = 1: one item per channel, grad_w merged from acc.
+    timex_case("rwkv_fft", 1, 2, 2000, "float16", "fft_fused", "kept, B = 1", keep=True,
                expect="fft_fused")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")

@@ -22,8 +22,9 @@ def test_fused_backward_work_splits(shape, monkeypatch):
     splits on the H100: more channels than resident CTAs (a CTA loops over channels), b in
     uneven ranges (5 rows in 2 items: partial sums and the reduce launch), one row per item,
     B = C = 1 at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
-    float32 FFT convolution, and within 2e-6), deterministic, and the eager path (W's spectra
-    kept from the forward) the same bits as the ops."""
+    float32 FFT convolution, and within 2e-6), deterministic, and the eager path (the spectra
+    of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0) the same bits
+    as the ops."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(*shape, "cuda", torch.float32)
     assert rwkv_ops.timex_algorithm(k) == "fft_fused"
@@ -36,10 +37,12 @@ def test_fused_backward_work_splits(shape, monkeypatch):
         assert e <= max(2 * p, 1e-7) and e < 2e-6, (shape, name, e, p)
     for a, b in zip(ours(w, k, g, 0.2), got):
         assert torch.equal(a, b)
-    wg, kg = (t.clone().requires_grad_() for t in (w, k))
-    out = rwkv_ops.timex(wg, kg, 0.2)
-    for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
-        assert torch.equal(a, b)
+    for keep_k in ("1", "0"):
+        monkeypatch.setenv("RWKV_TIMEX_FUSED_KEEP_K", keep_k)
+        wg, kg = (t.clone().requires_grad_() for t in (w, k))
+        out = rwkv_ops.timex(wg, kg, 0.2)
+        for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
+            assert torch.equal(a, b), keep_k
 
 
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto
@@ -73,7 +76,7 @@ def test_cluster_kernels_at_long_t(T, dtype, monkeypatch):
 def check_on_chip(w, k, g):
     """The on-chip FFT kernels' bar: float32 at most 2x the error of PyTorch's float32 FFT
     convolution (cuFFT) on the same inputs and within the one-CTA kernels' 2e-6; the half types
-    within HALF_TOL; deterministic; eager autograd (W's spectra kept from the forward) the same
+    within HALF_TOL; deterministic; eager autograd (spectra kept from the forward) the same
     bits as the ops."""
     dtype = k.dtype
     want = reference(w, k, g, 0.3)
@@ -119,8 +122,8 @@ def test_fused_kernels_odd_lengths(T, dtype, monkeypatch):
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(2, 3, T, "cuda", dtype)
     assert rwkv_ops.timex_algorithm(k) == "fft_fused"
-    wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)[2]
-    assert wz.shape == (3, fused_m(T)) and fused_m(T) % 3 * (fused_m(T) % 5) == 0
+    wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)[2]  # W's spectra, then k's
+    assert wz.shape == (3 * (1 + 2), fused_m(T)) and fused_m(T) % 3 * (fused_m(T) % 5) == 0
     check_on_chip(w, k, g)
 
 
@@ -133,12 +136,12 @@ def test_fused_length_switches(monkeypatch):
     w, k, g = make(2, 5, 2100, "cuda", torch.float32)
     five = ours(w, k, g, 0.1)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)
-    assert wz.shape == (5, 2560)
+    assert wz.shape == (5 * (1 + 2), 2560)
     for switches, m in [(("RWKV_TIMEX_FUSED_RADIX5",), 3072),
                         (("RWKV_TIMEX_FUSED_RADIX5", "RWKV_TIMEX_FUSED_RADIX3"), 4096)]:
         for name in switches:
             monkeypatch.setenv(name, "0")
-        assert torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)[2].shape == (5, m)
+        assert torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.1)[2].shape == (5 * (1 + 2), m)
         other = ours(w, k, g, 0.1)
         for name, a, b in zip(["out", "grad_w", "grad_k"], other, five):
             assert max_rel(a, b) < 2e-6 and not torch.equal(a, b), (m, name)

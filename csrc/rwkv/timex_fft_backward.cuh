@@ -79,9 +79,9 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
         if (k_hat != nullptr) {  // j's sum stored last: at f = j = M / 2 as below
           cf32 af = product<true>(f, pf, k_hat[f]), aj = product<true>(j, pj, k_hat[j]);
-          if (b > b0) {
-            af = acc[f] + af;
-            aj = acc[j] + aj;
+          if (b > b0) {  // add_rn: the same sums as below
+            af = add_rn(acc[f], af);
+            aj = add_rn(acc[j], aj);
           }
           acc[f] = af;
           acc[j] = aj;
@@ -107,8 +107,8 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
         cf32 af = product<true>(f, gs[f], pf), aj = product<true>(j, gs[j], pj);
         if (b > b0) {
-          af = acc[f] + af;
-          aj = acc[j] + aj;
+          af = add_rn(acc[f], af);
+          aj = add_rn(acc[j], aj);
         }
         if (keep) {
           acc[f] = af;

@@ -157,6 +157,25 @@ TIMEX_FFT_DEVICE cf32 scale(cf32 a, float s) { return {a.x * s, a.y * s}; }
 TIMEX_FFT_DEVICE cf32 mul_conj(cf32 a, cf32 b) {
   return {a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y};
 }
+// a * b and a + b rounded each (mul.rn, add.rn): nvcc leaves a product that has two uses, or
+// that an add takes only on one branch, as a plain mul.f32 for ptxas to fuse into an FMA with
+// the add or not, which it decides per kernel; where two kernels must give the same bits (the
+// forward's kept k spectra against the backward's own), the products and sums in question are
+// these.
+TIMEX_FFT_DEVICE float mul_rn(float a, float b) {
+#ifdef TIMEX_EMULATE
+  return a * b;
+#else
+  return __fmul_rn(a, b);
+#endif
+}
+TIMEX_FFT_DEVICE cf32 add_rn(cf32 a, cf32 b) {
+#ifdef TIMEX_EMULATE
+  return a + b;
+#else
+  return {__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y)};
+#endif
+}
 
 // tw[m] for m in [0, kTwiddles), in double and rounded once; m / kMaxM is exact, so
 // sincospi's argument is too.
@@ -505,10 +524,11 @@ TIMEX_FFT_DEVICE void split_pairs(const cf32* sm, const cf32* __restrict__ tw, c
   }
 }
 
-// Packed spectra products, a * b or a * conj(b) (P[0]'s two reals multiply separately).
+// Packed spectra products, a * b or a * conj(b) (P[0]'s two reals multiply separately, each
+// rounded: mul_rn).
 template <bool CONJ>
 TIMEX_FFT_DEVICE cf32 product(int k, cf32 a, cf32 b) {
-  if (k == 0) return {a.x * b.x, a.y * b.y};
+  if (k == 0) return {mul_rn(a.x, b.x), mul_rn(a.y, b.y)};
   return CONJ ? mul_conj(a, b) : a * b;
 }
 

@@ -257,8 +257,7 @@ def rwkv_fft_cases():
     # More channels than wgrad's grid (CTAs = min(C, SMs x resident CTAs)): the channel loop.
     timex_case("rwkv_fft", 1, 5000, 5, "float32", "fft", "wgrad channel loop")
     # The eager training path: the backward reads the forward's twiddle tables and the spectra
-    # of W and k
-    # (fft_fused forced: "fft" takes fft_tc for bfloat16 at B = 2).
+    # of W and k (fft_fused forced: "fft" takes fft_tc for bfloat16 at B = 2).
     timex_case("rwkv_fft", 2, 3, 769, "bfloat16", "fft_fused", "kept tables", keep=True,
                expect="fft_fused")
     timex_case("rwkv_fft", 2, 3, 1100, "bfloat16", "fft_fused", "kept tables", keep=True,

@@ -35,8 +35,8 @@ std::vector<cf32> tw(kTwiddles);
 // several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1 from B =
 // 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w within tol. The
 // backward runs again from k's spectra as the conv kernel kept them (kspec), whole and split:
-// the same bits as from k. PLAIN: also run every kernel on the plain table tw; out, grad_k and
-// grad_w must be the same bits.
+// the same bits as from k. PLAIN: also run every kernel on the plain table tw (and the conv
+// kernel in row order, not channel-major); out, grad_k and grad_w must be the same bits.
 template <typename S, int M, int MAXT, bool PLAIN = false>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   if (fft_length(T) != M && fft_length(T, true, false) != M && fft_length(T, false, false) != M) {
@@ -73,7 +73,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
            [&] { spectrum_kernel<S, Sh, kStaged>(w.data(), T, true, spec.data(), t); });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
       conv_kernel<S, Sh, kStaged>(kp, spec.data(), out_.data() + offset, C, T, float(eps), t,
-                                  kspec.data());
+                                  kspec.data(), kStaged);
     });
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {

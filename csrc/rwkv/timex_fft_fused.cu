@@ -80,7 +80,7 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(
       k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(), B, C,
       T, M, static_cast<float>(eps), as<const cf32>(tw), stream,
-      keep_k ? as<cf32>(spec) + C * M : nullptr));
+      keep_k ? as<cf32>(spec) + C * M : nullptr, switch_on("RWKV_TIMEX_FUSED_CHANNEL_MAJOR")));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;

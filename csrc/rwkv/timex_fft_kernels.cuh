@@ -139,17 +139,21 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 }
 
 // out[b, c] = eps + IDFT(X^ S[c]), first T values, for the rows x[b, c] of x (B, C, T); spec
-// (C, M) from spectrum_kernel. One CTA per row, rows b * C + c. xspec: where not null, row r's
-// X^ (M complex floats, as spectrum_kernel writes it) is stored at xspec + r M, for the
+// (C, M) from spectrum_kernel. One CTA per row r = b C + c (B C CTAs). xspec: where not null,
+// row r's X^ (M complex floats, as spectrum_kernel writes it) is stored at xspec + r M, for the
 // backward's kspec (8 M bytes a row more than the 2 T reads and writes of a half-type row).
+// channel_major: CTA i takes row (i % B) C + i / B, so that a channel's rows run together and
+// its S (8 M bytes: 64 MiB over 512 channels at M = 16384, more than L2) is read from memory
+// about once instead of once a row; else row i.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw,
-            cf32* __restrict__ xspec) {
+            cf32* __restrict__ xspec, bool channel_major) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
-  const int64_t r = blockIdx.x;
+  const int64_t i = blockIdx.x, B = gridDim.x / C;
+  const int64_t r = channel_major ? (i % B) * C + i / B : i;
   const scalar_t* row = x + r * T;
   fft<Sh, false, true, 1, STAGED>(
       sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, SmemStore{sm});
@@ -236,11 +240,12 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 }
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
-// holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec.
+// holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec;
+// channel_major as conv_kernel's.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
                         int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
-                        cf32* kspec = nullptr) {
+                        cf32* kspec = nullptr, bool channel_major = true) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
@@ -249,7 +254,7 @@ cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int6
     err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
                                       Sh::THREADS, Sh::SMEM, stream, k, spec, out,
                                       static_cast<int>(C), static_cast<int>(T), eps, tw,
-                                      kspec);
+                                      kspec, channel_major);
   });
   return err;
 }

@@ -318,16 +318,18 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
-    """auto: the tensor-core direct kernels up to T = 1024, or 1536 from B = 16 on at T a
-    multiple of 8 (timex_cuda.cu takes_direct), the FFT after: the fused kernels, in bfloat16
+    """auto: the tensor-core direct kernels up to T = 1024, or from B = 16 on at T a multiple
+    of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores; timex_cuda.cu
+    takes_direct), the FFT after: the fused kernels, in bfloat16
     (at these 3 channels) from B = 8 (B = 2 past T = 1536) the tensor-core FFT (fastest_fft);
     both agree within the dtype's bound on each side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     batched_fft = "fft_tc" if dtype == torch.bfloat16 else "fft_fused"
     for B, T, algo in ((2, 1024, "direct"), (1, 1025, "fft_fused"), (2, 1025, "fft_fused"),
                        (4, 1025, "fft_fused"), (2, 1537, batched_fft), (7, 1025, "fft_fused"),
-                       (8, 1025, batched_fft), (16, 1536, "direct"), (16, 1537, batched_fft),
-                       (16, 1100, batched_fft)):
+                       (8, 1025, batched_fft), (16, 1280, "direct"),
+                       (16, 1408, "direct" if dtype == torch.float16 else batched_fft),
+                       (16, 1536, batched_fft), (16, 1537, batched_fft), (16, 1100, batched_fft)):
         w, k, g = make(B, 3, T, "cuda", dtype)
         assert rwkv_ops.timex_algorithm(k) == algo, (B, T)
         auto = ours(w, k, g, 0.2)

@@ -294,7 +294,7 @@ def test_forced_where_it_cannot_run(tc):
 
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
-    kernels' reach (1536 from B = 16 at T % 8 == 0) up to T = 16384, where it measured faster
+    kernels' reach (1280 from B = 16 at T % 8 == 0) up to T = 16384, where it measured faster
     (tc_faster): from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) not B = 3
     and below C = 512 only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B =
     2 from C = 256), and with B = 1 past 8192 from C = 512; the fused kernels else, for float16
@@ -338,7 +338,11 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 7, 4096, "fft_tc"),
                               (torch.bfloat16, 2, 16384, "fft_tc"),
                               (torch.bfloat16, 4, 16384, "fft_tc"),
-                              (torch.bfloat16, 16, 1536, "direct"),
+                              (torch.bfloat16, 16, 1280, "direct"),
+                              (torch.bfloat16, 16, 1288, "fft_tc"),
+                              (torch.bfloat16, 16, 1536, "fft_tc"),
+                              (torch.float16, 16, 1408, "direct"),
+                              (torch.float16, 16, 1416, "fft_fused"),
                               (torch.bfloat16, 16, 1100, "fft_tc"),
                               (torch.float16, 16, 1100, "fft_fused"),
                               (torch.float16, 32, 1152, "direct"),

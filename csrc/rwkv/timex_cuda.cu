@@ -177,12 +177,19 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // kernels' M = 1536, the tensor-core N = 4096) won at every other T measured (H200, GPU busy
 // time, run 44 (d); B = 16 and 32: 14-25% less at T = 1025, C = 512, 24-42% at (16, 512, 1300),
 // (16, 256, 1500), (32, 256, 1100), (16, 1024, 1100)) while the direct kernels took 18-29% less
-// at 1152 and 1280 and tied at 1408 (C = 512). float64 (FMA direct kernels, cuFFT):
-// the FFT from 512 on with 256 rows, from 257 on with 4096 rows and more.
+// at 1152 and 1280 and tied at 1408 (C = 512). Against the later FFT kernels (H200, GPU busy
+// time, run 47 (e): fft_tc at N = 2560 and 3072, fft_fused with k's spectra kept; B = 16 and
+// 32, C = 256 to 1024, T % 8 == 0): the direct kernels' time steps every 128 of T (1296 and
+// 1400 alike, a fifth more than 1200); in bfloat16 they took 1-26% less than fft_tc up to 1200,
+// fft_tc 4-21% less from 1296 on; in float16 1-30% less than fft_fused up to 1200, tied
+// (within 4%) at 1296 and 1400, fft_fused 6-9% less at 1536: kHalfBatchedMaxT at those steps,
+// 1280 where fft_tc runs, else 1408. float64 (FMA direct kernels, cuFFT): the FFT from 512
+// on with 256 rows, from 257 on with 4096 rows and more.
 constexpr int64_t kF32DirectMaxT = 640;
 constexpr int64_t kF32DirectMaxRows = 256;
 constexpr int64_t kHalfDirectMaxT = 1024;
-constexpr int64_t kHalfBatchedMaxT = 1536;
+constexpr int64_t kHalfBatchedMaxT = 1408;
+constexpr int64_t kHalfBatchedMaxTc = 1280;  // bfloat16 where fft_tc runs
 constexpr int64_t kHalfBatch = 16;
 constexpr int64_t kF64DirectMaxT = 256;
 
@@ -264,9 +271,12 @@ bool takes_direct(const Tensor& k) {
     case ScalarType::Float:
       return T <= 256 || (T <= kF32DirectMaxT && k.size(0) * k.size(1) <= kF32DirectMaxRows);
     case ScalarType::Double: return T <= kF64DirectMaxT;
-    default:
-      return T <= kHalfDirectMaxT ||
-             (k.size(0) >= kHalfBatch && T <= kHalfBatchedMaxT && T % 8 == 0);
+    default: {
+      if (T <= kHalfDirectMaxT) return true;
+      if (k.size(0) < kHalfBatch || T % 8 != 0 || T > kHalfBatchedMaxT) return false;
+      return T <= kHalfBatchedMaxTc || k.scalar_type() != ScalarType::BFloat16 ||
+             !fft::tc_supported(k);
+    }
   }
 }
 

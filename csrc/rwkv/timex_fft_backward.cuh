@@ -77,7 +77,7 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       TIMEX_FFT_SYNC();
       const cf32* k_hat = kspec != nullptr ? kspec + r * Sh::M : nullptr;
       split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
-        if (k_hat != nullptr) {  // j's sum stored last: at f = j = M / 2 as below
+        if (k_hat != nullptr) {  // at f = j (0 and M / 2) j's sum is the one kept, as below
           cf32 af = product<true>(f, pf, k_hat[f]), aj = product<true>(j, pj, k_hat[j]);
           if (b > b0) {  // add_rn: the same sums as below
             af = add_rn(acc[f], af);

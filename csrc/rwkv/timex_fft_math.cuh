@@ -159,9 +159,9 @@ TIMEX_FFT_DEVICE cf32 mul_conj(cf32 a, cf32 b) {
 }
 // a * b and a + b rounded each (mul.rn, add.rn): nvcc leaves a product that has two uses, or
 // that an add takes only on one branch, as a plain mul.f32 for ptxas to fuse into an FMA with
-// the add or not, which it decides per kernel; where two kernels must give the same bits (the
-// forward's kept k spectra against the backward's own), the products and sums in question are
-// these.
+// the add or not, which it decides per kernel. Where two kernels must give the same bits (the
+// backward from k's spectra that the forward kept, against the backward that makes them), such
+// products and sums use these.
 TIMEX_FFT_DEVICE float mul_rn(float a, float b) {
 #ifdef TIMEX_EMULATE
   return a * b;

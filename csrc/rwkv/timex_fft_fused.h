@@ -66,10 +66,10 @@ std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
 int64_t fused_spectrum_length(int64_t T);
 
 // The thread-block-cluster kernels (timex_fft_cluster.cu): rows of T <= 65536 spread over P
-// CTAs (M = the shortest of 24576 = 3 x 8192, 32768 = 2 x 16384, 40960 = 5 x 8192, 49152
-// and 65536 = 3, 4 x 16384 that is >= T); float32 or a half type, sm_90 or newer with this build's sm_90 code,
-// B * C * P < 2^31. The op takes them past T = 16384 (below, where forced: correct, at the
-// cost of M = 24576).
+// CTAs (M = the shortest of 20480 = 2 x 10240, 24576 = 3 x 8192, 32768 = 2 x 16384, 40960 =
+// 4 x 10240, 49152 = 4 x 12288 and 65536 = 4 x 16384 that is >= T); float32 or a half type,
+// sm_90 or newer with this build's sm_90 code, B * C * P < 2^31. The op takes them past
+// T = 16384 (below, where forced: correct, at the cost of M = 20480).
 bool cluster_supported(const fused_ops::Tensor& k);
 
 // keep: where not null, receives W's spectra, complex float in the cluster kernels' own

@@ -73,12 +73,13 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
            [&] { spectrum_kernel<S, Sh, kStaged>(w.data(), T, true, spec.data(), t); });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
       conv_kernel<S, Sh, kStaged>(kp, spec.data(), out_.data() + offset, C, T, float(eps), t,
-                                  kspec.data(), kStaged);
+                                  kspec.data(), kStaged, true);
     });
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, kStaged>(gp, kp, spec.data(), gk_.data() + offset, dst->data(),
-                                        B, C, T, 1, false, gs.data(), acc.data(), t, nullptr);
+                                        B, C, T, 1, false, gs.data(), acc.data(), t, nullptr,
+                                        true);
       });
     }
   };
@@ -89,7 +90,8 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     for (bool reduce : {false, true}) {
       launch(reduce ? C : splits * C, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C,
-                                     T, splits, reduce, gs.data(), acc.data(), fused.data(), ks);
+                                     T, splits, reduce, gs.data(), acc.data(), fused.data(), ks,
+                                     true);
       });
     }
   };
@@ -97,7 +99,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
     backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_kept.data() + offset, gw_kept.data(), B,
                                  C, T, 1, false, gs.data(), acc.data(), fused.data(),
-                                 kspec.data());
+                                 kspec.data(), true);
   });
   const auto bits = [](const std::vector<S>& a, const std::vector<S>& b) {
     return std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0;

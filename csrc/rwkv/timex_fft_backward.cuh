@@ -29,15 +29,15 @@ namespace rwkv::fft {
 // unless kspec is given) or per item (splits > 1: the partial sums that the reduce launch
 // reads, one CTA per channel). kspec: null, or the rows' K (B C rows of M, conv_kernel's
 // xspec): then acc += G conj(K) runs in G's split, with K read instead of made, and a row
-// takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits. STAGED
-// as in timex_fft_kernels.cuh.
+// takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits; stream:
+// its loads as load_spectrum's. STAGED as in timex_fft_kernels.cuh.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL_64REGS(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,
                 cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
-                const cf32* __restrict__ tw, const cf32* __restrict__ kspec) {
+                const cf32* __restrict__ tw, const cf32* __restrict__ kspec, bool stream) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   if (reduce) {  // grad_w of channel blockIdx.x from its `splits` partial sums, in s order
@@ -78,7 +78,8 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       const cf32* k_hat = kspec != nullptr ? kspec + r * Sh::M : nullptr;
       split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
         if (k_hat != nullptr) {  // at f = j (0 and M / 2) j's sum is the one kept, as below
-          cf32 af = product<true>(f, pf, k_hat[f]), aj = product<true>(j, pj, k_hat[j]);
+          cf32 af = product<true>(f, pf, load_spectrum(k_hat + f, stream));
+          cf32 aj = product<true>(j, pj, load_spectrum(k_hat + j, stream));
           if (b > b0) {  // add_rn: the same sums as below
             af = add_rn(acc[f], af);
             aj = add_rn(acc[j], aj);
@@ -183,12 +184,14 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
 // of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null). kspec:
-// null, or k's spectra (B C, M) from launch_conv's kspec. B >= 1.
+// null, or k's spectra (B C, M) from launch_conv's kspec; stream_k as the kernel's stream.
+// B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
                             int M, const BackwardPlan& plan, cf32* scratch, const cf32* tw,
-                            cudaStream_t stream, const cf32* kspec = nullptr) {
+                            cudaStream_t stream, const cf32* kspec = nullptr,
+                            bool stream_k = true) {
   if (!runs(T, M) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -201,11 +204,11 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     cf32* acc = scratch + plan.gs_elems;
     err = fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k,
                                       spec, grad_k, grad_w, b, c, t, plan.splits, false,
-                                      scratch, acc, tw, kspec);
+                                      scratch, acc, tw, kspec, stream_k);
     if (err == cudaSuccess && plan.splits > 1) {
       err = fused_ops::launch_with_smem(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec,
                                         grad_k, grad_w, b, c, t, plan.splits, true, scratch,
-                                        acc, tw, kspec);
+                                        acc, tw, kspec, stream_k);
     }
   });
   return err;

@@ -80,7 +80,8 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
   FUSED_OPS_CUDA_CHECK(launch_conv<scalar_t>(
       k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(), B, C,
       T, M, static_cast<float>(eps), as<const cf32>(tw), stream,
-      keep_k ? as<cf32>(spec) + C * M : nullptr, switch_on("RWKV_TIMEX_FUSED_CHANNEL_MAJOR")));
+      keep_k ? as<cf32>(spec) + C * M : nullptr, switch_on("RWKV_TIMEX_FUSED_CHANNEL_MAJOR"),
+      switch_on("RWKV_TIMEX_FUSED_STREAM")));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
@@ -119,7 +120,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
       grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, M, plan,
-      as<cf32>(scratch), as<const cf32>(tw), stream, kspec));
+      as<cf32>(scratch), as<const cf32>(tw), stream, kspec, switch_on("RWKV_TIMEX_FUSED_STREAM")));
   return {grad_w, grad_k};
 }
 

@@ -94,6 +94,32 @@ struct RowStore {
   }
 };
 
+// k's kept spectra (8 M bytes a row, written once by the forward and read once by the
+// backward), where stream: with the cache-streaming hints (st.global.cs / ld.global.cs: evict
+// first), so that they do not push out of L2 what the kernels reuse there (W's spectra, the
+// backward's running sums, the twiddle table); else plain accesses (RWKV_TIMEX_FUSED_STREAM=0,
+// to measure one against the other).
+TIMEX_FFT_DEVICE void store_spectrum(cf32* p, cf32 v, bool stream) {
+#ifndef TIMEX_EMULATE
+  if (stream) {
+    __stcs(reinterpret_cast<float2*>(p), make_float2(v.x, v.y));
+    return;
+  }
+#endif
+  (void)stream;
+  *p = v;
+}
+TIMEX_FFT_DEVICE cf32 load_spectrum(const cf32* p, bool stream) {
+#ifndef TIMEX_EMULATE
+  if (stream) {
+    const float2 v = __ldcs(reinterpret_cast<const float2*>(p));
+    return {v.x, v.y};
+  }
+#endif
+  (void)stream;
+  return *p;
+}
+
 // tw[m] = e^{-2 pi i m / kTwiddles}: any grid, any block size. The plain table: the kernels
 // below read it where STAGED is false (the emulation tests compare both tables to the bit);
 // the cluster launcher's table of the same entries (cluster_twiddle_kernel) is checked
@@ -144,12 +170,12 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 // backward's kspec (8 M bytes a row more than the 2 T reads and writes of a half-type row).
 // channel_major: CTA i takes row (i % B) C + i / B, so that a channel's rows run together and
 // its S (8 M bytes: 64 MiB over 512 channels at M = 16384, more than L2) is read from memory
-// about once instead of once a row; else row i.
+// about once instead of once a row; else row i. stream: xspec's stores as store_spectrum's.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw,
-            cf32* __restrict__ xspec, bool channel_major) {
+            cf32* __restrict__ xspec, bool channel_major, bool stream) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t i = blockIdx.x, B = gridDim.x / C;
@@ -162,8 +188,8 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
   cf32* xs = xspec != nullptr ? xspec + r * Sh::M : nullptr;
   split_pairs<Sh, STAGED>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
     if (xs != nullptr) {
-      xs[k] = pk;
-      xs[j] = pj;
+      store_spectrum(xs + k, pk, stream);
+      store_spectrum(xs + j, pj, stream);
     }
     merge<Sh, STAGED>(sm, tw, k, j, product<false>(k, pk, s[k]), product<false>(j, pj, s[j]));
   });
@@ -241,11 +267,11 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
 // holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec;
-// channel_major as conv_kernel's.
+// channel_major and stream_k as conv_kernel's channel_major and stream.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
                         int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
-                        cf32* kspec = nullptr, bool channel_major = true) {
+                        cf32* kspec = nullptr, bool channel_major = true, bool stream_k = true) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
@@ -254,7 +280,7 @@ cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int6
     err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
                                       Sh::THREADS, Sh::SMEM, stream, k, spec, out,
                                       static_cast<int>(C), static_cast<int>(T), eps, tw,
-                                      kspec, channel_major);
+                                      kspec, channel_major, stream_k);
   });
   return err;
 }

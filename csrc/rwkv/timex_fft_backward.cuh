@@ -29,15 +29,16 @@ namespace rwkv::fft {
 // unless kspec is given) or per item (splits > 1: the partial sums that the reduce launch
 // reads, one CTA per channel). kspec: null, or the rows' K (B C rows of M, conv_kernel's
 // xspec): then acc += G conj(K) runs in G's split, with K read instead of made, and a row
-// takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits; stream:
-// its loads as load_spectrum's. STAGED as in timex_fft_kernels.cuh.
+// takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits. streaming:
+// the rows of g and k, grad_k's writes and kspec's reads with the cache-streaming hints
+// (load_pair, timex_fft_kernels.cuh). STAGED as there.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL_64REGS(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,
                 cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
-                const cf32* __restrict__ tw, const cf32* __restrict__ kspec, bool stream) {
+                const cf32* __restrict__ tw, const cf32* __restrict__ kspec, bool streaming) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   if (reduce) {  // grad_w of channel blockIdx.x from its `splits` partial sums, in s order
@@ -73,13 +74,14 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       const scalar_t* krow = k + r * T;
       TIMEX_FFT_SYNC();  // the previous pass's reads of sm are done
       fft<Sh, false, true, 1, STAGED>(
-          sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T)}, SmemStore{sm});
+          sm, tw, RowLoad<scalar_t>{grow, T, false, pairs_aligned(grow, T), streaming},
+          SmemStore{sm});
       TIMEX_FFT_SYNC();
       const cf32* k_hat = kspec != nullptr ? kspec + r * Sh::M : nullptr;
       split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
         if (k_hat != nullptr) {  // at f = j (0 and M / 2) j's sum is the one kept, as below
-          cf32 af = product<true>(f, pf, load_spectrum(k_hat + f, stream));
-          cf32 aj = product<true>(j, pj, load_spectrum(k_hat + j, stream));
+          cf32 af = product<true>(f, pf, load_spectrum(k_hat + f, streaming));
+          cf32 aj = product<true>(j, pj, load_spectrum(k_hat + j, streaming));
           if (b > b0) {  // add_rn: the same sums as below
             af = add_rn(acc[f], af);
             aj = add_rn(acc[j], aj);
@@ -95,12 +97,14 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       });
       TIMEX_FFT_SYNC();
       scalar_t* o = grad_k + r * T;
-      fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
-                                      RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f});
+      fft<Sh, true, false, 1, STAGED>(
+          sm, tw, SmemLoad{sm},
+          RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), 0.f, streaming});
       if (k_hat != nullptr) continue;
       TIMEX_FFT_SYNC();
       fft<Sh, false, true, 1, STAGED>(
-          sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T)}, SmemStore{sm});
+          sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T), streaming},
+          SmemStore{sm});
       TIMEX_FFT_SYNC();
       // The channel's last row (splits = 1) merges the sum for grad_w's inverse; every other
       // row keeps it in acc.
@@ -184,7 +188,7 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
 // of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null). kspec:
-// null, or k's spectra (B C, M) from launch_conv's kspec; stream_k as the kernel's stream.
+// null, or k's spectra (B C, M) from launch_conv's kspec; stream_k as the kernel's streaming.
 // B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,

@@ -52,18 +52,55 @@ TIMEX_FFT_DEVICE bool pairs_aligned(const S* row, int T) {
   return T % 2 == 0 && reinterpret_cast<uintptr_t>(row) % (2 * sizeof(S)) == 0;
 }
 
+// *p, or where streaming, with the cache-streaming hint (ld.global.cs / st.global.cs: evict first
+// from L2) for data that a kernel reads or writes once, so that it does not push out what the
+// kernels reuse there (W's spectra, the backward's running sums, the twiddle table).
+template <typename S>
+TIMEX_FFT_DEVICE Two<S> load_pair(const Two<S>* p, bool streaming) {
+#ifndef TIMEX_EMULATE
+  if constexpr (sizeof(Two<S>) == 4 || sizeof(Two<S>) == 8) {
+    using U = std::conditional_t<sizeof(Two<S>) == 4, unsigned, uint2>;
+    if (streaming) {
+      const U u = __ldcs(reinterpret_cast<const U*>(p));
+      Two<S> v;
+      __builtin_memcpy(&v, &u, sizeof(v));
+      return v;
+    }
+  }
+#endif
+  (void)streaming;
+  return *p;
+}
+template <typename S>
+TIMEX_FFT_DEVICE void store_pair(Two<S>* p, Two<S> v, bool streaming) {
+#ifndef TIMEX_EMULATE
+  if constexpr (sizeof(Two<S>) == 4 || sizeof(Two<S>) == 8) {
+    using U = std::conditional_t<sizeof(Two<S>) == 4, unsigned, uint2>;
+    if (streaming) {
+      U u;
+      __builtin_memcpy(&u, &v, sizeof(u));
+      __stcs(reinterpret_cast<U*>(p), u);
+      return;
+    }
+  }
+#endif
+  (void)streaming;
+  *p = v;
+}
+
 // z[n] = x[2n] + i x[2n+1] of a row of T elements (x[i] = row[i], or row[T-1-i] where
-// reversed), zero from T on, in float.
+// reversed), zero from T on, in float. streaming: pairs read as load_pair's (read once).
 template <typename S>
 struct RowLoad {
   const S* row;
   int T;
-  bool reversed, vec;
+  bool reversed, vec, streaming = false;
   TIMEX_FFT_DEVICE cf32 operator()(int n) const {
     const int i = 2 * n;
     if (i >= T) return {0.f, 0.f};
     if (vec) {
-      const Two<S> p = *reinterpret_cast<const Two<S>*>(row + (reversed ? T - 2 - i : i));
+      const Two<S> p =
+          load_pair(reinterpret_cast<const Two<S>*>(row + (reversed ? T - 2 - i : i)), streaming);
       return reversed ? cf32{static_cast<float>(p.b), static_cast<float>(p.a)}
                       : cf32{static_cast<float>(p.a), static_cast<float>(p.b)};
     }
@@ -73,20 +110,22 @@ struct RowLoad {
 };
 
 // The inverse transform's output n is f = conj(y[2n] + i y[2n+1]): stores eps + y[i] at
-// row[i] (or row[T-1-i] where reversed) for i < T, rounded to S.
+// row[i] (or row[T-1-i] where reversed) for i < T, rounded to S. streaming: pairs written as
+// store_pair's.
 template <typename S>
 struct RowStore {
   S* row;
   int T;
   bool reversed, vec;
   float eps;
+  bool streaming = false;
   TIMEX_FFT_DEVICE void operator()(int n, cf32 f) const {
     const int i = 2 * n;
     if (i >= T) return;
     const S a = static_cast<S>(eps + f.x), b = static_cast<S>(eps - f.y);
     if (vec) {
-      *reinterpret_cast<Two<S>*>(row + (reversed ? T - 2 - i : i)) =
-          reversed ? Two<S>{b, a} : Two<S>{a, b};
+      store_pair(reinterpret_cast<Two<S>*>(row + (reversed ? T - 2 - i : i)),
+                 reversed ? Two<S>{b, a} : Two<S>{a, b}, streaming);
       return;
     }
     row[reversed ? T - 1 - i : i] = a;
@@ -95,28 +134,25 @@ struct RowStore {
 };
 
 // k's kept spectra (8 M bytes a row, written once by the forward and read once by the
-// backward), where stream: with the cache-streaming hints (st.global.cs / ld.global.cs: evict
-// first), so that they do not push out of L2 what the kernels reuse there (W's spectra, the
-// backward's running sums, the twiddle table); else plain accesses (RWKV_TIMEX_FUSED_STREAM=0,
-// to measure one against the other).
-TIMEX_FFT_DEVICE void store_spectrum(cf32* p, cf32 v, bool stream) {
+// backward), where streaming, with the cache-streaming hints as load_pair's and store_pair's.
+TIMEX_FFT_DEVICE void store_spectrum(cf32* p, cf32 v, bool streaming) {
 #ifndef TIMEX_EMULATE
-  if (stream) {
+  if (streaming) {
     __stcs(reinterpret_cast<float2*>(p), make_float2(v.x, v.y));
     return;
   }
 #endif
-  (void)stream;
+  (void)streaming;
   *p = v;
 }
-TIMEX_FFT_DEVICE cf32 load_spectrum(const cf32* p, bool stream) {
+TIMEX_FFT_DEVICE cf32 load_spectrum(const cf32* p, bool streaming) {
 #ifndef TIMEX_EMULATE
-  if (stream) {
+  if (streaming) {
     const float2 v = __ldcs(reinterpret_cast<const float2*>(p));
     return {v.x, v.y};
   }
 #endif
-  (void)stream;
+  (void)streaming;
   return *p;
 }
 
@@ -170,33 +206,34 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 // backward's kspec (8 M bytes a row more than the 2 T reads and writes of a half-type row).
 // channel_major: CTA i takes row (i % B) C + i / B, so that a channel's rows run together and
 // its S (8 M bytes: 64 MiB over 512 channels at M = 16384, more than L2) is read from memory
-// about once instead of once a row; else row i. stream: xspec's stores as store_spectrum's.
+// about once instead of once a row; else row i. streaming: the row's reads, out's and xspec's
+// writes with the cache-streaming hints (load_pair; RWKV_TIMEX_FUSED_STREAM=0: plain accesses).
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw,
-            cf32* __restrict__ xspec, bool channel_major, bool stream) {
+            cf32* __restrict__ xspec, bool channel_major, bool streaming) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t i = blockIdx.x, B = gridDim.x / C;
   const int64_t r = channel_major ? (i % B) * C + i / B : i;
   const scalar_t* row = x + r * T;
   fft<Sh, false, true, 1, STAGED>(
-      sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T)}, SmemStore{sm});
+      sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T), streaming}, SmemStore{sm});
   TIMEX_FFT_SYNC();
   const cf32* s = spec + (r % C) * Sh::M;
   cf32* xs = xspec != nullptr ? xspec + r * Sh::M : nullptr;
   split_pairs<Sh, STAGED>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
     if (xs != nullptr) {
-      store_spectrum(xs + k, pk, stream);
-      store_spectrum(xs + j, pj, stream);
+      store_spectrum(xs + k, pk, streaming);
+      store_spectrum(xs + j, pj, streaming);
     }
     merge<Sh, STAGED>(sm, tw, k, j, product<false>(k, pk, s[k]), product<false>(j, pj, s[j]));
   });
   TIMEX_FFT_SYNC();
   scalar_t* o = out + r * T;
-  fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
-                                  RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps});
+  fft<Sh, true, false, 1, STAGED>(
+      sm, tw, SmemLoad{sm}, RowStore<scalar_t>{o, T, false, pairs_aligned(o, T), eps, streaming});
 }
 
 // f(std::integral_constant<int, M>{}) for the run-time M of fft_length (a power of two in [1,
@@ -267,7 +304,7 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
 // holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec;
-// channel_major and stream_k as conv_kernel's channel_major and stream.
+// channel_major and stream_k as conv_kernel's channel_major and streaming.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
                         int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,

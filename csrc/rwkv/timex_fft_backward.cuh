@@ -188,14 +188,14 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
 // of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null). kspec:
-// null, or k's spectra (B C, M) from launch_conv's kspec; stream_k as the kernel's streaming.
+// null, or k's spectra (B C, M) from launch_conv's kspec; streaming as the kernel's.
 // B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
                             int M, const BackwardPlan& plan, cf32* scratch, const cf32* tw,
                             cudaStream_t stream, const cf32* kspec = nullptr,
-                            bool stream_k = true) {
+                            bool streaming = true) {
   if (!runs(T, M) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -208,11 +208,11 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     cf32* acc = scratch + plan.gs_elems;
     err = fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k,
                                       spec, grad_k, grad_w, b, c, t, plan.splits, false,
-                                      scratch, acc, tw, kspec, stream_k);
+                                      scratch, acc, tw, kspec, streaming);
     if (err == cudaSuccess && plan.splits > 1) {
       err = fused_ops::launch_with_smem(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec,
                                         grad_k, grad_w, b, c, t, plan.splits, true, scratch,
-                                        acc, tw, kspec, stream_k);
+                                        acc, tw, kspec, streaming);
     }
   });
   return err;

@@ -120,7 +120,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
       grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, M, plan,
-      as<cf32>(scratch), as<const cf32>(tw), stream, kspec, switch_on("RWKV_TIMEX_FUSED_STREAM")));
+      as<cf32>(scratch), as<const cf32>(tw), stream, kspec,
+      switch_on("RWKV_TIMEX_FUSED_STREAM")));
   return {grad_w, grad_k};
 }
 

@@ -304,11 +304,11 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
 // holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec;
-// channel_major and stream_k as conv_kernel's channel_major and streaming.
+// channel_major and streaming as conv_kernel's.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
                         int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
-                        cf32* kspec = nullptr, bool channel_major = true, bool stream_k = true) {
+                        cf32* kspec = nullptr, bool channel_major = true, bool streaming = true) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
@@ -317,7 +317,7 @@ cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int6
     err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
                                       Sh::THREADS, Sh::SMEM, stream, k, spec, out,
                                       static_cast<int>(C), static_cast<int>(T), eps, tw,
-                                      kspec, channel_major, stream_k);
+                                      kspec, channel_major, streaming);
   });
   return err;
 }

@@ -434,29 +434,20 @@ TIMEX_FFT_STAGE void stage(const cf32* __restrict__ tw, const Load load, const S
     } else if constexpr (NS > 1) {
       // w^r = w^(r % 4) w^(r - r % 4): 3 + R/4 - 1 table loads instead of R - 1 (each a
       // register pair held across the loads' latency), at most one rounding more.
-      // DERIVED: a stage of radix 4 after NS >= 4096 (the last of M = 16384) reads w alone and
-      // makes w^2 = w w, w^3 = w^2 w (two roundings more at most): its rows lo[2], lo[3], 64 of
-      // the table's 175 KiB that every transform reads from L2, stay unread.
-      constexpr bool DERIVED = R == 4 && NS >= 4096;
-      constexpr int NREAD = DERIVED ? 2 : 4;
       cf32 lo[4], hi[R / 4 > 1 ? R / 4 : 1];
       if constexpr (STAGED) {
         constexpr int NLO = R - 1 < 3 ? R - 1 : 3;
         const cf32* row = tw + staged_offset<Sh>(NS) + (j & (NS - 1));
 #pragma unroll
-        for (int r = 1; r < NREAD && r < R; ++r) lo[r] = row[(r - 1) * NS];
+        for (int r = 1; r < 4 && r < R; ++r) lo[r] = row[(r - 1) * NS];
 #pragma unroll
         for (int h = 1; h < R / 4; ++h) hi[h] = row[(NLO + h - 1) * NS];
       } else {
         const int k0 = (j & (NS - 1)) * (kTwiddles / (NS * R));
 #pragma unroll
-        for (int r = 1; r < NREAD && r < R; ++r) lo[r] = tw[r * k0];
+        for (int r = 1; r < 4 && r < R; ++r) lo[r] = tw[r * k0];
 #pragma unroll
         for (int h = 1; h < R / 4; ++h) hi[h] = tw[4 * h * k0];
-      }
-      if constexpr (DERIVED) {
-        lo[2] = lo[1] * lo[1];
-        lo[3] = lo[2] * lo[1];
       }
 #pragma unroll
       for (int r = 1; r < R; ++r) {

@@ -31,7 +31,7 @@ namespace rwkv::fft {
 // xspec): then acc += G conj(K) runs in G's split, with K read instead of made, and a row
 // takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits. streaming:
 // the rows of g and k, grad_k's writes and kspec's reads with the cache-streaming hints
-// (load_pair, timex_fft_kernels.cuh). STAGED as there.
+// (load_once, timex_fft_kernels.cuh). STAGED as there.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL_64REGS(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
@@ -78,23 +78,35 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
           SmemStore{sm});
       TIMEX_FFT_SYNC();
       const cf32* k_hat = kspec != nullptr ? kspec + r * Sh::M : nullptr;
-      split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
-        if (k_hat != nullptr) {  // at f = j (0 and M / 2) j's sum is the one kept, as below
-          cf32 af = product<true>(f, pf, load_spectrum(k_hat + f, streaming));
-          cf32 aj = product<true>(j, pj, load_spectrum(k_hat + j, streaming));
-          if (b > b0) {  // add_rn: the same sums as below
-            af = add_rn(acc[f], af);
-            aj = add_rn(acc[j], aj);
-          }
-          acc[f] = af;
-          acc[j] = aj;
-        } else {
-          gs[f] = pf;
-          gs[j] = pj;
-        }
-        merge<Sh, STAGED>(sm, tw, f, j, product<true>(f, pf, w_hat[f]),
-                          product<true>(j, pj, w_hat[j]));
-      });
+      // The running sum's update, acc = acc + G conj(K) (add_rn) from the second row of the
+      // range on, the same bits on either path (K kept or made).
+      const auto add_to_sum = [&](cf32 a, cf32 sum) { return b > b0 ? add_rn(sum, a) : a; };
+      struct Loads {
+        AtPair k, w, acc;
+      };
+      split_pairs<Sh, STAGED>(
+          sm, tw,
+          [&](int f, int j) {
+            Loads d{};
+            d.w = {w_hat[f], w_hat[j]};
+            if (k_hat != nullptr) {
+              d.k = {load_once(k_hat + f, streaming), load_once(k_hat + j, streaming)};
+              if (b > b0) d.acc = {acc[f], acc[j]};
+            }
+            return d;
+          },
+          [&](int f, int j, cf32 pf, cf32 pj, const Loads& d, cf32 w) {
+            if (k_hat != nullptr) {  // at f = j (0 and M / 2) j's sum is the one kept, as below
+              const cf32 af = add_to_sum(product<true>(f, pf, d.k.k), d.acc.k);
+              const cf32 aj = add_to_sum(product<true>(j, pj, d.k.j), d.acc.j);
+              acc[f] = af;
+              acc[j] = aj;
+            } else {
+              gs[f] = pf;
+              gs[j] = pj;
+            }
+            merge<Sh>(sm, f, j, product<true>(f, pf, d.w.k), product<true>(j, pj, d.w.j), w);
+          });
       TIMEX_FFT_SYNC();
       scalar_t* o = grad_k + r * T;
       fft<Sh, true, false, 1, STAGED>(
@@ -109,19 +121,27 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       // The channel's last row (splits = 1) merges the sum for grad_w's inverse; every other
       // row keeps it in acc.
       const bool keep = splits > 1 || b + 1 < b1;
-      split_pairs<Sh, STAGED>(sm, tw, [&](int f, int j, cf32 pf, cf32 pj) {
-        cf32 af = product<true>(f, gs[f], pf), aj = product<true>(j, gs[j], pj);
-        if (b > b0) {
-          af = add_rn(acc[f], af);
-          aj = add_rn(acc[j], aj);
-        }
-        if (keep) {
-          acc[f] = af;
-          acc[j] = aj;
-        } else {
-          merge<Sh, STAGED>(sm, tw, f, j, af, aj);
-        }
-      });
+      struct SumLoads {
+        AtPair g, acc;
+      };
+      split_pairs<Sh, STAGED>(
+          sm, tw,
+          [&](int f, int j) {
+            SumLoads d{};
+            d.g = {gs[f], gs[j]};
+            if (b > b0) d.acc = {acc[f], acc[j]};
+            return d;
+          },
+          [&](int f, int j, cf32 pf, cf32 pj, const SumLoads& d, cf32 w) {
+            const cf32 af = add_to_sum(product<true>(f, d.g.k, pf), d.acc.k);
+            const cf32 aj = add_to_sum(product<true>(j, d.g.j, pj), d.acc.j);
+            if (keep) {
+              acc[f] = af;
+              acc[j] = aj;
+            } else {
+              merge<Sh>(sm, f, j, af, aj, w);
+            }
+          });
     }
     if (splits == 1) {
       TIMEX_FFT_SYNC();

@@ -53,35 +53,34 @@ TIMEX_FFT_DEVICE bool pairs_aligned(const S* row, int T) {
 }
 
 // *p, or where streaming, with the cache-streaming hint (ld.global.cs / st.global.cs: evict first
-// from L2) for data that a kernel reads or writes once, so that it does not push out what the
-// kernels reuse there (W's spectra, the backward's running sums, the twiddle table).
-template <typename S>
-TIMEX_FFT_DEVICE Two<S> load_pair(const Two<S>* p, bool streaming) {
+// from L2) for data that a kernel reads or writes once (rows of k and g, out, grad_k, k's kept
+// spectra), so that it does not push out what the kernels reuse there (W's spectra, the
+// backward's running sums, the twiddle table). V: 4 or 8 bytes, aligned to its size.
+template <typename V>
+TIMEX_FFT_DEVICE V load_once(const V* p, bool streaming) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "one 4- or 8-byte access");
 #ifndef TIMEX_EMULATE
-  if constexpr (sizeof(Two<S>) == 4 || sizeof(Two<S>) == 8) {
-    using U = std::conditional_t<sizeof(Two<S>) == 4, unsigned, uint2>;
-    if (streaming) {
-      const U u = __ldcs(reinterpret_cast<const U*>(p));
-      Two<S> v;
-      __builtin_memcpy(&v, &u, sizeof(v));
-      return v;
-    }
+  using U = std::conditional_t<sizeof(V) == 4, unsigned, uint2>;
+  if (streaming) {
+    const U u = __ldcs(reinterpret_cast<const U*>(p));
+    V v;
+    __builtin_memcpy(&v, &u, sizeof(v));
+    return v;
   }
 #endif
   (void)streaming;
   return *p;
 }
-template <typename S>
-TIMEX_FFT_DEVICE void store_pair(Two<S>* p, Two<S> v, bool streaming) {
+template <typename V>
+TIMEX_FFT_DEVICE void store_once(V* p, V v, bool streaming) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "one 4- or 8-byte access");
 #ifndef TIMEX_EMULATE
-  if constexpr (sizeof(Two<S>) == 4 || sizeof(Two<S>) == 8) {
-    using U = std::conditional_t<sizeof(Two<S>) == 4, unsigned, uint2>;
-    if (streaming) {
-      U u;
-      __builtin_memcpy(&u, &v, sizeof(u));
-      __stcs(reinterpret_cast<U*>(p), u);
-      return;
-    }
+  using U = std::conditional_t<sizeof(V) == 4, unsigned, uint2>;
+  if (streaming) {
+    U u;
+    __builtin_memcpy(&u, &v, sizeof(u));
+    __stcs(reinterpret_cast<U*>(p), u);
+    return;
   }
 #endif
   (void)streaming;
@@ -89,7 +88,7 @@ TIMEX_FFT_DEVICE void store_pair(Two<S>* p, Two<S> v, bool streaming) {
 }
 
 // z[n] = x[2n] + i x[2n+1] of a row of T elements (x[i] = row[i], or row[T-1-i] where
-// reversed), zero from T on, in float. streaming: pairs read as load_pair's (read once).
+// reversed), zero from T on, in float. streaming: pairs read with load_once's hint.
 template <typename S>
 struct RowLoad {
   const S* row;
@@ -100,7 +99,7 @@ struct RowLoad {
     if (i >= T) return {0.f, 0.f};
     if (vec) {
       const Two<S> p =
-          load_pair(reinterpret_cast<const Two<S>*>(row + (reversed ? T - 2 - i : i)), streaming);
+          load_once(reinterpret_cast<const Two<S>*>(row + (reversed ? T - 2 - i : i)), streaming);
       return reversed ? cf32{static_cast<float>(p.b), static_cast<float>(p.a)}
                       : cf32{static_cast<float>(p.a), static_cast<float>(p.b)};
     }
@@ -110,8 +109,8 @@ struct RowLoad {
 };
 
 // The inverse transform's output n is f = conj(y[2n] + i y[2n+1]): stores eps + y[i] at
-// row[i] (or row[T-1-i] where reversed) for i < T, rounded to S. streaming: pairs written as
-// store_pair's.
+// row[i] (or row[T-1-i] where reversed) for i < T, rounded to S. streaming: pairs written with
+// store_once's hint.
 template <typename S>
 struct RowStore {
   S* row;
@@ -124,7 +123,7 @@ struct RowStore {
     if (i >= T) return;
     const S a = static_cast<S>(eps + f.x), b = static_cast<S>(eps - f.y);
     if (vec) {
-      store_pair(reinterpret_cast<Two<S>*>(row + (reversed ? T - 2 - i : i)),
+      store_once(reinterpret_cast<Two<S>*>(row + (reversed ? T - 2 - i : i)),
                  reversed ? Two<S>{b, a} : Two<S>{a, b}, streaming);
       return;
     }
@@ -132,29 +131,6 @@ struct RowStore {
     if (i + 1 < T) row[reversed ? T - 2 - i : i + 1] = b;
   }
 };
-
-// k's kept spectra (8 M bytes a row, written once by the forward and read once by the
-// backward), where streaming, with the cache-streaming hints as load_pair's and store_pair's.
-TIMEX_FFT_DEVICE void store_spectrum(cf32* p, cf32 v, bool streaming) {
-#ifndef TIMEX_EMULATE
-  if (streaming) {
-    __stcs(reinterpret_cast<float2*>(p), make_float2(v.x, v.y));
-    return;
-  }
-#endif
-  (void)streaming;
-  *p = v;
-}
-TIMEX_FFT_DEVICE cf32 load_spectrum(const cf32* p, bool streaming) {
-#ifndef TIMEX_EMULATE
-  if (streaming) {
-    const float2 v = __ldcs(reinterpret_cast<const float2*>(p));
-    return {v.x, v.y};
-  }
-#endif
-  (void)streaming;
-  return *p;
-}
 
 // tw[m] = e^{-2 pi i m / kTwiddles}: any grid, any block size. The plain table: the kernels
 // below read it where STAGED is false (the emulation tests compare both tables to the bit);
@@ -194,10 +170,12 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
       sm, tw, RowLoad<scalar_t>{row, T, reversed, pairs_aligned(row, T)}, SmemStore{sm});
   TIMEX_FFT_SYNC();
   cf32* s = spec + r * Sh::M;
-  split_pairs<Sh, STAGED>(sm, tw, [s](int k, int j, cf32 pk, cf32 pj) {
-    s[k] = pk;
-    s[j] = pj;
-  });
+  split_pairs<Sh, STAGED>(
+      sm, tw, [](int, int) { return NoLoads{}; },
+      [s](int k, int j, cf32 pk, cf32 pj, NoLoads, cf32) {
+        s[k] = pk;
+        s[j] = pj;
+      });
 }
 
 // out[b, c] = eps + IDFT(X^ S[c]), first T values, for the rows x[b, c] of x (B, C, T); spec
@@ -207,7 +185,7 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 // channel_major: CTA i takes row (i % B) C + i / B, so that a channel's rows run together and
 // its S (8 M bytes: 64 MiB over 512 channels at M = 16384, more than L2) is read from memory
 // about once instead of once a row; else row i. streaming: the row's reads, out's and xspec's
-// writes with the cache-streaming hints (load_pair; RWKV_TIMEX_FUSED_STREAM=0: plain accesses).
+// writes with the cache-streaming hints (load_once; RWKV_TIMEX_FUSED_STREAM=0: plain accesses).
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
@@ -223,13 +201,15 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
   TIMEX_FFT_SYNC();
   const cf32* s = spec + (r % C) * Sh::M;
   cf32* xs = xspec != nullptr ? xspec + r * Sh::M : nullptr;
-  split_pairs<Sh, STAGED>(sm, tw, [&](int k, int j, cf32 pk, cf32 pj) {
-    if (xs != nullptr) {
-      store_spectrum(xs + k, pk, streaming);
-      store_spectrum(xs + j, pj, streaming);
-    }
-    merge<Sh, STAGED>(sm, tw, k, j, product<false>(k, pk, s[k]), product<false>(j, pj, s[j]));
-  });
+  split_pairs<Sh, STAGED>(
+      sm, tw, [s](int k, int j) { return AtPair{s[k], s[j]}; },
+      [&](int k, int j, cf32 pk, cf32 pj, AtPair sp, cf32 w) {
+        if (xs != nullptr) {
+          store_once(xs + k, pk, streaming);
+          store_once(xs + j, pj, streaming);
+        }
+        merge<Sh>(sm, k, j, product<false>(k, pk, sp.k), product<false>(j, pj, sp.j), w);
+      });
   TIMEX_FFT_SYNC();
   scalar_t* o = out + r * T;
   fft<Sh, true, false, 1, STAGED>(

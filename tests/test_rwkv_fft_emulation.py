@@ -73,7 +73,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
            [&] { spectrum_kernel<S, Sh, kStaged>(w.data(), T, true, spec.data(), t); });
     launch(B * C, Sh::THREADS, Sh::SMEM, [&] {
       conv_kernel<S, Sh, kStaged>(kp, spec.data(), out_.data() + offset, C, T, float(eps), t,
-                                  kspec.data(), kStaged, true);
+                                  kspec.data(), kStaged, true, 0);
     });
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {

@@ -170,27 +170,8 @@ struct BackwardPlan {
   size_t scratch_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
 };
 
-// The CTAs of backward_kernel of length M that one SM of the current device keeps at once
-// (the occupancy query; at least 1).
-template <typename scalar_t>
-int backward_blocks_per_sm(int M) {
-  int per_sm = 1;
-  with_length(M, [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
-    const auto kernel = backward_kernel<scalar_t, Sh, true>;
-    if (fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), Sh::SMEM) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-      per_sm = 1;
-    }
-  });
-  return std::max(per_sm, 1);
-}
-
 // Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once
-// (backward_blocks_per_sm times the SM count). splits = 1 where C >= resident; else as many ranges
+// (blocks_per_sm times the SM count). splits = 1 where C >= resident; else as many ranges
 // of b as keep the C * splits items within the resident CTAs (at most B, at least 1).
 // kept_k: the kernel reads K (kspec).
 inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,

@@ -67,6 +67,23 @@ Tensor w_spectra(const Tensor& w, int M, const Tensor& tw, cudaStream_t stream, 
   return spec;
 }
 
+// The CTAs of conv_kernel (CONV) or backward_kernel that k's device keeps resident for rows of
+// length M: the occupancy query once per dtype, length and device (a driver call that every
+// call made before).
+template <typename scalar_t, bool CONV>
+int64_t resident_ctas(int M, const Tensor& k) {
+  static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
+  const int device = k.get_device_index();
+  return memo.get({M, device}, [&] {
+    const int per_sm = blocks_per_sm(M, [](auto sh) {
+      using Sh = decltype(sh);
+      return CONV ? reinterpret_cast<const void*>(conv_kernel<scalar_t, Sh, true>)
+                  : reinterpret_cast<const void*>(backward_kernel<scalar_t, Sh, true>);
+    });
+    return int64_t{fused_ops::device_properties(k).multiProcessorCount} * per_sm;
+  });
+}
+
 template <typename scalar_t>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
                      Tensor* keep, Tensor* keep_twiddles) {
@@ -81,22 +98,11 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
       k.const_data_ptr<scalar_t>(), as<const cf32>(spec), out.mutable_data_ptr<scalar_t>(), B, C,
       T, M, static_cast<float>(eps), as<const cf32>(tw), stream,
       keep_k ? as<cf32>(spec) + C * M : nullptr, switch_on("RWKV_TIMEX_FUSED_CHANNEL_MAJOR"),
-      switch_on("RWKV_TIMEX_FUSED_STREAM")));
+      switch_on("RWKV_TIMEX_FUSED_STREAM"),
+      switch_on("RWKV_TIMEX_FUSED_PREFETCH") ? resident_ctas<scalar_t, true>(M, k) : 0));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
-}
-
-// backward_kernel's CTAs that k's device keeps resident for rows of length M: the occupancy
-// query once per dtype, length and device (a driver call that every backward call made before).
-template <typename scalar_t>
-int64_t resident_ctas(int M, const Tensor& k) {
-  static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
-  const int device = k.get_device_index();
-  return memo.get({M, device}, [&] {
-    return int64_t{fused_ops::device_properties(k).multiProcessorCount} *
-           backward_blocks_per_sm<scalar_t>(M);
-  });
 }
 
 template <typename scalar_t>
@@ -115,7 +121,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const BackwardPlan plan =
-      backward_plan(B, C, M, resident_ctas<scalar_t>(M, k), kspec != nullptr);
+      backward_plan(B, C, M, resident_ctas<scalar_t, false>(M, k), kspec != nullptr);
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),

@@ -87,6 +87,20 @@ TIMEX_FFT_DEVICE void store_once(V* p, V v, bool streaming) {
   *p = v;
 }
 
+// Asks L2 for [p, p + bytes): one prefetch.global.L2 per 128-byte line, spread over the CTA's
+// `threads` threads, for rows that a later pass of the CTA reads from memory, so that its loads
+// wait on L2 rather than DRAM (a hint: no registers held, nothing waits for it).
+TIMEX_FFT_DEVICE void prefetch_l2(const void* p, int64_t bytes, int threads) {
+#ifndef TIMEX_EMULATE
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = int64_t{threadIdx.x} * 128; o < bytes; o += int64_t{threads} * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+  }
+#else
+  (void)p, (void)bytes, (void)threads;
+#endif
+}
+
 // z[n] = x[2n] + i x[2n+1] of a row of T elements (x[i] = row[i], or row[T-1-i] where
 // reversed), zero from T on, in float. streaming: pairs read with load_once's hint.
 template <typename S>
@@ -186,16 +200,24 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 // its S (8 M bytes: 64 MiB over 512 channels at M = 16384, more than L2) is read from memory
 // about once instead of once a row; else row i. streaming: the row's reads, out's and xspec's
 // writes with the cache-streaming hints (load_once; RWKV_TIMEX_FUSED_STREAM=0: plain accesses).
+// ahead: where > 0, the CTA asks L2 for the row of CTA i + ahead (the resident CTAs: the one that
+// starts about when this one ends), whose first stage then waits on L2, not DRAM (at M = 16384,
+// one CTA an SM, waiting on that load was 9% of the warp stall samples); 2-3% less GPU time at
+// B C >= 2048 (RWKV_TIMEX_FUSED_PREFETCH=0: 0).
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw,
-            cf32* __restrict__ xspec, bool channel_major, bool streaming) {
+            cf32* __restrict__ xspec, bool channel_major, bool streaming, int ahead) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t i = blockIdx.x, B = gridDim.x / C;
-  const int64_t r = channel_major ? (i % B) * C + i / B : i;
+  const auto row_of = [&](int64_t cta) { return channel_major ? (cta % B) * C + cta / B : cta; };
+  const int64_t r = row_of(i);
   const scalar_t* row = x + r * T;
+  if (ahead > 0 && i + ahead < gridDim.x) {
+    prefetch_l2(x + row_of(i + ahead) * T, sizeof(scalar_t) * T, Sh::THREADS);
+  }
   fft<Sh, false, true, 1, STAGED>(
       sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T), streaming}, SmemStore{sm});
   TIMEX_FFT_SYNC();
@@ -244,6 +266,25 @@ static_assert(kMinOddM == 1536 && kMaxM == 16384, "with_length's cases");
 // is >= T runs correctly), checked by runs(T, M). Requires B * C <= INT_MAX.
 // tw: the fused table of M (launch_twiddles), which every launcher's kernel reads (STAGED).
 
+// CTAs of the kernel kernel_of(Sh{}) for length M (Sh = Shape<M, kThreads>, its threads and
+// dynamic shared memory) that one SM of the current device keeps at once (the occupancy query;
+// at least 1).
+template <typename KernelOf>
+int blocks_per_sm(int M, const KernelOf& kernel_of) {
+  int per_sm = 1;
+  with_length(M, [&](auto m) {
+    using Sh = Shape<decltype(m)::value, kThreads>;
+    const void* kernel = reinterpret_cast<const void*>(kernel_of(Sh{}));
+    if (fused_ops::raise_shared_memory_limit(kernel, Sh::SMEM) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+  });
+  return std::max(per_sm, 1);
+}
+
 inline bool runs(int64_t T, int M) {
   return supported(T) && T <= M && M <= kMaxM && length_ok(M) && (is_pow2(M) || M >= kMinOddM);
 }
@@ -284,11 +325,12 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
 // holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec;
-// channel_major and streaming as conv_kernel's.
+// channel_major, streaming and ahead as conv_kernel's.
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
                         int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
-                        cf32* kspec = nullptr, bool channel_major = true, bool streaming = true) {
+                        cf32* kspec = nullptr, bool channel_major = true, bool streaming = true,
+                        int ahead = 0) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
@@ -297,7 +339,7 @@ cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int6
     err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
                                       Sh::THREADS, Sh::SMEM, stream, k, spec, out,
                                       static_cast<int>(C), static_cast<int>(T), eps, tw,
-                                      kspec, channel_major, streaming);
+                                      kspec, channel_major, streaming, ahead);
   });
   return err;
 }

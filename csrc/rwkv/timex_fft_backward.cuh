@@ -33,7 +33,7 @@ namespace rwkv::fft {
 // the rows of g and k, grad_k's writes and kspec's reads with the cache-streaming hints
 // (load_once, timex_fft_kernels.cuh). STAGED as there.
 template <typename scalar_t, class Sh, bool STAGED>
-TIMEX_FFT_KERNEL_64REGS(Sh::THREADS)
+TIMEX_FFT_KERNEL_CAPPED(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,

@@ -37,7 +37,8 @@ namespace rwkv::fft {
 // Threads per CTA on the GPU: M / 16 up to kThreads (Shape), so 16 complex values per thread
 // from M = 16 to 16384 (radix 16 stages, the last of radix 2, 4 or 8 where log2 M % 4 != 0).
 // nvcc 13, sm_90, every kernel at every M and dtype: at most 64 registers (the limit at 1024
-// threads), no spills, no local memory (the stages are calls: timex_fft_math.cuh says why).
+// threads); no spills from M = 32 on but the backward's 4 bytes at M = 5120 (the stages are
+// calls: timex_fft_math.cuh says why).
 constexpr int kThreads = 1024;
 
 template <typename S>

@@ -41,21 +41,27 @@
 #ifndef TIMEX_EMULATE
 #define TIMEX_FFT_DEVICE __device__ __forceinline__
 #define TIMEX_FFT_KERNEL(threads) __global__ void __launch_bounds__(threads)
-// A kernel held to at most 64 registers a thread at every block size (the limit that 1024
-// threads set anyway), so that at the shorter lengths as many CTAs fit as the shared memory
-// allows. The one-CTA backward kernel: 72 registers left free at M = 2048 (128 threads: 7
-// CTAs per SM, 924 resident on the H100, so 1024 channels took two rounds); 64 with this,
-// 207 -> 163 us at (4, 1024, 2048) bfloat16. The conv kernel (48 registers free) ran up to 8%
-// slower under the same bound, so it is not held (benchmarks/results/timex_halves_h100.md).
-#define TIMEX_FFT_MIN_BLOCKS(threads) \
-  (65536 / ((threads) * 64) > 32 ? 32 : 65536 / ((threads) * 64) < 1 ? 1 : 65536 / ((threads) * 64))
-#define TIMEX_FFT_KERNEL_64REGS(threads) \
+// A kernel held to at most 56 registers a thread below 1024 threads (64, the limit that 1024
+// threads set anyway, at M = 16384 and 8192), so that at the shorter lengths more of its CTAs fit
+// an SM. The one-CTA backward kernel: 72 registers left free at M = 2048 (128 threads: 7 CTAs
+// per SM, 924 resident on the H100, so 1024 channels took two rounds); held to 64, 207 -> 163
+// us at (4, 1024, 2048) bfloat16 (benchmarks/results/timex_halves_h100.md); to 56 (no spills
+// at M >= 32, the same 4 bytes as at 64 at M = 5120), 12% less GPU time at (2, 768, 3000) and 4%
+// at (2, 2048, 1100) float16, where the channels now fit one wave (6 CTAs an SM at M = 3072
+// instead of 5, 12 at 1536 instead of 10), the same elsewhere (run 48 (f)). The conv kernel (48
+// registers free) ran up to 8% slower under the 64 bound, so it is not held.
+#define TIMEX_FFT_CAP_REGS 56
+#define TIMEX_FFT_MIN_BLOCKS(threads)                                       \
+  (65536 / ((threads) * TIMEX_FFT_CAP_REGS) > 32 ? 32                       \
+   : 65536 / ((threads) * TIMEX_FFT_CAP_REGS) < 1 ? 1                       \
+                                                  : 65536 / ((threads) * TIMEX_FFT_CAP_REGS))
+#define TIMEX_FFT_KERNEL_CAPPED(threads) \
   __global__ void __launch_bounds__(threads, TIMEX_FFT_MIN_BLOCKS(threads))
 #define TIMEX_FFT_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #define TIMEX_FFT_SYNC() __syncthreads()
 #endif
-#ifndef TIMEX_FFT_KERNEL_64REGS  // the emulation tests define TIMEX_FFT_KERNEL alone
-#define TIMEX_FFT_KERNEL_64REGS(threads) TIMEX_FFT_KERNEL(threads)
+#ifndef TIMEX_FFT_KERNEL_CAPPED  // the emulation tests define TIMEX_FFT_KERNEL alone
+#define TIMEX_FFT_KERNEL_CAPPED(threads) TIMEX_FFT_KERNEL(threads)
 #endif
 // A stage is a function of its own on the GPU: ptxas then allocates each stage's registers
 // alone; inlined into one kernel body, the loads of neighbouring stages were hoisted together

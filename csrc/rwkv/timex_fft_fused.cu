@@ -99,7 +99,9 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
       T, M, static_cast<float>(eps), as<const cf32>(tw), stream,
       keep_k ? as<cf32>(spec) + C * M : nullptr, switch_on("RWKV_TIMEX_FUSED_CHANNEL_MAJOR"),
       switch_on("RWKV_TIMEX_FUSED_STREAM"),
-      switch_on("RWKV_TIMEX_FUSED_PREFETCH") ? resident_ctas<scalar_t, true>(M, k) : 0));
+      switch_on("RWKV_TIMEX_FUSED_PREFETCH")
+          ? static_cast<int>(std::min<int64_t>(resident_ctas<scalar_t, true>(M, k), INT_MAX))
+          : 0));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;

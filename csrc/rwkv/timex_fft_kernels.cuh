@@ -203,8 +203,8 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 // writes with the cache-streaming hints (load_once; RWKV_TIMEX_FUSED_STREAM=0: plain accesses).
 // ahead: where > 0, the CTA asks L2 for the row of CTA i + ahead (the resident CTAs: the one that
 // starts about when this one ends), whose first stage then waits on L2, not DRAM (at M = 16384,
-// one CTA an SM, waiting on that load was 9% of the warp stall samples); 2-3% less GPU time at
-// B C >= 2048 (RWKV_TIMEX_FUSED_PREFETCH=0: 0).
+// one CTA an SM, waiting on that load was 9% of the warp stall samples); 0.3-3.5% less GPU time
+// where the rows take several waves (run 48 (c); RWKV_TIMEX_FUSED_PREFETCH=0: 0).
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,

@@ -183,8 +183,11 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // 1400 alike, a fifth more than 1200); in bfloat16 they took 1-26% less than fft_tc up to 1200,
 // fft_tc 2-20% less from 1296 on; in float16 17-30% less than fft_fused up to 1200, tied
 // (within 4%) at 1296 and 1400, fft_fused 6-9% less at 1536 from C = 512 (2% more at 256):
-// kHalfBatchedMaxT at those steps, 1280 where fft_tc runs, else 1408. float64 (FMA direct
-// kernels, cuFFT): the FFT from 512 on with 256 rows, from 257 on with 4096 rows and more.
+// kHalfBatchedMaxT at those steps, 1280 where fft_tc runs, else 1408. After fft_fused's split
+// pass took its loads one pair ahead (run 48 (d), float16): direct 16-39% less at 1152 and 1280,
+// between 1280 and 1408 within 6% either way (fft_fused ahead from C = 512, behind at 256); the
+// bound is as it was. float64 (FMA direct kernels, cuFFT): the FFT from 512 on with 256 rows,
+// from 257 on with 4096 rows and more.
 constexpr int64_t kF32DirectMaxT = 640;
 constexpr int64_t kF32DirectMaxRows = 256;
 constexpr int64_t kHalfDirectMaxT = 1024;

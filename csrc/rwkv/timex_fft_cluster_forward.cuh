@@ -19,23 +19,6 @@
 
 namespace rwkv::fft {
 
-// A hint for L2 to fetch row[0, n) ahead of its use: the lines i = part (mod parts) of its
-// 128-byte lines (the CTAs of a cluster share a row), spread over the threads. Every address
-// lies in the row; no effect on results (none at all in the emulation).
-template <typename S>
-TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsigned parts) {
-#if !defined(TIMEX_EMULATE)
-  const char* p = reinterpret_cast<const char*>(row);
-  const int64_t lines = (int64_t{n} * static_cast<int64_t>(sizeof(S)) + 127) / 128;
-  for (int64_t i = part + int64_t{parts} * threadIdx.x; i < lines;
-       i += int64_t{parts} * blockDim.x) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
-  }
-#else
-  (void)row, (void)n, (void)part, (void)parts;
-#endif
-}
-
 // out[b, c] = eps + IDFT(K^ W^[c]) for x (B, C, T) = k, w (C, T); spec[c] = W^[c] (C, M,
 // cluster layout, as cluster_spectrum_kernel writes it); kspec: where not null, K^ of row r to
 // kspec[r M, (r + 1) M) (for the backward, timex_fft_cluster_kernels.cuh). Cluster i (of

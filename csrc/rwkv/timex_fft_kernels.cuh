@@ -88,17 +88,21 @@ TIMEX_FFT_DEVICE void store_once(V* p, V v, bool streaming) {
   *p = v;
 }
 
-// Asks L2 for [p, p + bytes): one prefetch.global.L2 per 128-byte line, spread over the CTA's
-// `threads` threads, for rows that a later pass of the CTA reads from memory, so that its loads
-// wait on L2 rather than DRAM (a hint: no registers held, nothing waits for it).
-TIMEX_FFT_DEVICE void prefetch_l2(const void* p, int64_t bytes, int threads) {
-#ifndef TIMEX_EMULATE
-  const char* c = static_cast<const char*>(p);
-  for (int64_t o = int64_t{threadIdx.x} * 128; o < bytes; o += int64_t{threads} * 128) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+// A hint for L2 to fetch row[0, n) ahead of its use: the lines i = part (mod parts) of its
+// 128-byte lines (the CTAs of a cluster share a row; one CTA: part 0 of 1), spread over the
+// threads. Every address lies in the row; no effect on results (none at all in the
+// emulation). No registers held, nothing waits for it.
+template <typename S>
+TIMEX_FFT_DEVICE void prefetch_row_l2(const S* row, int n, unsigned part, unsigned parts) {
+#if !defined(TIMEX_EMULATE)
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t lines = (int64_t{n} * static_cast<int64_t>(sizeof(S)) + 127) / 128;
+  for (int64_t i = part + int64_t{parts} * threadIdx.x; i < lines;
+       i += int64_t{parts} * blockDim.x) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
   }
 #else
-  (void)p, (void)bytes, (void)threads;
+  (void)row, (void)n, (void)part, (void)parts;
 #endif
 }
 
@@ -217,7 +221,7 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
   const int64_t r = row_of(i);
   const scalar_t* row = x + r * T;
   if (ahead > 0 && i + ahead < gridDim.x) {
-    prefetch_l2(x + row_of(i + ahead) * T, sizeof(scalar_t) * T, Sh::THREADS);
+    prefetch_row_l2(x + row_of(i + ahead) * T, T, 0, 1);
   }
   fft<Sh, false, true, 1, STAGED>(
       sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T), streaming}, SmemStore{sm});

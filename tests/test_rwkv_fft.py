@@ -269,7 +269,8 @@ def test_eager_training_path_keeps_spectra(forced):
 # Bounds on the relative error (2-norm) against float64 on the same rounded inputs.
 HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 HALF_SHAPES = [(1, 1, 1), (1, 1, 300), (2, 1, 1024), (3, 5, 261), (5, 3, 777), (17, 3, 1000),
-               (20, 2, 136), (33, 2, 520), (9, 4, 2050), (4, 3, 4100), (16, 3, 768)]
+               (20, 2, 136), (33, 2, 520), (9, 4, 2050), (4, 3, 4100), (16, 3, 768),
+               (17, 3, 1100), (16, 2, 1102)]
 
 
 @cuda_only
@@ -298,6 +299,27 @@ def test_cuda_half_direct_against_float64(dtype, shape, monkeypatch):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_half_direct_copy_units(dtype, monkeypatch):
+    """Forced direct: rows staged 16, 8, 4 or 2 bytes at a time (timex_tc_launch.cuh
+    copy_unit: T = 1104 with the storage 0, 4, 2 or 1 elements off 16 bytes) give the same
+    bits."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
+    B, C, T = 17, 3, 1104
+    w, k, g = make(B, C, T, "cuda", dtype)
+    want = ours(w, k, g, 0.3)
+    for off in (4, 2, 1):
+        def shifted(x):
+            buf = torch.empty(x.numel() + off, device="cuda", dtype=dtype)
+            return buf[off:].view(x.shape).copy_(x.detach())
+        k_off, g_off = shifted(k), shifted(g)
+        assert k_off.data_ptr() % 16 == 2 * off % 16
+        got = ours(w, k_off, g_off, 0.3)
+        for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
+            assert torch.equal(a, b), (name, off)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
     check_graph_capture((3, 4, 1000), dtype)
@@ -320,16 +342,20 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 def test_cuda_half_crossover(dtype, monkeypatch):
     """auto: the tensor-core direct kernels up to T = 1024, or from B = 16 on at T a multiple
     of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores; timex_cuda.cu
-    takes_direct), the FFT after: the fused kernels, in bfloat16
-    (at these 3 channels) from B = 8 (B = 2 past T = 1536) the tensor-core FFT (fastest_fft);
-    both agree within the dtype's bound on each side."""
+    takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512 channels),
+    the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8 (B = 2 past
+    T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's bound on each
+    side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     batched_fft = "fft_tc" if dtype == torch.bfloat16 else "fft_fused"
     for B, T, algo in ((2, 1024, "direct"), (1, 1025, "fft_fused"), (2, 1025, "fft_fused"),
                        (4, 1025, "fft_fused"), (2, 1537, batched_fft), (7, 1025, "fft_fused"),
                        (8, 1025, batched_fft), (16, 1280, "direct"),
                        (16, 1408, "direct" if dtype == torch.float16 else batched_fft),
-                       (16, 1536, batched_fft), (16, 1537, batched_fft), (16, 1100, batched_fft)):
+                       (16, 1536, batched_fft), (16, 1537, batched_fft),
+                       (16, 1100, "direct"), (16, 1156, "direct" if dtype == torch.float16
+                                               else batched_fft),
+                       (16, 1284, batched_fft), (16, 1102, batched_fft)):
         w, k, g = make(B, 3, T, "cuda", dtype)
         assert rwkv_ops.timex_algorithm(k) == algo, (B, T)
         auto = ours(w, k, g, 0.2)

@@ -294,8 +294,8 @@ def test_forced_where_it_cannot_run(tc):
 
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
-    kernels' reach (1280 from B = 16 at T % 8 == 0) up to T = 16384, where it measured faster
-    (tc_faster): from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) not B = 3
+    kernels' reach (from B = 16: 1280 at T % 8 == 0, 1152 at T % 4 == 0 up to C = 512) up to
+    T = 16384, where it measured faster (tc_faster): from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) not B = 3
     and below C = 512 only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B =
     2 from C = 256), and with B = 1 past 8192 from C = 512; the fused kernels else, for float16
     (their error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
@@ -343,8 +343,13 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 16, 1536, "fft_tc"),
                               (torch.float16, 16, 1408, "direct"),
                               (torch.float16, 16, 1416, "fft_fused"),
-                              (torch.bfloat16, 16, 1100, "fft_tc"),
-                              (torch.float16, 16, 1100, "fft_fused"),
+                              (torch.bfloat16, 16, 1100, "direct"),
+                              (torch.bfloat16, 16, 1156, "fft_tc"),
+                              (torch.float16, 16, 1100, "direct"),
+                              (torch.float16, 16, 1276, "direct"),
+                              (torch.float16, 16, 1284, "fft_fused"),
+                              (torch.float16, 16, 1102, "fft_fused"),
+                              (torch.float16, 15, 1100, "fft_fused"),
                               (torch.float16, 32, 1152, "direct"),
                               (torch.bfloat16, 8, 1024, "direct"),
                               (torch.float32, 16, 4096, "fft_fused")]:
@@ -358,7 +363,9 @@ def test_auto_choice(monkeypatch):
                           (3, 1024, 4096, "fft_fused"), (2, 256, 1100, "fft_fused"),
                           (2, 256, 1281, "fft_tc"), (2, 512, 1025, "fft_tc"),
                           (4, 255, 1536, "fft_fused"), (4, 512, 1100, "fft_tc"),
-                          (3, 2048, 1200, "fft_fused"), (8, 256, 1300, "fft_tc")]:
+                          (3, 2048, 1200, "fft_fused"), (8, 256, 1300, "fft_tc"),
+                          (16, 512, 1100, "direct"), (16, 513, 1100, "fft_tc"),
+                          (16, 512, 1102, "fft_tc")]:
         k = torch.empty(B, C, T, device="cuda", dtype=torch.bfloat16)
         assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
     k = torch.empty(16, 2, 16385, device="cuda", dtype=torch.bfloat16)

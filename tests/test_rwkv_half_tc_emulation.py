@@ -32,7 +32,10 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
   const size_t n = size_t(B) * C * T;
   auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 8);
   const S guard = static_cast<S>(777.0);
-  const bool vec = T % 8 == 0 && offset % 8 == 0;  // the buffers are 16-byte aligned
+  // Elements per copy as copy_unit (timex_tc_launch.cuh) gives them: the buffers are 16-byte
+  // aligned, so the rows start aligned to 2 u bytes where T and offset are multiples of u.
+  int unit = 1;
+  for (int u = 8; u > 1 && unit == 1; u /= 2) unit = T % u == 0 && offset % u == 0 ? u : 1;
   std::vector<double> o(n), dk(n), dw(size_t(C) * T);
   auto unpack = [&](const std::vector<S>& buf, int off, size_t len, std::vector<double>& dst) {
     bool ok = true;
@@ -48,8 +51,8 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
   auto report = [&](const char* what, double e, bool guards) {
     const bool ok = e < tol && guards;
     failures += !ok;
-    std::printf("%s %s %zu-byte B=%d C=%d T=%d offset=%d vec=%d: %.1e%s\n", ok ? "ok  " : "FAIL",
-                what, sizeof(S), B, C, T, offset, int(vec), e,
+    std::printf("%s %s %zu-byte B=%d C=%d T=%d offset=%d unit=%d: %.1e%s\n",
+                ok ? "ok  " : "FAIL", what, sizeof(S), B, C, T, offset, unit, e,
                 guards ? "" : " (wrote outside the output)");
   };
   auto toeplitz = [&](auto cfg) {
@@ -58,11 +61,11 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
     std::vector<S> out(in.k.size(), guard), gk(in.k.size(), guard);
     launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
       toeplitz_half_kernel<S, Cfg, true>(in.w.data(), in.kp, out.data() + offset, B, C, T,
-                                         float(eps), vec);
+                                         float(eps), unit);
     });
     launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
       toeplitz_half_kernel<S, Cfg, false>(in.w.data(), in.gp, gk.data() + offset, B, C, T, 0.f,
-                                          vec);
+                                          unit);
     });
     char what[64];
     std::snprintf(what, sizeof what, "half tc BB=%d J=%d out", Cfg::BB, Cfg::J);
@@ -79,7 +82,7 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
   using WCfg = WgradHalfConfig<4, 4, 12, 4>;
   std::vector<S> gw(size_t(C) * T + 16, guard);
   launch(C * cdiv(T, WCfg::LAGS), WCfg::THREADS, WCfg::SMEM_BYTES, [&] {
-    wgrad_half_kernel<S, WCfg>(in.gp, in.kp, gw.data() + 8, B, C, T, vec);
+    wgrad_half_kernel<S, WCfg>(in.gp, in.kp, gw.data() + 8, B, C, T, unit);
   });
   const bool guards = unpack(gw, 8, dw.size(), dw);
   report("half tc grad_w", rel_err(dw, in.gw_ref), guards);
@@ -96,6 +99,11 @@ int main() {
   // lag tiles with idle warps (T - 256 j < 193).
   check_half_tc<c10::BFloat16>(7, 1, 512, 0.0, 0, 1e-2);
   check_half_tc<c10::Half>(2, 1, 1064, 0.0, 8, 2e-3);
+  // 8- and 4-byte copies: T % 4 == 0 and T % 2 == 0 (or rows offset by 4 and 2 elements).
+  check_half_tc<c10::Half>(17, 3, 1100, 0.2, 0, 2e-3);
+  check_half_tc<c10::BFloat16>(9, 2, 600, 0.0, 4, 1e-2);
+  check_half_tc<c10::Half>(5, 2, 302, -0.1, 2, 2e-3);
+  check_half_tc<c10::BFloat16>(3, 1, 1102, 0.0, 0, 1e-2);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }

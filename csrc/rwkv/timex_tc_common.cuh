@@ -28,36 +28,56 @@ TIMEX_DEVICE uint32_t lds32(const uint16_t* p) {
 // The two halves of a packed pair exchanged.
 TIMEX_DEVICE uint32_t swap_halves(uint32_t v) { return (v >> 16) | (v << 16); }
 
-// Copies 8 elements (16 bytes) with cp.async, or zeros when !valid; both 16-byte aligned.
-TIMEX_DEVICE void copy8(uint16_t* dst, const uint16_t* src, bool valid) {
-  copy_async<16>(dst, src, valid);
+// Copies UNIT elements (2 UNIT bytes: 16, 8 or 4) with cp.async, or zeros when !valid; both
+// aligned to 2 UNIT bytes.
+template <int UNIT>
+TIMEX_DEVICE void copy_unit(uint16_t* dst, const uint16_t* src, bool valid) {
+  static_assert(UNIT == 8 || UNIT == 4 || UNIT == 2, "cp.async copies 16, 8 or 4 bytes");
+  copy_async<2 * UNIT>(dst, src, valid);
 }
 
 // Stages the elements [x0, x0 + LEN) of ROWS rows of n elements (bits of a 16-bit type):
 // row_of(r, src) sets src to row r's first element (any valid pointer when it returns false:
 // the row is then zeros) and dst_of(r, x) is where element x of row r goes in shared memory.
-// Zeros outside [0, n). vec: 16-byte aligned rows, n % 8 == 0 and x0 % 8 == 0, so that each
-// group of 8 is all inside or all outside [0, n) and goes as one cp.async (dst_of(r, 8i) is
-// then 16-byte aligned and holds the group's 8 elements in order); else the elements go one by
+// Zeros outside [0, n). unit: elements per copy (the launcher's copy_unit): 8, 4 or 2 where
+// every row starts 2 unit bytes aligned, n % unit == 0 and x0 % 8 == 0, so that each group of
+// unit is all inside or all outside [0, n) and goes as one cp.async of 2 unit bytes (dst_of(r,
+// 8i) is 16-byte aligned and holds the group's elements in order); 1: the elements go one by
 // one through registers (an ordinary load and store: rows of odd length, misaligned tensors).
 // The threads of the block take the (row, group) or (row, element) pairs round-robin.
 template <int ROWS, int LEN, int THREADS, typename RowFn, typename DstFn>
-TIMEX_DEVICE void stage_rows(int tid, int x0, int n, bool vec, const RowFn& row_of,
+TIMEX_DEVICE void stage_rows(int tid, int x0, int n, int unit, const RowFn& row_of,
                              const DstFn& dst_of) {
   static_assert(LEN % 8 == 0, "rows are staged in groups of 8");
-  if (vec) {
-    for (int i = tid; i < ROWS * (LEN / 8); i += THREADS) {
-      const int r = i / (LEN / 8), x = 8 * (i % (LEN / 8));
-      const uint16_t* src;
-      const bool ok = row_of(r, src) && x0 + x >= 0 && x0 + x < n;
-      copy8(dst_of(r, x), ok ? src + x0 + x : src, ok);
-    }
-  } else {
+  if (unit == 1) {
     for (int i = tid; i < ROWS * LEN; i += THREADS) {
       const int r = i / LEN, x = i % LEN;
       const uint16_t* src;
       const bool ok = row_of(r, src) && x0 + x >= 0 && x0 + x < n;
       *dst_of(r, x) = ok ? src[x0 + x] : uint16_t(0);
+    }
+    return;
+  }
+  // Groups of 8 elements in one loop whatever the unit (a loop per unit spilled registers in
+  // the Toeplitz kernel, which stages inside its main loop): 8 / unit copies per group.
+  for (int i = tid; i < ROWS * (LEN / 8); i += THREADS) {
+    const int r = i / (LEN / 8), x = 8 * (i % (LEN / 8));
+    const uint16_t* src;
+    const bool row_ok = row_of(r, src);
+    uint16_t* const dst = dst_of(r, x);
+    if (unit == 8) {
+      const bool ok = row_ok && x0 + x >= 0 && x0 + x < n;
+      copy_unit<8>(dst, ok ? src + x0 + x : src, ok);
+    } else {
+      for (int e = 0; e < 8; e += unit) {
+        const bool ok = row_ok && x0 + x + e >= 0 && x0 + x + e < n;
+        const uint16_t* const s = ok ? src + x0 + x + e : src;
+        if (unit == 4) {
+          copy_unit<4>(dst + e, s, ok);
+        } else {
+          copy_unit<2>(dst + e, s, ok);
+        }
+      }
     }
   }
 }

@@ -60,13 +60,13 @@ struct ToeplitzHalfConfig {
 };
 
 // w: (C, T); in, out: (B, C, T), contiguous. CAUSAL: out = eps + causal product (forward);
-// else out = anti-causal product (grad_k from grad_out, eps 0). vec_in: in's rows may be
-// staged with 16-byte copies (aligned, T % 8 == 0). Grid: one block per (channel, batch
-// group, time tile), channel fastest, the heaviest tiles first.
+// else out = anti-causal product (grad_k from grad_out, eps 0). unit: the elements per copy
+// that in's rows allow (8, 4, 2 or 1: stage_rows, timex_tc_common.cuh). Grid: one block per
+// (channel, batch group, time tile), channel fastest, the heaviest tiles first.
 template <typename scalar_t, typename Cfg, bool CAUSAL>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 toeplitz_half_kernel(const scalar_t* __restrict__ w_, const scalar_t* __restrict__ in_,
-                     scalar_t* __restrict__ out, int B, int C, int T, float eps, bool vec_in) {
+                     scalar_t* __restrict__ out, int B, int C, int T, float eps, int unit) {
 #if defined(TIMEX_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
   constexpr int NT = Cfg::NT, J = Cfg::J, MT = Cfg::MT, UC = Cfg::UC, BB = Cfg::BB;
   constexpr int LEAD = Cfg::LEAD, TW = Cfg::TW, TT = Cfg::TT, K_ROW = Cfg::K_ROW;
@@ -117,7 +117,7 @@ toeplitz_half_kernel(const scalar_t* __restrict__ w_, const scalar_t* __restrict
   auto stage_in = [&](int chunk, int buf) {
     uint16_t* ks = k_smem + buf * Cfg::K_BUF;
     half_tc::stage_rows<BB, Cfg::K_LEN, THREADS>(
-        tid, chunk_m0(chunk), T, vec_in,
+        tid, chunk_m0(chunk), T, unit,
         [&](int r, const uint16_t*& src) {
           const bool ok = b0 + r < B;
           src = ok ? in + (static_cast<int64_t>(b0 + r) * C + c) * T : in;

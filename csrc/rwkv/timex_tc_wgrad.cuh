@@ -66,13 +66,13 @@ struct WgradHalfConfig {
 // Offset of element x of a staged g or k segment: 8 elements of padding after every 64.
 TIMEX_DEVICE int wgrad_pos(int x) { return x + 8 * (x >> 6); }
 
-// g, k: (B, C, T); grad_w: (C, T), contiguous. vec_in: g's and k's rows may be staged with
-// 16-byte copies (aligned, T % 8 == 0). Grid: one block per (channel, lag tile), channel
-// fastest, the heaviest (small lags) first.
+// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: the elements per copy that g's and k's
+// rows allow (8, 4, 2 or 1: stage_rows, timex_tc_common.cuh). Grid: one block per (channel,
+// lag tile), channel fastest, the heaviest (small lags) first.
 template <typename scalar_t, typename Cfg>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ k_,
-                  scalar_t* __restrict__ grad_w, int B, int C, int T, bool vec_in) {
+                  scalar_t* __restrict__ grad_w, int B, int C, int T, int unit) {
 #if defined(TIMEX_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
   constexpr int ND = Cfg::ND, NDB = Cfg::NDB, SLOTS = Cfg::SLOTS, THREADS = Cfg::THREADS;
   constexpr int G_LEN = Cfg::G_LEN, K_LEN = Cfg::K_LEN, SLOT = Cfg::SLOT, STAGE = Cfg::STAGE;
@@ -104,9 +104,10 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   // each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k per slot.
   auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
     constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
+    static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
     auto put = [&](uint16_t* dst, const uint16_t* src, bool ok) {
-      if constexpr (UNIT == 8) {
-        half_tc::copy8(dst, ok ? src : gbits, ok);
+      if constexpr (UNIT > 1) {
+        half_tc::copy_unit<UNIT>(dst, ok ? src : gbits, ok);
       } else {
         *dst = ok ? *src : uint16_t(0);
       }
@@ -135,10 +136,11 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   };
   auto stage = [&](int st, int buf) {
     uint16_t* const base = stage_smem + buf * STAGE;
-    if (vec_in) {
-      stage_units(std::integral_constant<int, 8>{}, st, base);
-    } else {
-      stage_units(std::integral_constant<int, 1>{}, st, base);
+    switch (unit) {
+      case 8: stage_units(std::integral_constant<int, 8>{}, st, base); break;
+      case 4: stage_units(std::integral_constant<int, 4>{}, st, base); break;
+      case 2: stage_units(std::integral_constant<int, 2>{}, st, base); break;
+      default: stage_units(std::integral_constant<int, 1>{}, st, base); break;
     }
   };
 

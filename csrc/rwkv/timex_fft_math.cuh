@@ -516,42 +516,57 @@ struct NoLoads {};
 
 // Turns Z = DFT_M(z) in sm into the packed half spectrum, pair by pair: visit(k, j, Pk, Pj, d,
 // w) for each k in [0, M/2] that this thread owns, j = M - k (j = 0 for k = 0, where Pk = Pj =
-// P[0] = (X[0], X[M]); j = k for k = M/2), w = W_{2M}^k (pair_twiddle, for merge) and d =
-// fetch(k, j): what the visit reads from global memory. The twiddle and d are loaded one pair
-// ahead, before the visit of the pair before, so that their latency overlaps that visit's work
-// rather than stalling every pair in turn (at M = 16384 the conv and backward kernels waited on
-// them in 9% and 12% of ncu's warp stall samples, one CTA an SM and nothing else to run; 3-7%
-// less GPU time this way, run 48 (b));
-// fetch must not read what the visit of an earlier pair writes. The owner of k is the only
-// thread that touches sm at k and j in this pass, so visit may write there (merge does).
-// STAGED: tw is the fused table (fused_table_size), else the plain one.
+// P[0] = (X[0], X[M]); j = k for k = M/2), w = W_{2M}^k (pair_twiddle, for merge; 1 at k = 0,
+// where merge does not read it) and d = fetch(k, j): what the visit reads from global memory.
+// Thread t owns k = t + q THREADS in (0, M/2) and thread 0 also k = 0 and M/2, both in its
+// first round: M/2 is a multiple of THREADS (Shape), so every thread visits M/2 / THREADS pairs
+// and none a round more (thread 0 used to take M/2 in a round of its own, which the other warps
+// waited for at the next barrier). The twiddle and d are loaded one pair ahead, before the
+// visit of the pair before, so that their latency overlaps that visit's work rather than
+// stalling every pair in turn (at M = 16384 the conv and backward kernels waited on them in 9%
+// and 12% of ncu's warp stall samples, one CTA an SM and nothing else to run; 3-7% less GPU
+// time this way, run 48 (b)); fetch must not read what the visit of an earlier pair writes.
+// The owner of k is the only thread that touches sm at k and j in this pass, so visit may
+// write there (merge does). STAGED: tw is the fused table (fused_table_size), else the plain
+// one.
 template <class Sh, bool STAGED, typename Fetch, typename Visit>
 TIMEX_FFT_DEVICE void split_pairs(const cf32* sm, const cf32* __restrict__ tw, const Fetch& fetch,
                                   const Visit& visit) {
-  constexpr int M = Sh::M;
+  constexpr int M = Sh::M, H = M / 2;
+  static_assert(M == 1 || H % Sh::THREADS == 0, "every thread owns as many pairs");
   int k = static_cast<int>(threadIdx.x);
-  if (k > M / 2) return;
-  auto d = fetch(k, k == 0 ? 0 : M - k);
-  cf32 w = pair_twiddle<Sh, STAGED>(tw, k);
-  for (;;) {
-    const int j = k == 0 ? 0 : M - k, kn = k + Sh::THREADS;
-    decltype(d) dn{};
-    cf32 wn{};
-    if (kn <= M / 2) {
-      dn = fetch(kn, M - kn);
-      wn = pair_twiddle<Sh, STAGED>(tw, kn);
-    }
+  if constexpr (M == 1) {
     if (k == 0) {
       const cf32 z = sm[pad(0)];
       const cf32 p{z.x + z.y, z.x - z.y};
-      visit(0, 0, p, p, d, w);
-    } else {
-      const cf32 zk = sm[pad(k)], zj = sm[pad(j)];
-      const cf32 sum = scale(zk + conj(zj), 0.5f), diff = zk - conj(zj);
-      const cf32 t = w * cf32{diff.y * 0.5f, -diff.x * 0.5f};
-      visit(k, j, sum + t, conj(sum - t), d, w);
+      visit(0, 0, p, p, fetch(0, 0), cf32{1.f, 0.f});
     }
-    if (kn > M / 2) break;
+    return;
+  }
+  if (k >= H) return;
+  // The pair of round k other than 0 and M/2 (thread 0's first round: k = 0 stands for M/2).
+  const auto pair = [](int q) { return q == 0 ? H : q; };
+  auto d = fetch(pair(k), M - pair(k));
+  cf32 w = pair_twiddle<Sh, STAGED>(tw, pair(k));
+  decltype(d) dn{};
+  if (k == 0) dn = fetch(0, 0);  // k = 0's, visited first
+  for (;;) {
+    if (k == 0) {
+      const cf32 z = sm[pad(0)];
+      const cf32 p{z.x + z.y, z.x - z.y};
+      visit(0, 0, p, p, dn, cf32{1.f, 0.f});
+    }
+    const int a = pair(k), j = M - a, kn = k + Sh::THREADS;
+    cf32 wn{};
+    if (kn < H) {
+      dn = fetch(kn, M - kn);
+      wn = pair_twiddle<Sh, STAGED>(tw, kn);
+    }
+    const cf32 zk = sm[pad(a)], zj = sm[pad(j)];
+    const cf32 sum = scale(zk + conj(zj), 0.5f), diff = zk - conj(zj);
+    const cf32 t = w * cf32{diff.y * 0.5f, -diff.x * 0.5f};
+    visit(a, j, sum + t, conj(sum - t), d, w);
+    if (kn >= H) break;
     k = kn;
     d = dn;
     w = wn;

@@ -33,7 +33,8 @@ std::vector<cf32> tw(kTwiddles);
 // shifted (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread
 // more butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
 // several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1 from B =
-// 3 on; one CTA per item, then the reduce launch): grad_k the same bits, grad_w within tol. The
+// 3 on; one CTA per item, then the reduce launch) and in row ranges (B C, 3 C / 2 and 2 C / 3
+// CTAs, then the reduce launch): grad_k the same bits, grad_w within tol. The
 // backward runs again from k's spectra as the conv kernel kept them (kspec), whole and split:
 // the same bits as from k. PLAIN: also run every kernel on the plain table tw (and the conv
 // kernel in row order, not channel-major); out, grad_k and grad_w must be the same bits.
@@ -51,7 +52,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   std::vector<S> out(k.size(), guard), gk(k.size(), guard), gw(size_t(C) * T, guard),
       gw2(gw.size(), guard);
   std::vector<cf32> spec(size_t(C) * M), gs(size_t(std::max(ctas, B * C)) * M),
-      acc(size_t(std::max(ctas, B * C)) * M);
+      acc(size_t(std::max(ctas, 2 * B * C)) * M);
   std::vector<S> gk_split(k.size(), guard), gw_split(gw.size(), guard);
   std::vector<S> gk_kept(k.size(), guard), gw_kept(gw.size(), guard),
       gk_split_kept(k.size(), guard), gw_split_kept(gw.size(), guard);
@@ -78,8 +79,8 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, kStaged>(gp, kp, spec.data(), gk_.data() + offset, dst->data(),
-                                        B, C, T, 1, false, gs.data(), acc.data(), t, nullptr,
-                                        true);
+                                        B, C, T, 1, 0, false, gs.data(), acc.data(), t,
+                                        nullptr, true);
       });
     }
   };
@@ -90,15 +91,28 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     for (bool reduce : {false, true}) {
       launch(reduce ? C : splits * C, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C,
-                                     T, splits, reduce, gs.data(), acc.data(), fused.data(), ks,
-                                     true);
+                                     T, splits, 0, reduce, gs.data(), acc.data(), fused.data(),
+                                     ks, true);
+      });
+    }
+  };
+  // The row-range plan: the B C rows in channel-major order over `ranges` CTAs (fewer rows
+  // than a channel's B each, and more: ranges that start, end and lie inside channels), then
+  // the reduce launch for the channels split between ranges.
+  const auto run_rows = [&](int ranges, const cf32* ks, std::vector<S>& gk_,
+                            std::vector<S>& gw_) {
+    for (bool reduce : {false, true}) {
+      launch(reduce ? C : ranges, Sh::THREADS, Sh::SMEM, [&] {
+        backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C,
+                                     T, 1, ranges, reduce, gs.data(), acc.data(), fused.data(),
+                                     ks, true);
       });
     }
   };
   run(std::true_type{}, fused.data(), out, gk, gw, gw2);
   launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
     backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_kept.data() + offset, gw_kept.data(), B,
-                                 C, T, 1, false, gs.data(), acc.data(), fused.data(),
+                                 C, T, 1, 0, false, gs.data(), acc.data(), fused.data(),
                                  kspec.data(), true);
   });
   const auto bits = [](const std::vector<S>& a, const std::vector<S>& b) {
@@ -115,6 +129,17 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     std::vector<double> d(gw.size());
     for (size_t i = 0; i < gw.size(); ++i) d[i] = as_double(gw_split[i]);
     e_split = row_err(d, in.gw_ref, T);
+    // Ranges of 1 row, about 2/3 of a channel, and 3/2 of one (B C rows over that many CTAs).
+    for (int ranges : {B * C, std::max(1, 3 * C / 2), std::max(1, 2 * C / 3)}) {
+      std::vector<S> gk_r(k.size(), guard), gw_r(gw.size(), guard), gk_rk(k.size(), guard),
+          gw_rk(gw.size(), guard);
+      run_rows(ranges, nullptr, gk_r, gw_r);
+      run_rows(ranges, kspec.data(), gk_rk, gw_rk);
+      kept_same &= bits(gk_r, gk_rk) && bits(gw_r, gw_rk);
+      split_same &= bits(gk, gk_r);
+      for (size_t i = 0; i < gw.size(); ++i) d[i] = as_double(gw_r[i]);
+      e_split = std::max(e_split, row_err(d, in.gw_ref, T));
+    }
   }
   if constexpr (PLAIN) {
     std::vector<S> out_p(out.size(), guard), gk_p(gk.size(), guard), gw_p(gw.size(), guard),

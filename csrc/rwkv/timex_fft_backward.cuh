@@ -13,8 +13,12 @@
 // resident CTAs: a CTA loops over its items (i, i + gridDim.x, ...) and ends each channel with
 // grad_w's inverse. splits > 1 where they do not (few channels, several b): one item per CTA,
 // whose partial sum of G conj(K) stays in scratch, and a second launch (reduce) sums a
-// channel's partials in s order and does the inverse. Every sum runs in a fixed order (b
-// within an item, then s), so the result is deterministic; each scratch entry is written and
+// channel's partials in s order and does the inverse. Row ranges (where items would leave the
+// busiest CTA many more rows than equal ranges: backward_plan): CTA i takes rows [i R / n,
+// (i + 1) R / n) of the R = B C rows in channel-major order (r = c B + b), finishes the
+// channels that lie whole in its range and leaves the sums of the one or two it shares in
+// scratch for the reduce launch, which adds them in CTA order. Every sum runs in a fixed order
+// (b within an item or range, then s or CTA), so the result is deterministic; each scratch entry is written and
 // read only by the thread that owns its frequency pair (split_pairs), no atomics. The scratch
 // stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132 SMs),
 // as much again for the running sums where B > 1.
@@ -24,32 +28,59 @@
 
 namespace rwkv::fft {
 
+// The CTA of a row-range plan (rows_ctas CTAs over the R = B C rows in channel-major order r =
+// c B + b) that row r falls in: CTA i takes rows [i R / n, (i + 1) R / n).
+TIMEX_FFT_HD inline int64_t range_first_row(int64_t i, int64_t R, int64_t n) { return i * R / n; }
+TIMEX_FFT_HD inline int64_t range_of_row(int64_t r, int64_t R, int64_t n) {
+  return ((r + 1) * n + R - 1) / R - 1;
+}
+
 // spec (C, M): W^ from spectrum_kernel. gs: M complex floats per CTA (G of the current row;
-// not read where kspec is given). acc: M complex floats per CTA (splits = 1; not read at B = 1
-// unless kspec is given) or per item (splits > 1: the partial sums that the reduce launch
-// reads, one CTA per channel). kspec: null, or the rows' K (B C rows of M, conv_kernel's
-// xspec): then acc += G conj(K) runs in G's split, with K read instead of made, and a row
-// takes 2 transforms (grad_w's merge, at the channel's end, reads acc); the same bits. streaming:
-// the rows of g and k, grad_k's writes and kspec's reads with the cache-streaming hints
-// (load_once, timex_fft_kernels.cuh). STAGED as there.
+// not read where kspec is given). acc: the running sums, M complex floats each: per CTA (splits
+// = 1; not read at B = 1 unless kspec is given), per item (splits > 1: the partial sums that the
+// reduce launch reads, one CTA per channel) or two per CTA (rows_ctas > 0: the row-range plan;
+// slot 0 the sum of the channel that the CTA's range starts in the middle of or ends before it
+// ends, slot 1 that of the channel it ends in the middle of and of the whole channels between,
+// which it finishes itself; the reduce launch sums the split channels' slots in CTA order).
+// kspec: null, or the rows' K (B C rows of M, conv_kernel's xspec): then acc += G conj(K) runs
+// in G's split, with K read instead of made, and a row takes 2 transforms (grad_w's merge, at
+// the channel's end, reads acc); the same bits. streaming: the rows of g and k, grad_k's writes
+// and kspec's reads with the cache-streaming hints (load_once, timex_fft_kernels.cuh). STAGED as
+// there.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL_CAPPED(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
-                scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, bool reduce,
-                cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
+                scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, int rows_ctas,
+                bool reduce, cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
                 const cf32* __restrict__ tw, const cf32* __restrict__ kspec, bool streaming) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
-  if (reduce) {  // grad_w of channel blockIdx.x from its `splits` partial sums, in s order
+  const int64_t R = int64_t{B} * C;
+  if (reduce) {  // grad_w of channel blockIdx.x from its partial sums, in a fixed order
     const int c = static_cast<int>(blockIdx.x);
-    const cf32* part = acc_all + int64_t{c} * splits * Sh::M;
+    // The partial sums' count and where the s-th is.
+    int64_t i0 = 0, parts = splits;
+    if (rows_ctas > 0) {
+      i0 = range_of_row(int64_t{c} * B, R, rows_ctas);
+      parts = range_of_row(int64_t{c} * B + B - 1, R, rows_ctas) - i0 + 1;
+      if (parts == 1) return;  // the channel lies in one range: its CTA finished it
+    }
+    const auto part = [&](int64_t s) {
+      if (rows_ctas == 0) return acc_all + (int64_t{c} * splits + s) * Sh::M;
+      // CTA i0 + s's slot 1 where its range starts before the channel, else slot 0.
+      const int64_t i = i0 + s;
+      const bool tail = s == 0 && range_first_row(i, R, rows_ctas) != int64_t{c} * B;
+      return acc_all + (2 * i + (tail ? 1 : 0)) * Sh::M;
+    };
+    const cf32* first = part(0);
     for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
       const int j = f == 0 ? 0 : Sh::M - f;
-      cf32 af = part[f], aj = part[j];
-      for (int s = 1; s < splits; ++s) {
-        af = af + part[int64_t{s} * Sh::M + f];
-        aj = aj + part[int64_t{s} * Sh::M + j];
+      cf32 af = first[f], aj = first[j];
+      for (int64_t s = 1; s < parts; ++s) {
+        const cf32* p = part(s);
+        af = af + p[f];
+        aj = aj + p[j];
       }
       merge<Sh, STAGED>(sm, tw, f, j, af, aj);
     }
@@ -60,13 +91,36 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
     return;
   }
   cf32* gs = gs_all + int64_t{blockIdx.x} * Sh::M;
-  const int items = C * splits;
-  for (int item = static_cast<int>(blockIdx.x); item < items;
-       item += static_cast<int>(gridDim.x)) {
-    const int c = item / splits, s = item % splits;
-    const int b0 = static_cast<int>(int64_t{s} * B / splits);
-    const int b1 = static_cast<int>(int64_t{s + 1} * B / splits);
-    cf32* acc = acc_all + int64_t{splits == 1 ? static_cast<int>(blockIdx.x) : item} * Sh::M;
+  // The CTA's work as segments: rows b in [b0, b1) of channel c, their running sum in acc;
+  // finish: [b0, b1) is the whole channel, whose grad_w this CTA then makes (else the sum stays
+  // in acc for the reduce launch). Row-range plan: rows [r0, r1) in channel-major order; else
+  // items i = c splits + s (b in [s B / splits, (s + 1) B / splits)), i = blockIdx.x, + gridDim.x,
+  // ...
+  const int64_t r0 = range_first_row(blockIdx.x, R, gridDim.x);
+  const int64_t r1 = range_first_row(int64_t{blockIdx.x} + 1, R, gridDim.x);
+  const int64_t items = int64_t{C} * splits;
+  for (int64_t pos = rows_ctas > 0 ? r0 : blockIdx.x;;) {
+    int c, b0, b1;
+    cf32* acc;
+    bool finish;
+    if (rows_ctas > 0) {
+      if (pos >= r1) break;
+      c = static_cast<int>(pos / B);
+      b0 = static_cast<int>(pos % B);
+      b1 = r1 - pos < B - b0 ? static_cast<int>(b0 + (r1 - pos)) : B;
+      finish = b0 == 0 && b1 == B;
+      acc = acc_all + (2 * int64_t{blockIdx.x} + (pos == r0 && !finish ? 0 : 1)) * Sh::M;
+      pos += b1 - b0;
+    } else {
+      if (pos >= items) break;
+      c = static_cast<int>(pos / splits);
+      const int s = static_cast<int>(pos % splits);
+      b0 = static_cast<int>(int64_t{s} * B / splits);
+      b1 = static_cast<int>(int64_t{s + 1} * B / splits);
+      finish = splits == 1;
+      acc = acc_all + (splits == 1 ? int64_t{blockIdx.x} : pos) * Sh::M;
+      pos += gridDim.x;
+    }
     const cf32* w_hat = spec + int64_t{c} * Sh::M;
     for (int b = b0; b < b1; ++b) {
       const int64_t r = int64_t{b} * C + c;
@@ -118,9 +172,9 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
           sm, tw, RowLoad<scalar_t>{krow, T, false, pairs_aligned(krow, T), streaming},
           SmemStore{sm});
       TIMEX_FFT_SYNC();
-      // The channel's last row (splits = 1) merges the sum for grad_w's inverse; every other
-      // row keeps it in acc.
-      const bool keep = splits > 1 || b + 1 < b1;
+      // The channel's last row merges the sum for grad_w's inverse where this CTA finishes
+      // the channel; every other row keeps it in acc.
+      const bool keep = !finish || b + 1 < b1;
       struct SumLoads {
         AtPair g, acc;
       };
@@ -143,7 +197,7 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
             }
           });
     }
-    if (splits == 1) {
+    if (finish) {
       TIMEX_FFT_SYNC();
       if (kspec != nullptr) {  // the channel's sum, from acc (as the reduce launch merges it)
         for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
@@ -161,27 +215,46 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 
 #ifndef TIMEX_EMULATE
 
-// How launch_backward runs: ctas of the first launch, splits (see the top of the file), and
-// the scratch it needs (scratch_bytes: gs per CTA unless K is kept, then acc per CTA or per
-// item).
+// How launch_backward runs: ctas of the first launch, splits or rows (see the top of the file),
+// and the scratch it needs (scratch_bytes: gs per CTA unless K is kept, then acc per CTA, per
+// item or two per CTA).
 struct BackwardPlan {
   int ctas = 1, splits = 1;
+  bool rows = false;  // the row-range plan: ctas ranges of the B C rows, splits 1
   size_t gs_elems = 0, acc_elems = 0;
   size_t scratch_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
 };
 
 // Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once
 // (blocks_per_sm times the SM count). splits = 1 where C >= resident; else as many ranges
-// of b as keep the C * splits items within the resident CTAs (at most B, at least 1).
-// kept_k: the kernel reads K (kspec).
+// of b as keep the C * splits items within the resident CTAs (at most B, at least 1). Where
+// min(resident, B C) equal ranges of the rows (rows) leave the busiest CTA fewer than 3/4 of the
+// rows that those items do and row_ranges (RWKV_TIMEX_FUSED_ROWS=0: not), those ranges: GPU
+// time 1-6% less at (16, 1024, 1101) float16 (11 rows a CTA instead of 16: 1024 channels on
+// 1584 resident CTAs), (16, 512, 2500), (3, 400, 4097) and (16, 1024, 1100) float32; at 3/4
+// and above 1-9% more ((2, 2048, 1100): 3 rows instead of 4; (4, 1024, 1100), (8, 1024, 1300),
+// (2, 4096, 2048), (16, 512, 16384)): the reduce launch and the partial sums cost more than
+// the rows save (run 49 (c)). kept_k: the kernel reads K (kspec).
 inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
-                                  bool kept_k = false) {
+                                  bool kept_k = false, bool row_ranges = true) {
   BackwardPlan p;
   p.splits =
       C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
   const int64_t items = C * p.splits;
   p.ctas = static_cast<int>(std::max<int64_t>(1, std::min(items, resident)));
   const size_t m = static_cast<size_t>(M);
+  // The most rows a CTA runs in turn, by items and by ranges.
+  const int64_t by_items =
+      p.splits == 1 ? (C + p.ctas - 1) / p.ctas * B : (B + p.splits - 1) / p.splits;
+  const int64_t ranges = std::max<int64_t>(1, std::min(B * C, resident));
+  if (row_ranges && B > 1 && 4 * ((B * C + ranges - 1) / ranges) < 3 * by_items) {
+    p.rows = true;
+    p.splits = 1;
+    p.ctas = static_cast<int>(ranges);
+    p.gs_elems = kept_k ? 0 : m * p.ctas;
+    p.acc_elems = 2 * m * p.ctas;
+    return p;
+  }
   p.gs_elems = kept_k ? 0 : m * p.ctas;
   p.acc_elems = p.splits > 1 ? m * items : B > 1 || kept_k ? m * p.ctas : 0;
   return p;
@@ -207,13 +280,14 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     const auto kernel = backward_kernel<scalar_t, Sh, true>;
     const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
     cf32* acc = scratch + plan.gs_elems;
+    const int rows_ctas = plan.rows ? plan.ctas : 0;
     err = fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k,
-                                      spec, grad_k, grad_w, b, c, t, plan.splits, false,
-                                      scratch, acc, tw, kspec, streaming);
-    if (err == cudaSuccess && plan.splits > 1) {
+                                      spec, grad_k, grad_w, b, c, t, plan.splits, rows_ctas,
+                                      false, scratch, acc, tw, kspec, streaming);
+    if (err == cudaSuccess && (plan.splits > 1 || plan.rows)) {
       err = fused_ops::launch_with_smem(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec,
-                                        grad_k, grad_w, b, c, t, plan.splits, true, scratch,
-                                        acc, tw, kspec, streaming);
+                                        grad_k, grad_w, b, c, t, plan.splits, rows_ctas, true,
+                                        scratch, acc, tw, kspec, streaming);
     }
   });
   return err;

@@ -123,7 +123,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
   const BackwardPlan plan =
-      backward_plan(B, C, M, resident_ctas<scalar_t, false>(M, k), kspec != nullptr);
+      backward_plan(B, C, M, resident_ctas<scalar_t, false>(M, k), kspec != nullptr,
+                    switch_on("RWKV_TIMEX_FUSED_ROWS"));
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),

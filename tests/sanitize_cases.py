@@ -270,6 +270,12 @@ def rwkv_fft_cases():
     # k's spectra kept too at B = 1: one item per channel, grad_w merged from acc.
     timex_case("rwkv_fft", 1, 2, 2000, "float16", "fft_fused", "kept, B = 1", keep=True,
                expect="fft_fused")
+    # The backward in row ranges (channels of 3 rows on fewer resident CTAs than channels: the
+    # ranges split channels, whose sums the reduce launch adds), eager and through the ops.
+    timex_case("rwkv_fft", 3, 400, 4097, "float16", "fft_fused", "row ranges", keep=True,
+               expect="fft_fused")
+    timex_case("rwkv_fft", 3, 400, 4097, "float32", "fft_fused", "row ranges",
+               expect="fft_fused")
     # The auto choice just past the float32 crossover.
     timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")
     # The tensor-core kernels (bfloat16/float16, T <= 16384): each transform length N = 2048 to

@@ -21,7 +21,8 @@ def test_fused_backward_work_splits(shape, monkeypatch):
     """The one-CTA backward kernel (csrc/rwkv/timex_fft_backward.cuh) in each of its work
     splits on the H100: more channels than resident CTAs (a CTA loops over channels), b in
     uneven ranges (5 rows in 2 items: partial sums and the reduce launch), one row per item,
-    B = C = 1 at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
+    ranges of rows across channels ((3, 400, 4097): 1200 rows on 396 resident CTAs), B = C = 1
+    at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
     float32 FFT convolution, and within 2e-6), deterministic, and the eager path (the spectra
     of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0; without the
     conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0) the same bits as the ops."""

@@ -231,7 +231,7 @@ def rwkv_direct_cases():
         for B in [1, 9, 33]:
             timex_case("rwkv_direct", B, 2, 1024, dtype, None, "auto, tensor cores",
                        expect="direct")
-    # Rows staged 8 and 4 bytes at a time (T % 8 == 4, T % 4 == 2: copy_unit), the last
+    # Rows staged 8 and 4 bytes at a time (T % 8 == 4, T % 4 == 2: staging_unit), the last
     # reduction chunk partial.
     timex_case("rwkv_direct", 17, 2, 1100, "float16", None, "auto, 8-byte copies",
                expect="direct")

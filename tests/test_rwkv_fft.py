@@ -301,7 +301,7 @@ def test_cuda_half_direct_against_float64(dtype, shape, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_direct_copy_units(dtype, monkeypatch):
     """Forced direct: rows staged 16, 8, 4 or 2 bytes at a time (timex_tc_launch.cuh
-    copy_unit: T = 1104 with the storage 0, 4, 2 or 1 elements off 16 bytes) give the same
+    staging_unit: T = 1104 with the storage 0, 4, 2 or 1 elements off 16 bytes) give the same
     bits."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
     B, C, T = 17, 3, 1104

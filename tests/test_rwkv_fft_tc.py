@@ -295,10 +295,11 @@ def test_forced_where_it_cannot_run(tc):
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (from B = 16: 1280 at T % 8 == 0, 1152 at T % 4 == 0 up to C = 512) up to
-    T = 16384, where it measured faster (tc_faster): from B = 2, but for 1024 < T <= 1536 (the fused kernels' M = 1536) not B = 3
-    and below C = 512 only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B =
-    2 from C = 256), and with B = 1 past 8192 from C = 512; the fused kernels else, for float16
-    (their error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
+    T = 16384, where it measured faster (tc_faster): from B = 2, but for 1024 < T <= 1536 (the
+    fused kernels' M = 1536) not B = 3 and below C = 512 only from B = 8 (or B = 2 past 1280),
+    for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256), and with B = 1 past 8192 from C =
+    512; the fused kernels else, for float16 (their error is the FFT conv's) and for float32;
+    past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),

@@ -32,7 +32,7 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
   const size_t n = size_t(B) * C * T;
   auto in = timex_inputs<S>(rng, B, C, T, eps, offset, 8);
   const S guard = static_cast<S>(777.0);
-  // Elements per copy as copy_unit (timex_tc_launch.cuh) gives them: the buffers are 16-byte
+  // Elements per copy as staging_unit (timex_tc_launch.cuh) gives them: the buffers are 16-byte
   // aligned, so the rows start aligned to 2 u bytes where T and offset are multiples of u.
   int unit = 1;
   for (int u = 8; u > 1 && unit == 1; u /= 2) unit = T % u == 0 && offset % u == 0 ? u : 1;

@@ -173,8 +173,8 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // 32%), with B = 4 and 8 up to 1024 (at 1536 the FFT by 3-5%), with B = 1 and 2 and 1024
 // channels the FFT from 1024 or 1536 on (at 1536 by 1.3x to 2.2x): kHalfDirectMaxT, and
 // kHalfBatchedMaxT from B = kHalfBatch on where T % 8 == 0: past 1024 the direct kernels' rows
-// loaded 16 bytes at a time only at such T (copy_unit, timex_tc_launch.cuh), and the FFT (the
-// fused kernels' M = 1536, the tensor-core N = 4096) won at every other T measured (H200, GPU busy
+// loaded 16 bytes at a time only at such T (timex_tc_launch.cuh), and the FFT (the fused
+// kernels' M = 1536, the tensor-core N = 4096) won at every other T measured (H200, GPU busy
 // time, run 44 (d); B = 16 and 32: 14-25% less at T = 1025, C = 512, 24-42% at (16, 512, 1300),
 // (16, 256, 1500), (32, 256, 1100), (16, 1024, 1100)) while the direct kernels took 18-29% less
 // at 1152 and 1280 and tied at 1408 (C = 512). Against the later FFT kernels (H200, GPU busy
@@ -187,14 +187,14 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // pass took its loads one pair ahead (run 48 (d), float16): direct 16-39% less at 1152 and 1280,
 // between 1280 and 1408 within 6% either way (fft_fused ahead from C = 512, behind at 256); the
 // bound is as it was. Rows whose length is a multiple of 4 but not 8 now go 8 bytes at a time
-// (copy_unit; element by element before): float16 direct at (16, 1024, 1100) 0.765 -> 0.467 ms
+// (staging_unit; element by element before): float16 direct at (16, 1024, 1100) 0.765 -> 0.467 ms
 // GPU time, 0.7-19% less than fft_fused from B = 16 up to T = 1280 (C = 256 to 2048), 15-16%
 // more at 1300 and 1404 (run 49 (a)): kHalfBatchedMaxT4. At T % 4 == 2 (4-byte copies) the
 // two tied at (16, 1024, 1102), so those stay on the FFT. In bfloat16 against fft_tc at T % 4
 // == 0: direct 4-6% less at C = 512 and 9-17% at 256 (T = 1100, 1276), 3-4% more from C = 1024
 // (1100, 1148) and 3% more at (16, 512, 1276): kHalfBatchedMaxT4Tc up to kHalfBatchedMaxC4Tc
-// channels. float64 (FMA direct kernels, cuFFT): the FFT from 512 on with
-// 256 rows, from 257 on with 4096 rows and more.
+// channels. float64 (FMA direct kernels, cuFFT): the FFT from 512 on with 256 rows, from 257 on
+// with 4096 rows and more.
 constexpr int64_t kF32DirectMaxT = 640;
 constexpr int64_t kF32DirectMaxRows = 256;
 constexpr int64_t kHalfDirectMaxT = 1024;

@@ -18,8 +18,9 @@
 // (i + 1) R / n) of the R = B C rows in channel-major order (r = c B + b), finishes the
 // channels that lie whole in its range and leaves the sums of the one or two it shares in
 // scratch for the reduce launch, which adds them in CTA order. Every sum runs in a fixed order
-// (b within an item or range, then s or CTA), so the result is deterministic; each scratch entry is written and
-// read only by the thread that owns its frequency pair (split_pairs), no atomics. The scratch
+// (b within an item or range, then s or CTA), so the result is deterministic; each scratch
+// entry is written and read only by the thread that owns its frequency pair (split_pairs), no
+// atomics. The scratch
 // stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132 SMs),
 // as much again for the running sums where B > 1.
 #pragma once

@@ -544,7 +544,7 @@ TIMEX_FFT_DEVICE void split_pairs(const cf32* sm, const cf32* __restrict__ tw, c
     return;
   }
   if (k >= H) return;
-  // The pair of round k other than 0 and M/2 (thread 0's first round: k = 0 stands for M/2).
+  // The pair that round k visits after k = 0's: k, or M/2 for k = 0 (thread 0's first round).
   const auto pair = [](int q) { return q == 0 ? H : q; };
   auto d = fetch(pair(k), M - pair(k));
   cf32 w = pair_twiddle<Sh, STAGED>(tw, pair(k));

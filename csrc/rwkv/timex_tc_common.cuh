@@ -39,7 +39,7 @@ TIMEX_DEVICE void copy_unit(uint16_t* dst, const uint16_t* src, bool valid) {
 // Stages the elements [x0, x0 + LEN) of ROWS rows of n elements (bits of a 16-bit type):
 // row_of(r, src) sets src to row r's first element (any valid pointer when it returns false:
 // the row is then zeros) and dst_of(r, x) is where element x of row r goes in shared memory.
-// Zeros outside [0, n). unit: elements per copy (the launcher's copy_unit): 8, 4 or 2 where
+// Zeros outside [0, n). unit: elements per copy (the launcher's staging_unit): 8, 4 or 2 where
 // every row starts 2 unit bytes aligned, n % unit == 0 and x0 % 8 == 0, so that each group of
 // unit is all inside or all outside [0, n) and goes as one cp.async of 2 unit bytes (dst_of(r,
 // 8i) is 16-byte aligned and holds the group's elements in order); 1: the elements go one by

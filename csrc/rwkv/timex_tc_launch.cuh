@@ -56,7 +56,7 @@ inline unsigned blocks_of(int64_t n) {
 // Elements per cp.async when staging rows of T elements from p (stage_rows,
 // timex_tc_common.cuh): 8, 4 or 2 (16, 8 or 4 bytes) where T is a multiple and p aligned to as
 // many bytes, so that every row starts aligned; else 1 (element by element).
-inline int copy_unit(const void* p, int T) {
+inline int staging_unit(const void* p, int T) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   for (int u = 8; u > 1; u /= 2) {
     if (T % u == 0 && a % (2 * u) == 0) return u;
@@ -76,7 +76,7 @@ void toeplitz(const scalar_t* w, const scalar_t* in, scalar_t* out, int B, int C
     auto kernel = kernels::toeplitz_half_kernel<scalar_t, Cfg, CAUSAL>;
     static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
     kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-        w, in, out, B, C, T, static_cast<float>(eps), copy_unit(in, T));
+        w, in, out, B, C, T, static_cast<float>(eps), staging_unit(in, T));
     FUSED_OPS_LAUNCH_CHECK();
   });
 }
@@ -91,7 +91,7 @@ void wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int B, int C,
     auto kernel = kernels::wgrad_half_kernel<scalar_t, Cfg>;
     static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
     kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-        g, k, grad_w, B, C, T, std::min(copy_unit(g, T), copy_unit(k, T)));
+        g, k, grad_w, B, C, T, std::min(staging_unit(g, T), staging_unit(k, T)));
     FUSED_OPS_LAUNCH_CHECK();
   });
 }

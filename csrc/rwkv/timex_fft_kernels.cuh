@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "rwkv/timex_fft_math.cuh"
+#include "rwkv/timex_fft_pairs.cuh"
 
 #ifndef TIMEX_EMULATE
 #include <cuda_runtime.h>

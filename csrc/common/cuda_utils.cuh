@@ -130,6 +130,30 @@ cudaError_t launch_with_smem(Kernel kernel, int grid, int threads, int smem, cud
   return cudaGetLastError();
 }
 
+// launch_with_smem, as a programmatic dependent launch of the kernel launched before it on
+// `stream` where `after` holds (the caller checks for sm_90 and newer): its CTAs may start
+// while that kernel's last ones run, once every one of them has executed
+// griddepcontrol.launch_dependents, and must execute griddepcontrol.wait before they read
+// anything that kernel writes (or write anything it reads).
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_smem_after(bool after, Kernel kernel, int grid, int threads, int smem,
+                                   cudaStream_t stream, Args... args) {
+  if (!after) return launch_with_smem(kernel, grid, threads, smem, stream, args...);
+  const cudaError_t e = raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // Blocks of up to 256 threads along a row (x) and one block row per array row (y, looped

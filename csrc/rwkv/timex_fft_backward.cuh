@@ -59,6 +59,8 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t R = int64_t{B} * C;
   if (reduce) {  // grad_w of channel blockIdx.x from its partial sums, in a fixed order
+    const cf32* sums = acc_all;
+    wait_for_spectra(sums);  // where launched as a dependent of the main launch
     const int c = static_cast<int>(blockIdx.x);
     // The partial sums' count and where the s-th is.
     int64_t i0 = 0, parts = splits;
@@ -68,11 +70,11 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       if (parts == 1) return;  // the channel lies in one range: its CTA finished it
     }
     const auto part = [&](int64_t s) {
-      if (rows_ctas == 0) return acc_all + (int64_t{c} * splits + s) * Sh::M;
+      if (rows_ctas == 0) return sums + (int64_t{c} * splits + s) * Sh::M;
       // CTA i0 + s's slot 1 where its range starts before the channel, else slot 0.
       const int64_t i = i0 + s;
       const bool tail = s == 0 && range_first_row(i, R, rows_ctas) != int64_t{c} * B;
-      return acc_all + (2 * i + (tail ? 1 : 0)) * Sh::M;
+      return sums + (2 * i + (tail ? 1 : 0)) * Sh::M;
     };
     const cf32* first = part(0);
     for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
@@ -91,6 +93,7 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                                     RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
     return;
   }
+  launch_dependents();  // the reduce launch waits for this grid before its reads
   cf32* gs = gs_all + int64_t{blockIdx.x} * Sh::M;
   // The CTA's work as segments: rows b in [b0, b1) of channel c, their running sum in acc;
   // finish: [b0, b1) is the whole channel, whose grad_w this CTA then makes (else the sum stays
@@ -263,14 +266,15 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
 // of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null). kspec:
-// null, or k's spectra (B C, M) from launch_conv's kspec; streaming as the kernel's.
-// B >= 1.
+// null, or k's spectra (B C, M) from launch_conv's kspec; streaming as the kernel's. after: the
+// reduce launch as a programmatic dependent of the main one (the caller checks for sm_90 and
+// newer), so that its CTAs start while the main grid's last ones run. B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
                             int M, const BackwardPlan& plan, cf32* scratch, const cf32* tw,
                             cudaStream_t stream, const cf32* kspec = nullptr,
-                            bool streaming = true) {
+                            bool streaming = true, bool after = false) {
   if (!runs(T, M) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -286,9 +290,10 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
                                       spec, grad_k, grad_w, b, c, t, plan.splits, rows_ctas,
                                       false, scratch, acc, tw, kspec, streaming);
     if (err == cudaSuccess && (plan.splits > 1 || plan.rows)) {
-      err = fused_ops::launch_with_smem(kernel, c, Sh::THREADS, Sh::SMEM, stream, g, k, spec,
-                                        grad_k, grad_w, b, c, t, plan.splits, rows_ctas, true,
-                                        scratch, acc, tw, kspec, streaming);
+      err = fused_ops::launch_with_smem_after(after, kernel, c, Sh::THREADS, Sh::SMEM, stream, g,
+                                              k, spec, grad_k, grad_w, b, c, t, plan.splits,
+                                              rows_ctas, true, scratch, acc, tw, kspec,
+                                              streaming);
     }
   });
   return err;

@@ -84,6 +84,14 @@ int64_t resident_ctas(int M, const Tensor& k) {
   });
 }
 
+// Whether a kernel that reads what the kernel launched just before it writes starts while that
+// kernel's last CTAs run (a programmatic dependent launch: sm_90 and newer,
+// RWKV_TIMEX_FUSED_PDL=0: never): the conv kernel after the spectrum kernel, the backward's
+// reduce launch after its main one.
+bool programmatic(const Tensor& k) {
+  return switch_on("RWKV_TIMEX_FUSED_PDL") && fused_ops::device_properties(k).major >= 9;
+}
+
 template <typename scalar_t>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
                      Tensor* keep, Tensor* keep_twiddles) {
@@ -101,7 +109,8 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
       switch_on("RWKV_TIMEX_FUSED_STREAM"),
       switch_on("RWKV_TIMEX_FUSED_PREFETCH")
           ? static_cast<int>(std::min<int64_t>(resident_ctas<scalar_t, true>(M, k), INT_MAX))
-          : 0));
+          : 0,
+      programmatic(k)));
   if (keep != nullptr) *keep = spec;
   if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
@@ -129,8 +138,8 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
       grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, M, plan,
-      as<cf32>(scratch), as<const cf32>(tw), stream, kspec,
-      switch_on("RWKV_TIMEX_FUSED_STREAM")));
+      as<cf32>(scratch), as<const cf32>(tw), stream, kspec, switch_on("RWKV_TIMEX_FUSED_STREAM"),
+      programmatic(k)));
   return {grad_w, grad_k};
 }
 

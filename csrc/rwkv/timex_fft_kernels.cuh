@@ -23,6 +23,7 @@
 
 #include "rwkv/timex_fft_math.cuh"
 #include "rwkv/timex_fft_pairs.cuh"
+#include "rwkv/timex_fft_pdl.cuh"
 
 #ifndef TIMEX_EMULATE
 #include <cuda_runtime.h>
@@ -182,6 +183,7 @@ template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
 spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __restrict__ spec,
                 const cf32* __restrict__ tw) {
+  launch_dependents();  // a consumer launched after this grid waits for it before its reads
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t r = blockIdx.x;
@@ -209,10 +211,13 @@ spectrum_kernel(const scalar_t* __restrict__ x, int T, bool reversed, cf32* __re
 // ahead: where > 0, the CTA asks L2 for the row of CTA i + ahead (the resident CTAs: the one that
 // starts about when this one ends), whose first stage then waits on L2, not DRAM (at M = 16384,
 // one CTA an SM, waiting on that load was 9% of the warp stall samples); 0.3-3.5% less GPU time
-// where the rows take several waves (run 48 (c); RWKV_TIMEX_FUSED_PREFETCH=0: 0).
+// where the rows take several waves (run 48 (c); RWKV_TIMEX_FUSED_PREFETCH=0: 0). Launched as a
+// programmatic dependent of the spectrum kernel (launch_conv's after), its CTAs load and
+// transform their rows while that grid's last CTAs run, and wait for it before the product
+// (timex_fft_pdl.cuh); spec is read through plain loads for that.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL(Sh::THREADS)
-conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
+conv_kernel(const scalar_t* __restrict__ x, const cf32* spec,
             scalar_t* __restrict__ out, int C, int T, float eps, const cf32* __restrict__ tw,
             cf32* __restrict__ xspec, bool channel_major, bool streaming, int ahead) {
   TIMEX_FFT_SHARED(raw);
@@ -227,6 +232,7 @@ conv_kernel(const scalar_t* __restrict__ x, const cf32* __restrict__ spec,
   fft<Sh, false, true, 1, STAGED>(
       sm, tw, RowLoad<scalar_t>{row, T, false, pairs_aligned(row, T), streaming}, SmemStore{sm});
   TIMEX_FFT_SYNC();
+  wait_for_spectra(spec);  // where launched as a dependent of the spectrum kernel
   const cf32* s = spec + (r % C) * Sh::M;
   cf32* xs = xspec != nullptr ? xspec + r * Sh::M : nullptr;
   split_pairs<Sh, STAGED>(
@@ -331,21 +337,23 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 
 // out (B, C, T) = eps + causal convolution of k (B, C, T) with the W whose spectra spec (C, M)
 // holds; kspec: where not null, receives k's spectra (B C, M), for launch_backward's kspec;
-// channel_major, streaming and ahead as conv_kernel's.
+// channel_major, streaming and ahead as conv_kernel's. after: a programmatic dependent launch
+// (fused_ops::launch_with_smem_after) of the spectrum kernel that made spec, launched just before
+// on `stream` (the caller checks for sm_90 and newer).
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
                         int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
                         cf32* kspec = nullptr, bool channel_major = true, bool streaming = true,
-                        int ahead = 0) {
+                        int ahead = 0, bool after = false) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
   with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    err = fused_ops::launch_with_smem(conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C),
-                                      Sh::THREADS, Sh::SMEM, stream, k, spec, out,
-                                      static_cast<int>(C), static_cast<int>(T), eps, tw,
-                                      kspec, channel_major, streaming, ahead);
+    err = fused_ops::launch_with_smem_after(
+        after, conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C), Sh::THREADS, Sh::SMEM,
+        stream, k, spec, out, static_cast<int>(C), static_cast<int>(T), eps, tw, kspec,
+        channel_major, streaming, ahead);
   });
   return err;
 }

@@ -67,7 +67,7 @@ bool overlap_spectra() {
 
 // Launches kernel, which reads W's spectra. Where they were made by the spectrum kernel
 // launched just before it on `stream` (just_made), as a programmatic dependent launch on sm_90
-// and newer (launch_dependents and wait_for_spectra, timex_fft_tc_common.cuh): its CTAs load
+// and newer (launch_dependents and wait_for_spectra, timex_fft_pdl.cuh): its CTAs load
 // and transform their rows while the spectrum grid's last wave runs, and wait for that grid
 // before the middle. Else (kept spectra, older GPUs, RWKV_TIMEX_TC_PDL=0) an ordinary launch.
 // Only right after spectrum_tc_kernel: the kernels read g and k before they wait, which is
@@ -76,23 +76,9 @@ template <typename Kernel, typename... Args>
 cudaError_t launch_on_spectra(bool just_made, const Tensor& on, Kernel kernel, int grid,
                               int threads, int smem, cudaStream_t stream, Args... args) {
   // The setting first: a bad value raises on every GPU, not only where it would be used.
-  if (!overlap_spectra() || !just_made || fused_ops::device_properties(on).major < 9) {
-    return fused_ops::launch_with_smem(kernel, grid, threads, smem, stream, args...);
-  }
-  const cudaError_t e =
-      fused_ops::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel), smem);
-  if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
+  const bool after =
+      overlap_spectra() && just_made && fused_ops::device_properties(on).major >= 9;
+  return fused_ops::launch_with_smem_after(after, kernel, grid, threads, smem, stream, args...);
 }
 
 // W's spectra and their exponents.

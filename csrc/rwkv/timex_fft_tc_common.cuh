@@ -15,6 +15,7 @@
 
 #include "common/mma_half.h"
 #include "rwkv/timex_fft_math.cuh"  // cf32 and its operators, TIMEX_FFT_* macros
+#include "rwkv/timex_fft_pdl.cuh"
 
 #ifdef TIMEX_EMULATE
 #define TIMEX_FFT_TC_KERNEL(threads, blocks) void
@@ -52,39 +53,9 @@ namespace fft_tc {
 
 using fft::cf32;
 
-// Programmatic dependent launch (sm_90 and newer; no-ops elsewhere and in the emulation): the
-// spectrum kernel lets the launch that consumes its spectra start as soon as every one of its
-// CTAs is running (launch_dependents, at its start), and that kernel loads and transforms its
-// rows, which do not depend on the spectra, before it waits (wait_for_spectra) for the spectrum
-// grid to complete and its stores to be visible. A grid of a few waves leaves most of an SM
-// idle in its last; the consumer's CTAs fill it. Only a kernel launched right after the
-// spectrum kernel with timex_fft_tc.cu's launch_on_spectra does this; for any other launch
-// griddepcontrol.wait returns at once (the stream's order already holds).
-TIMEX_FFT_DEVICE void launch_dependents() {
-#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-// The wait, then the pointers to the spectra (wz, wexp) as the compiler must see them after it:
-// loads through them cannot be scheduled above the wait (a load the compiler takes for one of
-// read-only memory, as through a const __restrict__ pointer, it may otherwise hoist anywhere,
-// and the spectrum kernel may still be writing there). Their loads are plain (coherent) ones,
-// not the read-only path, whose data must not change while the kernel runs.
-template <typename T>
-TIMEX_FFT_DEVICE void opaque_pointer(T*& p) {
-#ifndef TIMEX_EMULATE
-  asm volatile("" : "+l"(p));
-#else
-  (void)p;
-#endif
-}
-template <typename... P>
-TIMEX_FFT_DEVICE void wait_for_spectra(P*&... spectra) {
-#if !defined(TIMEX_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  (opaque_pointer(spectra), ...);
-}
+// Programmatic dependent launch on the spectra (timex_fft_pdl.cuh).
+using fft::launch_dependents;
+using fft::wait_for_spectra;
 
 // Threads per CTA: N / 32 up to 256, so that each warp has at least 8 tiles per pass and 4
 // steps of the middle over which to spread its set-up (fragments, per-lane twiddles); 64 at N =

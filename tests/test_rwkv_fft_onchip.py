@@ -25,7 +25,10 @@ def test_fused_backward_work_splits(shape, monkeypatch):
     at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
     float32 FFT convolution, and within 2e-6), deterministic, and the eager path (the spectra
     of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0; without the
-    conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0) the same bits as the ops."""
+    conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel and the reduce
+    launch after the kernels before them instead of overlapping their last CTAs,
+    RWKV_TIMEX_FUSED_PDL=0) the same bits as the ops, call after call (a read of spectra or
+    sums still being written would show as a difference)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(*shape, "cuda", torch.float32)
     assert rwkv_ops.timex_algorithm(k) == "fft_fused"
@@ -38,13 +41,15 @@ def test_fused_backward_work_splits(shape, monkeypatch):
         assert e <= max(2 * p, 1e-7) and e < 2e-6, (shape, name, e, p)
     for a, b in zip(ours(w, k, g, 0.2), got):
         assert torch.equal(a, b)
-    for keep_k, prefetch in (("1", "1"), ("0", "1"), ("1", "0")):
+    for keep_k, prefetch, pdl in (("1", "1", "1"), ("1", "1", "1"), ("0", "1", "1"),
+                                  ("1", "0", "1"), ("1", "1", "0")):
         monkeypatch.setenv("RWKV_TIMEX_FUSED_KEEP_K", keep_k)
         monkeypatch.setenv("RWKV_TIMEX_FUSED_PREFETCH", prefetch)
+        monkeypatch.setenv("RWKV_TIMEX_FUSED_PDL", pdl)
         wg, kg = (t.clone().requires_grad_() for t in (w, k))
         out = rwkv_ops.timex(wg, kg, 0.2)
         for a, b in zip([out, *torch.autograd.grad(out, [wg, kg], g)], got):
-            assert torch.equal(a, b), (keep_k, prefetch)
+            assert torch.equal(a, b), (keep_k, prefetch, pdl)
 
 
 # Rows past one CTA's shared memory (T > 16384): the thread-block-cluster kernels (forced; auto

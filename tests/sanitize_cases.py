@@ -224,7 +224,7 @@ def rwkv_direct_cases():
     timex_case("rwkv_direct", 5, C, 64, "float32", "direct", "misaligned (scalar copies)",
                misalign=True)
     # The auto choice at the float32 crossover's direct side.
-    timex_case("rwkv_direct", 2, 2, 640, "float32", None, "auto", expect="direct")
+    timex_case("rwkv_direct", 2, 2, 256, "float32", None, "auto", expect="direct")
     # The half types' tensor-core kernels (sm_80+) on their crossover's direct side (T = 1024:
     # several reduction chunks), with 1, 9 and 33 rows (8, 2 and no time folds).
     for dtype in ["float16", "bfloat16"]:
@@ -277,7 +277,7 @@ def rwkv_fft_cases():
     timex_case("rwkv_fft", 3, 400, 4097, "float32", "fft_fused", "row ranges",
                expect="fft_fused")
     # The auto choice just past the float32 crossover.
-    timex_case("rwkv_fft", 2, 2, 641, "float32", None, "auto", expect="fft_fused")
+    timex_case("rwkv_fft", 2, 2, 257, "float32", None, "auto", expect="fft_fused")
     # The tensor-core kernels (bfloat16/float16, T <= 16384): each transform length N = 2048 to
     # 32768, 2560, 3072, 6144, 12288 and 5, 6, 7 times 4096 (Z's planes in global scratch from
     # 28672), odd B (a pair of one row), misaligned rows, the kept spectra, auto's choice

@@ -295,6 +295,10 @@ def tc_faster(B, C, T):
     (timex_cuda.cu)."""
     if B == 1:
         return T > 8192 and C >= 512
+    if T <= 512:
+        return False
+    if T <= 1024:
+        return B != 3
     if 1024 < T <= 1536:
         return B != 3 and (C >= 512 or B >= 8 or (B == 2 and T > 1280))
     if 3072 < T <= 4096:
@@ -319,9 +323,9 @@ def expected_algorithm(device, dtype, T, algo, B, C):
                and torch.cuda.get_device_capability(0)[0] >= 9)
     fastest = "fft_fused" if fused else "fft_cluster" if cluster else "fft_library"
     if algo == "auto":
-        # float32's 640 holds up to 256 rows B C, the half types' 1024 below B = 16
-        # (timex_cuda.cu takes_direct); timex_shape draws B, C <= 3
-        direct_max = {torch.float64: 256, torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 640)
+        # the half types' 1024 below B = 16 at up to 128 channels (timex_cuda.cu takes_direct,
+        # half_direct_max_t); timex_shape draws B, C <= 3
+        direct_max = {torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 256)
         if T <= direct_max:
             return "direct"
         # bfloat16 where tc_faster(B, C, T) on the tensor-core FFT (sm_80 and newer, T <= 16384)

@@ -19,7 +19,7 @@ ALGOS = {"cpu": ["direct", "fft"],
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
 # The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
-             ("cuda", torch.float32): 640, ("cuda", torch.float64): 256}
+             ("cuda", torch.float32): 256, ("cuda", torch.float64): 256}
 LENGTHS = [1, 2, 63, 64, 65, 1000, 1100, 4096, 4097, 10007, 16384, 65536]
 
 
@@ -327,22 +327,48 @@ def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
 
 @cuda_only
 def test_cuda_float32_crossover_by_rows(monkeypatch):
-    """auto in float32 (timex_cuda.cu takes_direct): the direct kernels up to T = 640 with at
-    most 256 rows (B C), up to 256 with any."""
+    """auto in float32 (timex_cuda.cu takes_direct): the direct kernels up to T = 256 at any
+    rows (B C), the fused FFT after."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
-    for (B, C, T), want in [((1, 256, 640), "direct"), ((1, 257, 640), "fft_fused"),
-                            ((2, 3, 641), "fft_fused"), ((1, 257, 300), "fft_fused"),
+    for (B, C, T), want in [((1, 256, 256), "direct"), ((1, 256, 257), "fft_fused"),
+                            ((2, 3, 641), "fft_fused"), ((1, 1, 257), "fft_fused"),
                             ((3, 7000, 256), "direct"), ((3, 7000, 257), "fft_fused")]:
         k = torch.empty(B, C, T, device="cuda")
         assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
 
 
 @cuda_only
+def test_cuda_half_crossover_by_channels(monkeypatch):
+    """auto up to T = 1024 in the half types (timex_cuda.cu half_direct_max_t): the direct
+    kernels with at most 128 channels; from 9 rows up to 1024 (float16 from 16 rows or up to
+    256 channels) or 896; with up to 8 rows and at most 512 channels up to 768 (512 at B = 1),
+    else up to 256 (B = 1: 128, none past 1024 channels); the fused FFT after (fft_tc's cases:
+    tests/test_rwkv_fft_tc.py)."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
+    f16, bf16 = torch.float16, torch.bfloat16
+    for dtype, (B, C, T), want in [
+            (f16, (1, 1024, 128), "direct"), (f16, (1, 1024, 129), "fft_fused"),
+            (f16, (1, 2048, 64), "fft_fused"), (f16, (2, 1024, 256), "direct"),
+            (f16, (4, 1024, 1024), "fft_fused"), (f16, (4, 512, 768), "direct"),
+            (f16, (4, 512, 769), "fft_fused"), (f16, (1, 512, 512), "direct"),
+            (f16, (1, 512, 513), "fft_fused"), (f16, (2, 512, 768), "direct"),
+            (f16, (12, 512, 896), "direct"), (f16, (12, 512, 897), "fft_fused"),
+            (f16, (12, 256, 1024), "direct"), (f16, (16, 2048, 1024), "direct"),
+            (f16, (8, 256, 768), "direct"), (f16, (1, 128, 1024), "direct"),
+            (f16, (2, 2048, 300), "fft_fused"), (bf16, (4, 1024, 300), "fft_fused"),
+            (bf16, (1, 1024, 257), "fft_fused"), (bf16, (2, 600, 512), "fft_fused"),
+            (bf16, (3, 512, 768), "direct")]:
+        k = torch.empty(B, C, T, device="cuda", dtype=dtype)
+        assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, C, T)
+
+
+@cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
-    """auto: the tensor-core direct kernels up to T = 1024, or from B = 16 on at T a multiple
-    of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores; timex_cuda.cu
-    takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512 channels),
+    """auto at 3 channels: the tensor-core direct kernels up to T = 1024, or from B = 16 on at
+    T a multiple of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores;
+    timex_cuda.cu takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512
+    channels),
     the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8 (B = 2 past
     T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's bound on each
     side."""

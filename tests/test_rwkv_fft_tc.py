@@ -298,8 +298,9 @@ def test_auto_choice(monkeypatch):
     T = 16384, where it measured faster (tc_faster): from B = 2, but for 1024 < T <= 1536 (the
     fused kernels' M = 1536) not B = 3 and below C = 512 only from B = 8 (or B = 2 past 1280),
     for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256), and with B = 1 past 8192 from C =
-    512; the fused kernels else, for float16 (their error is the FFT conv's) and for float32;
-    past T = 16384 not fft_tc."""
+    512, and up to T = 1024 past the direct kernels' reach (half_direct_max_t) from T = 513 but
+    with B = 3; the fused kernels else, for float16 (their error is the FFT conv's) and for
+    float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),
@@ -366,7 +367,14 @@ def test_auto_choice(monkeypatch):
                           (4, 255, 1536, "fft_fused"), (4, 512, 1100, "fft_tc"),
                           (3, 2048, 1200, "fft_fused"), (8, 256, 1300, "fft_tc"),
                           (16, 512, 1100, "direct"), (16, 513, 1100, "fft_tc"),
-                          (16, 512, 1102, "fft_tc")]:
+                          (16, 512, 1102, "fft_tc"), (4, 1024, 256, "direct"),
+                          (4, 1024, 512, "fft_fused"), (4, 1024, 513, "fft_tc"),
+                          (3, 1024, 1024, "fft_fused"), (2, 512, 512, "direct"),
+                          (2, 512, 513, "fft_tc"), (16, 1024, 896, "direct"),
+                          (16, 1024, 897, "fft_tc"), (12, 512, 768, "direct"),
+                          (12, 512, 769, "fft_tc"), (8, 256, 768, "direct"),
+                          (8, 256, 769, "fft_tc"), (1, 128, 1024, "direct"),
+                          (1, 2048, 1024, "fft_fused")]:
         k = torch.empty(B, C, T, device="cuda", dtype=torch.bfloat16)
         assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
     k = torch.empty(16, 2, 16385, device="cuda", dtype=torch.bfloat16)

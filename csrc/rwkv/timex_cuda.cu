@@ -166,12 +166,16 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // backward's register bound). float32 (3xTF32 direct kernels against the fused FFT with its
 // one-pass backward): with 128 and 256 rows B C the direct kernels win up to T = 640 (there by
 // 22% and 7%; at 768 the FFT by 22%), with 512 rows up to 512 (even), with 1024 to 32768 rows
-// up to 256 or 384 (at 512 the FFT by 14% to 21%): kF32DirectMaxT with at most
-// kF32DirectMaxRows rows, else 256.
+// up to 256 or 384 (at 512 the FFT by 14% to 21%). Against the FFT kernels of run 49 (H200,
+// GPU busy time, run 50 (b); 256 to 16384 rows, T = 128 to 768): the direct kernels up to 256
+// (by 14-39% from 1024 rows, tied at 512 rows, the FFT by 13% at 256 rows), the FFT from 384
+// (by 6-66% at 384, 24-140% at 512; at (1, 256, 640), where 640 was the bound, 2.4x):
+// kF32DirectMaxT at any rows.
 // float16 and bfloat16 (bf16/fp16 tensor-core kernels, whose tiles take more of the batch at
 // once as B grows): with B = 16 and 32 the direct kernels win up to T = 1536 (there by 30% and
 // 32%), with B = 4 and 8 up to 1024 (at 1536 the FFT by 3-5%), with B = 1 and 2 and 1024
-// channels the FFT from 1024 or 1536 on (at 1536 by 1.3x to 2.2x): kHalfDirectMaxT, and
+// channels the FFT from 1024 or 1536 on (at 1536 by 1.3x to 2.2x): kHalfDirectMaxT (at most;
+// below it half_direct_max_t now, against the later FFT kernels), and
 // kHalfBatchedMaxT from B = kHalfBatch on where T % 8 == 0: past 1024 the direct kernels' rows
 // loaded 16 bytes at a time only at such T (timex_tc_launch.cuh), and the FFT (the fused
 // kernels' M = 1536, the tensor-core N = 4096) won at every other T measured (H200, GPU busy
@@ -193,10 +197,18 @@ void backward_for_batch(const Tensor& gc, const Tensor& wc, const Tensor& kc, Te
 // two tied at (16, 1024, 1102), so those stay on the FFT. In bfloat16 against fft_tc at T % 4
 // == 0: direct 4-6% less at C = 512 and 9-17% at 256 (T = 1100, 1276), 3-4% more from C = 1024
 // (1100, 1148) and 3% more at (16, 512, 1276): kHalfBatchedMaxT4Tc up to kHalfBatchedMaxC4Tc
-// channels. float64 (FMA direct kernels, cuFFT): the FFT from 512 on with 256 rows, from 257 on
-// with 4096 rows and more.
-constexpr int64_t kF32DirectMaxT = 640;
-constexpr int64_t kF32DirectMaxRows = 256;
+// channels. Up to T = 1024 (half_direct_max_t) against the FFT kernels of run 49 (H200, GPU busy
+// time, B = 1 to 32, C = 256 to 2048, T = 256 to 1024 in steps of 128; the FFT the faster of
+// fft_fused and fft_tc): the FFT's time is mostly fixed (about 25 us a call plus 20 ns a row at
+// T = 1024) while the direct kernels' grows as C T^2, and up to 8 rows (time folds) little
+// with B (B = 1 takes as long as 2); so from 1024 channels the fused FFT took 15-60% less than
+// the direct kernels from T = 384 with B <= 8 (2.4-2.8x less at B = 1, T = 1024; at B = 1 from
+// T = 192, and from T = 64 at 2048 channels, 35-44%), and with B = 9 to 32 from 512 channels
+// fft_tc 2-31% less past 768 or 896 in bfloat16; with up to 128 channels the direct kernels up
+// to 1024 (within 11% either way at T = 1024, 15-90% less below; run 50 (b)). float64 (FMA
+// direct kernels, cuFFT): the FFT from 512 on with 256 rows, from 257 on with 4096 rows and
+// more.
+constexpr int64_t kF32DirectMaxT = 256;
 constexpr int64_t kHalfDirectMaxT = 1024;
 constexpr int64_t kHalfBatchedMaxT = 1408;
 constexpr int64_t kHalfBatchedMaxTc = 1280;  // bfloat16 where fft_tc runs
@@ -225,6 +237,9 @@ constexpr int64_t kF64DirectMaxT = 256;
 // marked; odd B with the kernels built for it (from N = 8192 the last rows share transforms)
 // and the last row's grad_k and grad_w through one inverse (run 37, f661ed9; C = 512 and
 // 1024):
+//   T <= 1024 (N <= 2048; run 49's kernels, GPU busy time, C = 256 to 2048): from T = 640 with
+//     B = 2 and 4 to 32 6-24% less from C = 512 (within 10% either way at 256); with 3 8-14%
+//     less at C = 1024, 2-15% more else; up to T = 512 13-160% more;
 //   1536 < T <= 2048 (N = 4096): 10-22% less time with B = 2, 8-16% with 3, 14-21% with 4;
 //     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024;
 //   1024 < T <= 1536 (N = 2560 to 1280, 3072 past it) against the fused kernels' M = 1536 (GPU
@@ -261,6 +276,8 @@ constexpr int64_t kF64DirectMaxT = 256;
 // package's 2x; the fused kernels' is the FFT conv's (benchmarks/results/timex_fft_tc_h100.md).
 bool tc_faster(int64_t B, int64_t C, int64_t T) {
   if (B == 1) return T > 8192 && C >= 512;
+  if (T <= 512) return false;
+  if (T <= 1024) return B != 3;
   if (T > 1024 && T <= 1536) return B != 3 && (C >= 512 || B >= 8 || (B == 2 && T > 1280));
   if (T > 3072 && T <= 4096) return B >= 4 || (B == 2 && C >= 256);
   return true;
@@ -276,18 +293,34 @@ fft::Kernel fastest_fft(const Tensor& k) {
   return fft::Kernel::kFftLibrary;
 }
 
+// The longest T <= 1024 at which auto takes the half types' direct kernels for B rows of C
+// channels (the crossover comment above, run 50 (a), (b)): from 9 rows (tiles of 16 or 32 rows),
+// up to 8 (time folds), by channels.
+// tc_fft: bfloat16 where fft_tc runs (the FFT past T = 512 then).
+int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
+  if (C <= 128) return 1024;  // few channels: the FFT's fixed cost per call
+  if (B > 8) {
+    if (C <= 256) return 1024;
+    if (B < 16) return tc_fft ? 768 : 896;
+    return tc_fft ? 896 : 1024;
+  }
+  if (C > 512) return B > 1 ? 256 : C > 1024 ? 0 : 128;  // B = 1: the direct tiles half empty
+  if (B == 1 || (B == 2 && tc_fft)) return 512;
+  return 768;
+}
+
 // auto's choice between the direct kernels and the FFT (the crossover lengths above).
 bool takes_direct(const Tensor& k) {
   using torch::headeronly::ScalarType;
   const int64_t T = k.size(2);
   switch (k.scalar_type()) {
     case ScalarType::Float:
-      return T <= 256 || (T <= kF32DirectMaxT && k.size(0) * k.size(1) <= kF32DirectMaxRows);
+      return T <= kF32DirectMaxT;
     case ScalarType::Double: return T <= kF64DirectMaxT;
     default: {
-      if (T <= kHalfDirectMaxT) return true;
-      if (k.size(0) < kHalfBatch) return false;
       const bool tc_fft = k.scalar_type() == ScalarType::BFloat16 && fft::tc_supported(k);
+      if (T <= kHalfDirectMaxT) return T <= half_direct_max_t(k.size(0), k.size(1), tc_fft);
+      if (k.size(0) < kHalfBatch) return false;
       if (T % 8 == 0) return T <= (tc_fft ? kHalfBatchedMaxTc : kHalfBatchedMaxT);
       if (T % 4 != 0) return false;
       return tc_fft ? T <= kHalfBatchedMaxT4Tc && k.size(1) <= kHalfBatchedMaxC4Tc

@@ -297,10 +297,12 @@ def tc_faster(B, C, T):
         return T > 8192 and C >= 512
     if T <= 512:
         return False
+    if B == 3 and T <= 4096:
+        return 2560 < T <= 3072
     if T <= 1024:
-        return B != 3
-    if 1024 < T <= 1536:
-        return B != 3 and (C >= 512 or B >= 8 or (B == 2 and T > 1280))
+        return True
+    if T <= 1536:
+        return C >= 512 or B >= 8 or (B == 2 and T > 1280)
     if 3072 < T <= 4096:
         return B >= 4 or (B == 2 and C >= 256)
     return True

@@ -295,8 +295,9 @@ def test_forced_where_it_cannot_run(tc):
 def test_auto_choice(monkeypatch):
     """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (from B = 16: 1280 at T % 8 == 0, 1152 at T % 4 == 0 up to C = 512) up to
-    T = 16384, where it measured faster (tc_faster): from B = 2, but for 1024 < T <= 1536 (the
-    fused kernels' M = 1536) not B = 3 and below C = 512 only from B = 8 (or B = 2 past 1280),
+    T = 16384, where it measured faster (tc_faster): from B = 2, but with B = 3 up to T = 4096
+    only for 2560 < T <= 3072, for 1024 < T <= 1536 (the fused kernels' M = 1536) below C = 512
+    only from B = 8 (or B = 2 past 1280),
     for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256), and with B = 1 past 8192 from C =
     512, and up to T = 1024 past the direct kernels' reach (half_direct_max_t) from T = 513 but
     with B = 3; the fused kernels else, for float16 (their error is the FFT conv's) and for
@@ -314,7 +315,9 @@ def test_auto_choice(monkeypatch):
                               (torch.bfloat16, 3, 1536, "fft_fused"),
                               (torch.bfloat16, 4, 1100, "fft_fused"),
                               (torch.bfloat16, 2, 1537, "fft_tc"),
-                              (torch.bfloat16, 3, 2048, "fft_tc"),
+                              (torch.bfloat16, 3, 2048, "fft_fused"),
+                              (torch.bfloat16, 3, 2561, "fft_tc"),
+                              (torch.bfloat16, 3, 2560, "fft_fused"),
                               (torch.bfloat16, 2, 2049, "fft_tc"),
                               (torch.bfloat16, 1, 3072, "fft_fused"),
                               (torch.bfloat16, 2, 3072, "fft_tc"),

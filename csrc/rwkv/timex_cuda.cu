@@ -240,6 +240,10 @@ constexpr int64_t kF64DirectMaxT = 256;
 //   T <= 1024 (N <= 2048; run 49's kernels, GPU busy time, C = 256 to 2048): from T = 640 with
 //     B = 2 and 4 to 32 6-24% less from C = 512 (within 10% either way at 256); with 3 8-14%
 //     less at C = 1024, 2-15% more else; up to T = 512 13-160% more;
+//   with B = 3 against run 49's fused kernels (GPU busy time, run 50 (d), C = 256 to 2048):
+//     1536 < T <= 2048 7-9% less at C = 512, 2-13% more else; 2048 < T <= 2560 (the fused
+//     kernels' M = 2560) 1-28% more; 2560 < T <= 3072 3-12% less up to C = 1024, even at 2048;
+//     3072 < T <= 4096 3-45% more;
 //   1536 < T <= 2048 (N = 4096): 10-22% less time with B = 2, 8-16% with 3, 14-21% with 4;
 //     with B = 1 4-5% less at C = 512, 44-59% more at C = 1024;
 //   1024 < T <= 1536 (N = 2560 to 1280, 3072 past it) against the fused kernels' M = 1536 (GPU
@@ -277,8 +281,9 @@ constexpr int64_t kF64DirectMaxT = 256;
 bool tc_faster(int64_t B, int64_t C, int64_t T) {
   if (B == 1) return T > 8192 && C >= 512;
   if (T <= 512) return false;
-  if (T <= 1024) return B != 3;
-  if (T > 1024 && T <= 1536) return B != 3 && (C >= 512 || B >= 8 || (B == 2 && T > 1280));
+  if (B == 3 && T <= 4096) return T > 2560 && T <= 3072;
+  if (T <= 1024) return true;
+  if (T <= 1536) return C >= 512 || B >= 8 || (B == 2 && T > 1280);
   if (T > 3072 && T <= 4096) return B >= 4 || (B == 2 && C >= 256);
   return true;
 }

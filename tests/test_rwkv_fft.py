@@ -368,10 +368,9 @@ def test_cuda_half_crossover(dtype, monkeypatch):
     """auto at 3 channels: the tensor-core direct kernels up to T = 1024, or from B = 16 on at
     T a multiple of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores;
     timex_cuda.cu takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512
-    channels),
-    the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8 (B = 2 past
-    T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's bound on each
-    side."""
+    channels), the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8
+    (B = 2 past T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's
+    bound on each side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     batched_fft = "fft_tc" if dtype == torch.bfloat16 else "fft_fused"
     for B, T, algo in ((2, 1024, "direct"), (1, 1025, "fft_fused"), (2, 1025, "fft_fused"),

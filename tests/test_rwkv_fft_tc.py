@@ -297,11 +297,10 @@ def test_auto_choice(monkeypatch):
     kernels' reach (from B = 16: 1280 at T % 8 == 0, 1152 at T % 4 == 0 up to C = 512) up to
     T = 16384, where it measured faster (tc_faster): from B = 2, but with B = 3 up to T = 4096
     only for 2560 < T <= 3072, for 1024 < T <= 1536 (the fused kernels' M = 1536) below C = 512
-    only from B = 8 (or B = 2 past 1280),
-    for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256), and with B = 1 past 8192 from C =
-    512, and up to T = 1024 past the direct kernels' reach (half_direct_max_t) from T = 513 but
-    with B = 3; the fused kernels else, for float16 (their error is the FFT conv's) and for
-    float32; past T = 16384 not fft_tc."""
+    only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256),
+    with B = 1 past 8192 from C = 512, and up to T = 1024 past the direct kernels' reach
+    (half_direct_max_t) only from T = 513; the fused kernels else, for float16 (their error is
+    the FFT conv's) and for float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),

@@ -237,9 +237,10 @@ constexpr int64_t kF64DirectMaxT = 256;
 // marked; odd B with the kernels built for it (from N = 8192 the last rows share transforms)
 // and the last row's grad_k and grad_w through one inverse (run 37, f661ed9; C = 512 and
 // 1024):
-//   T <= 1024 (N <= 2048; run 49's kernels, GPU busy time, C = 256 to 2048): from T = 640 with
-//     B = 2 and 4 to 32 6-24% less from C = 512 (within 10% either way at 256); with 3 8-14%
-//     less at C = 1024, 2-15% more else; up to T = 512 13-160% more;
+//   T <= 1024 (N <= 2048; run 49's kernels, GPU busy time, run 50 (a), C = 256 to 2048): from
+//     T = 640 with B = 2 and 4 to 32 3-22% less from C = 512 (at 256 within 10% either way, B =
+//     2 22-24% less); with 3 8-14% less at C = 1024, 2-15% more else; up to T = 512 13-160%
+//     more (but at B = 2 up to 512 channels, where the direct kernels run);
 //   with B = 3 against run 49's fused kernels (GPU busy time, run 50 (d), C = 256 to 2048):
 //     1536 < T <= 2048 7-9% less at C = 512, 2-13% more else; 2048 < T <= 2560 (the fused
 //     kernels' M = 2560) 1-28% more; 2560 < T <= 3072 3-12% less up to C = 1024, even at 2048;

@@ -280,6 +280,7 @@ PYEOF
   step "python -m torch_fused_ops info (torch $torch_release)"
   "$venv/bin/python" -m torch_fused_ops info | tee "$OUT/info_$label.txt"
   cd "$ROOT"
+  rm -rf "$venv"  # a CUDA torch is 3-6 GB: the next test's venv need not sit beside this one
 }
 
 test_wheel_with_torch "$TORCH_RELEASE" built-with

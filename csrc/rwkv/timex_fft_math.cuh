@@ -88,7 +88,11 @@ constexpr int kTwiddles = 2 * kMaxM;
 // The shortest M = 3 2^k or 5 2^k that fft_length gives. Below it the power of two measured
 // as fast or faster (GPU busy time, run 44 (c)): at T = 600 M = 1024 took 5-10% less than 768
 // and 640 (48 and 40 threads), at T = 1100 to 1200 M = 1536 0-3% less than 1280 (80 threads,
-// 2.5 warps; its radix-5 stage's 256 butterflies in 4 rounds of 80).
+// 2.5 warps; its radix-5 stage's 256 butterflies in 4 rounds of 80). 1280 on two whole warps
+// (64 threads of 20 values, stages of radix 4, 4, 4, 20) was 12-25% slower than 1536 at T = 1030
+// to 1280 in all three dtypes (run 51): one pass more, the backward's radix-20 stage spilled
+// under its 56-register cap (191 against 82 us at (4, 1024, 1100)), and even the conv kernel,
+// without spills, took 70 against 63 us.
 constexpr int kMinOddM = 1536;
 
 TIMEX_FFT_HD constexpr bool supported(int64_t T) { return T >= 1 && T <= kMaxM; }

@@ -1,4 +1,4 @@
-"""The sweep behind TimeX's algorithm choice (csrc/rwkv/timex_cuda.cu takes_direct,
+"""The sweep behind TimeX's algorithm choice (csrc/rwkv/timex_choice.h takes_direct,
 csrc/rwkv/timex.cpp kCpuDirectMaxT): forward + backward op time of each algorithm, forced
 with RWKV_TIMEX_ALGO, by length T, batch rows B*C and dtype. Prints a markdown table and,
 per (dtype, rows), the longest T at which the direct kernels are still the faster ones.

@@ -281,7 +281,7 @@ def test_lltm_sequence_nonfinite_like_reference(device, T, B, F, S, dtype, path,
 # ---- TimeX across the algorithm crossovers -------------------------------------------------
 
 # The crossover lengths (csrc/rwkv/timex.cpp: CPU 512 float and half types, 256 float64;
-# csrc/rwkv/timex_cuda.cu: CUDA 768 float32, 1024 half types, 256 float64), the fused
+# csrc/rwkv/timex_choice.h: CUDA 256 float32, up to 1024 half types, 256 float64), the fused
 # kernels' power-of-two steps and their maximum 16384 (past it the cluster kernels on sm_90,
 # else the library FFT), the library FFT's 7-smooth lengths (4097 -> 4116).
 CROSS_T = [255, 256, 257, 511, 512, 513, 767, 768, 769, 1023, 1024, 1025]
@@ -292,7 +292,7 @@ ALGOS = ["auto", "direct", "fft", "fft_library"]
 
 def tc_faster(B, C, T):
     """Whether auto takes the tensor-core FFT in bfloat16 for B rows of C channels of T
-    (timex_cuda.cu)."""
+    (timex_choice.h)."""
     if B == 1:
         return T > 8192 and C >= 512
     if T <= 512:
@@ -309,7 +309,7 @@ def tc_faster(B, C, T):
 
 
 def expected_algorithm(device, dtype, T, algo, B, C):
-    """What timex_algorithm must report for k (B, C, T) (csrc/rwkv/timex.cpp, timex_cuda.cu)."""
+    """What timex_algorithm must report for k (B, C, T) (csrc/rwkv/timex.cpp, timex_choice.h)."""
     if device == "cpu":
         if algo == "auto":
             return "direct" if T <= (256 if dtype == torch.float64 else 512) else "fft_library"
@@ -325,7 +325,7 @@ def expected_algorithm(device, dtype, T, algo, B, C):
                and torch.cuda.get_device_capability(0)[0] >= 9)
     fastest = "fft_fused" if fused else "fft_cluster" if cluster else "fft_library"
     if algo == "auto":
-        # the half types' 1024 below B = 16 at up to 128 channels (timex_cuda.cu takes_direct,
+        # the half types' 1024 below B = 16 at up to 128 channels (timex_choice.h takes_direct,
         # half_direct_max_t); timex_shape draws B, C <= 3
         direct_max = {torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 256)
         if T <= direct_max:

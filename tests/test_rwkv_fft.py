@@ -17,7 +17,7 @@ cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA GPU")
 ALGOS = {"cpu": ["direct", "fft"],
          "cuda": ["direct", "fft", "fft_library", "fft_fused", "fft_cluster", "fft_tc"]}
 CASES = [(d, a) for d in DEVICES for a in ALGOS[d]]
-# The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_cuda.cu).
+# The crossover lengths of the "auto" choice (csrc/rwkv/timex.cpp, timex_choice.h).
 CROSSOVER = {("cpu", torch.float32): 512, ("cpu", torch.float64): 256,
              ("cuda", torch.float32): 256, ("cuda", torch.float64): 256}
 LENGTHS = [1, 2, 63, 64, 65, 1000, 1100, 4096, 4097, 10007, 16384, 65536]
@@ -327,7 +327,7 @@ def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
 
 @cuda_only
 def test_cuda_float32_crossover_by_rows(monkeypatch):
-    """auto in float32 (timex_cuda.cu takes_direct): the direct kernels up to T = 256 at any
+    """auto in float32 (timex_choice.h takes_direct): the direct kernels up to T = 256 at any
     rows (B C), the fused FFT after."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for (B, C, T), want in [((1, 256, 256), "direct"), ((1, 256, 257), "fft_fused"),
@@ -339,7 +339,7 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 
 @cuda_only
 def test_cuda_half_crossover_by_channels(monkeypatch):
-    """auto up to T = 1024 in the half types (timex_cuda.cu half_direct_max_t): the direct
+    """auto up to T = 1024 in the half types (timex_choice.h half_direct_max_t): the direct
     kernels with at most 128 channels; from 9 rows up to 1024 (float16 from 16 rows or up to
     256 channels) or 896; with up to 8 rows and at most 512 channels up to 768 (512 at B = 1),
     else up to 256 (B = 1: 128, none past 1024 channels); the fused FFT after (fft_tc's cases:
@@ -367,7 +367,7 @@ def test_cuda_half_crossover_by_channels(monkeypatch):
 def test_cuda_half_crossover(dtype, monkeypatch):
     """auto at 3 channels: the tensor-core direct kernels up to T = 1024, or from B = 16 on at
     T a multiple of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores;
-    timex_cuda.cu takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512
+    timex_choice.h takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512
     channels), the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8
     (B = 2 past T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's
     bound on each side."""

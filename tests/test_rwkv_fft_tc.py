@@ -60,7 +60,7 @@ def grads_of(fn, w, k, g, eps):
 # Measured at SHAPES from T = 300 on (H200, benchmarks/results/issue29_runs/run41 (a)):
 # bfloat16 1.02-1.14x, within the package's 2x; float16 1.77-4.57x (2.49-5.20x before the
 # scaled DFT constants, kDftScale): the float16 planes round every pass, which float16's own
-# output rounding does not hide (auto leaves float16 to fft_fused, csrc/rwkv/timex_cuda.cu
+# output rounding does not hide (auto leaves float16 to fft_fused, csrc/rwkv/timex_choice.h
 # fastest_fft), so its bound here says how far forcing fft_tc in float16 goes.
 OVER_PLAIN = {torch.bfloat16: 2.0, torch.float16: 5.0}
 
@@ -293,7 +293,7 @@ def test_forced_where_it_cannot_run(tc):
 
 
 def test_auto_choice(monkeypatch):
-    """auto (timex_cuda.cu fastest_fft): the tensor-core FFT for bfloat16 past the direct
+    """auto (timex_choice.h fastest_fft): the tensor-core FFT for bfloat16 past the direct
     kernels' reach (from B = 16: 1280 at T % 8 == 0, 1152 at T % 4 == 0 up to C = 512) up to
     T = 16384, where it measured faster (tc_faster): from B = 2, but with B = 3 up to T = 4096
     only for 2560 < T <= 3072, for 1024 < T <= 1536 (the fused kernels' M = 1536) below C = 512

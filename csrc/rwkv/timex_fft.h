@@ -3,7 +3,7 @@
 //
 // The direct kernels cost B*C*T^2 multiply-adds; an FFT convolution B*C*T*log T. Per call
 // the op takes the faster exact one for the shape, dtype and device: direct below the
-// crossover length, FFT above it (timex.cpp kCpuDirectMaxT, timex_cuda.cu takes_direct,
+// crossover length, FFT above it (timex.cpp kCpuDirectMaxT, timex_choice.h takes_direct,
 // measured by benchmarks/timex_crossover.py).
 // The environment variable RWKV_TIMEX_ALGO=direct|fft|fft_library|fft_fused|fft_cluster|auto
 // (read at every call) forces one, for tests and benchmarks. "fft" is the fastest FFT kernel

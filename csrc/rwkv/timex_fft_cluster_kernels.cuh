@@ -10,7 +10,7 @@
 // The values are the same bits either way (the same code makes them), so are the gradients.
 // Each takes smem_bytes(L) of dynamic shared memory per CTA (136 KiB at L = 16384) and runs
 // in clusters of P consecutive CTAs (cluster index blockIdx.x / P). tw is the staged table of
-// the local DFT_L's stage twiddles (staged_value, timex_fft_math.cuh), twc the cluster table
+// the local DFT_L's stage twiddles (staged_value, timex_fft_stages.cuh), twc the cluster table
 // (timex_fft_cluster_math.cuh). Spectra and the wgrad scratch are in the cluster layout
 // (position r L + k2 holds frequency r + P k2).
 //

@@ -7,7 +7,7 @@
 //   Z[k1 + P k2] = sum_{n2} W_L^{n2 k2} [ sum_{n1} z[n2 + L n1] W_M^{k1 (n2 + L n1)} ]
 // CTA of cluster rank r = k1 first forms y_r[n2] = sum_{n1} z[n2 + L n1] W_M^{r (n2 + L n1)}
 // while loading the row from global memory (ClusterLoad: the row's z entries past T/2 are zero,
-// not read), then runs the one-CTA Stockham DFT_L (timex_fft_math.cuh) in its shared memory:
+// not read), then runs the one-CTA Stockham DFT_L (timex_fft_stages.cuh) in its shared memory:
 // it holds the frequencies k = r (mod P), frequency k at local index k2 = k / P (the "cluster
 // layout"; global spectra and scratch use the same order, position r L + k2). The inverse is
 // the same split transposed: each CTA runs DFT_L over its own k2 (merge stored conj U, as in
@@ -135,7 +135,7 @@ struct ClusterShape {
 
 // twc (see the top of the file) for CS's P, L, M and, in the same launch, the one-CTA
 // stages' table tw (twiddle_value, the same bits as twiddle_kernel's) and the staged table of
-// the local DFT_L (staged_value, timex_fft_math.cuh; where staged is not null): any grid, any
+// the local DFT_L (staged_value, timex_fft_stages.cuh; where staged is not null): any grid, any
 // block size. Each twc entry is e^{-2 pi i e / (2M)} for an integer e < 2M: e / M is exact
 // in double for M a power of two, and within half a double ulp (2^-53 relative) for M = 3 L
 // and 5 L, far under the float rounding of the result.
@@ -296,7 +296,7 @@ struct StorePairs {
   }
 };
 
-// merge (timex_fft_math.cuh) for a pair of cluster_pairs, 1/(2M) folded in: conj(U[k]) to
+// merge (timex_fft_pairs.cuh) for a pair of cluster_pairs, 1/(2M) folded in: conj(U[k]) to
 // slot_k, conj(U[j]) to slot_j (for k = 0, the one entry).
 template <class CS>
 TIMEX_FFT_DEVICE void cluster_merge(const cf32* __restrict__ twc, int k, cf32 yk, cf32 yj,

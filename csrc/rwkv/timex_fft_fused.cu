@@ -41,7 +41,7 @@ int length(int64_t T) {
 }
 
 // The fused table of length M (the stage and split twiddles in the order the kernels' warps
-// read them: timex_fft_math.cuh): the kept table of an earlier call for M (checked; the
+// read them: timex_fft_stages.cuh): the kept table of an earlier call for M (checked; the
 // forward hands its table to the backward, which then neither allocates nor launches for it),
 // or a new one.
 Tensor twiddles(int M, const Tensor& like, cudaStream_t stream, const Tensor* kept) {

@@ -1,5 +1,5 @@
 // RWKV TimeX at long T: FFT convolution with each row's transform on chip (one CTA per row,
-// the row in shared memory, butterflies in registers; timex_fft_math.cuh has the FFT).
+// the row in shared memory, butterflies in registers; timex_fft_stages.cuh has the FFT).
 //
 // Per channel c, with W[d] = w[c, T-1-d] and M = the smallest power of two >= T, N = 2M
 // (>= 2T - 1, so that circular convolution of the zero-padded rows is linear):
@@ -24,6 +24,7 @@
 #include "rwkv/timex_fft_math.cuh"
 #include "rwkv/timex_fft_pairs.cuh"
 #include "rwkv/timex_fft_pdl.cuh"
+#include "rwkv/timex_fft_stages.cuh"
 
 #ifndef TIMEX_EMULATE
 #include <cuda_runtime.h>
@@ -165,7 +166,7 @@ TIMEX_FFT_KERNEL(256) twiddle_kernel(cf32* __restrict__ tw) {
   }
 }
 
-// The fused table of Sh (fused_table_size, timex_fft_math.cuh), what the launchers below pass
+// The fused table of Sh (fused_table_size, timex_fft_stages.cuh), what the launchers below pass
 // as tw (STAGED = true): any grid, any block size.
 template <class Sh>
 TIMEX_FFT_KERNEL(256) fused_twiddle_kernel(cf32* __restrict__ tw) {

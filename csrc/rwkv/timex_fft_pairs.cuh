@@ -4,7 +4,7 @@
 // and the cluster kernels share.
 #pragma once
 
-#include "rwkv/timex_fft_math.cuh"
+#include "rwkv/timex_fft_stages.cuh"
 
 namespace rwkv::fft {
 

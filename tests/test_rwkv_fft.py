@@ -236,10 +236,11 @@ def test_eager_training_path_keeps_spectra(forced):
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     _, kz, wz = torch.ops.rwkv_ops.timex_forward_keep(w.detach(), k.detach(), 0.3)
-    # The library FFT keeps the spectra of k and W; the fused and cluster kernels their
-    # twiddle tables (bytes) and the spectra of W and then k.
+    # The library FFT keeps the spectra of k and W; the fused and cluster kernels the spectra
+    # of W and then k, and as kz (bytes) the cluster kernels their twiddle tables, the fused
+    # kernels none (their backward reads the device's table).
     algo = rwkv_ops.timex_algorithm(k)
-    assert (kz.numel() > 0) == (algo in ("fft_library", "fft_fused", "fft_cluster"))
+    assert (kz.numel() > 0) == (algo in ("fft_library", "fft_cluster"))
     assert (kz.dtype == torch.uint8) == (algo in ("fft_fused", "fft_cluster"))
     assert (wz.numel() > 0) == (algo in ("fft_library", "fft_fused", "fft_cluster"))
     if algo == "fft_library":
@@ -252,8 +253,15 @@ def test_eager_training_path_keeps_spectra(forced):
     if algo in ("fft_fused", "fft_cluster"):
         with pytest.raises(ValueError, match="spectra that timex_forward_keep returned"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz, wz[1:])
+    if algo == "fft_cluster":
         with pytest.raises(ValueError, match="kz must be the twiddle tables"):
             torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[1:], wz)
+    if algo == "fft_fused":  # a table of another length is refused
+        with pytest.raises(ValueError, match="kz must be the twiddle tables"):
+            torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(),
+                                                   torch.zeros(5, dtype=torch.uint8,
+                                                               device=device), wz)
+    if algo in ("fft_fused", "fft_cluster"):
         # Without the tables (an empty kz) the backward makes them: the same bits.
         grads = torch.ops.rwkv_ops.timex_backward_kept(g, w.detach(), k.detach(), kz[:0], wz)
         for a, b in zip(grads, want[1:]):

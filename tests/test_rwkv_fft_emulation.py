@@ -33,8 +33,8 @@ std::vector<cf32> tw(kTwiddles);
 // shifted (misaligned rows); MAXT: the largest CTA (the GPU's is kThreads; fewer give each thread
 // more butterflies); ctas: the backward kernel's CTAs at splits = 1 (fewer than C: a CTA does
 // several channels). Where B > 1 the backward also runs split over b (splits = B, or B - 1 from B =
-// 3 on; one CTA per item, then the reduce launch) and in row ranges (B C, 3 C / 2 and 2 C / 3
-// CTAs, then the reduce launch): grad_k the same bits, grad_w within tol. The
+// 3 on; one CTA per item) and in row ranges (B C, 3 C / 2 and 2 C / 3 CTAs), a channel's partial
+// sums added by the CTA that leaves the last: grad_k the same bits, grad_w within tol. The
 // backward runs again from k's spectra as the conv kernel kept them (kspec), whole and split:
 // the same bits as from k. PLAIN: also run every kernel on the plain table tw (and the conv
 // kernel in row order, not channel-major); out, grad_k and grad_w must be the same bits.
@@ -79,40 +79,39 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     for (auto* dst : {&gw_, &gw2_}) {
       launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
         backward_kernel<S, Sh, kStaged>(gp, kp, spec.data(), gk_.data() + offset, dst->data(),
-                                        B, C, T, 1, 0, false, gs.data(), acc.data(), t,
+                                        B, C, T, 1, 0, nullptr, gs.data(), acc.data(), t,
                                         nullptr, true);
       });
     }
   };
   // splits ranges of b (B - 1 from B = 3 on: items of one and of two rows), one CTA per (c, s)
-  // item, then the reduce launch, one CTA per channel.
+  // item; the last CTA of a channel (an arrival count per channel) adds its partial sums.
   const int splits = B > 2 ? B - 1 : B;
+  std::vector<int> counts(C);
   const auto run_split = [&](const cf32* ks, std::vector<S>& gk_, std::vector<S>& gw_) {
-    for (bool reduce : {false, true}) {
-      launch(reduce ? C : splits * C, Sh::THREADS, Sh::SMEM, [&] {
-        backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C,
-                                     T, splits, 0, reduce, gs.data(), acc.data(), fused.data(),
-                                     ks, true);
-      });
-    }
+    std::fill(counts.begin(), counts.end(), 0);
+    launch(splits * C, Sh::THREADS, Sh::SMEM, [&] {
+      backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C, T,
+                                   splits, 0, counts.data(), gs.data(), acc.data(), fused.data(),
+                                   ks, true);
+    });
   };
   // The row-range plan: the B C rows in channel-major order over `ranges` CTAs (fewer rows
-  // than a channel's B each, and more: ranges that start, end and lie inside channels), then
-  // the reduce launch for the channels split between ranges.
+  // than a channel's B each, and more: ranges that start, end and lie inside channels); the
+  // channels split between ranges summed by their last CTA.
   const auto run_rows = [&](int ranges, const cf32* ks, std::vector<S>& gk_,
                             std::vector<S>& gw_) {
-    for (bool reduce : {false, true}) {
-      launch(reduce ? C : ranges, Sh::THREADS, Sh::SMEM, [&] {
-        backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C,
-                                     T, 1, ranges, reduce, gs.data(), acc.data(), fused.data(),
-                                     ks, true);
-      });
-    }
+    std::fill(counts.begin(), counts.end(), 0);
+    launch(ranges, Sh::THREADS, Sh::SMEM, [&] {
+      backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(), B, C, T,
+                                   1, ranges, counts.data(), gs.data(), acc.data(), fused.data(),
+                                   ks, true);
+    });
   };
   run(std::true_type{}, fused.data(), out, gk, gw, gw2);
   launch(ctas, Sh::THREADS, Sh::SMEM, [&] {
     backward_kernel<S, Sh, true>(gp, kp, spec.data(), gk_kept.data() + offset, gw_kept.data(), B,
-                                 C, T, 1, 0, false, gs.data(), acc.data(), fused.data(),
+                                 C, T, 1, 0, nullptr, gs.data(), acc.data(), fused.data(),
                                  kspec.data(), true);
   });
   const auto bits = [](const std::vector<S>& a, const std::vector<S>& b) {
@@ -222,8 +221,8 @@ int main() {
 @emulation_test
 def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
-    checks spectrum, conv and the backward kernel (one pass per channel and split over b with
-    the reduce launch) for M = 1 .. 16384 (2^k, 3 2^k and 5 2^k) against float64 direct sums;
+    checks spectrum, conv and the backward kernel (one pass per channel, split over b and in
+    row ranges, the shared channels summed by their last CTA) for M = 1 .. 16384 (2^k, 3 2^k and 5 2^k) against float64 direct sums;
     grad_w twice, to the bit; the backward from k's spectra as the conv kernel kept them to
     the bit of the one that transforms k; the fused twiddle table's results to the bit of the
     plain table's."""

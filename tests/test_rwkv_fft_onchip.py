@@ -20,15 +20,15 @@ from rwkv_ops.reference import timex_fftconv
 def test_fused_backward_work_splits(shape, monkeypatch):
     """The one-CTA backward kernel (csrc/rwkv/timex_fft_backward.cuh) in each of its work
     splits on the H100: more channels than resident CTAs (a CTA loops over channels), b in
-    uneven ranges (5 rows in 2 items: partial sums and the reduce launch), one row per item,
-    ranges of rows across channels ((3, 400, 4097): 1200 rows on 396 resident CTAs), B = C = 1
-    at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
+    uneven ranges (5 rows in 2 items: partial sums, added by the item that ends last), one row
+    per item, ranges of rows across channels ((3, 400, 4097): 1200 rows on 396 resident CTAs),
+    B = C = 1 at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
     float32 FFT convolution, and within 2e-6), deterministic, and the eager path (the spectra
     of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0; without the
-    conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel and the reduce
-    launch after the kernels before them instead of overlapping their last CTAs,
-    RWKV_TIMEX_FUSED_PDL=0) the same bits as the ops, call after call (a read of spectra or
-    sums still being written would show as a difference)."""
+    conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel after the spectrum
+    kernel instead of overlapping its last CTAs, RWKV_TIMEX_FUSED_PDL=0) the same bits as the
+    ops, call after call (a read of spectra or sums still being written would show as a
+    difference)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     w, k, g = make(*shape, "cuda", torch.float32)
     assert rwkv_ops.timex_algorithm(k) == "fft_fused"

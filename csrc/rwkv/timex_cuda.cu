@@ -243,8 +243,9 @@ std::tuple<Tensor, Tensor> backward_cuda(Tensor grad_out, Tensor w, Tensor k) {
 }
 
 // timex_forward plus, where the library FFT runs, the spectra of k and W for
-// timex_backward_kept; where the fused or cluster kernels run, their twiddle tables as kz
-// (bytes, at most 1.4 MiB) and W's spectra (their frequency order) and k's after them as wz:
+// timex_backward_kept; where the cluster kernels run, their twiddle tables as kz (bytes, at
+// most 1.4 MiB; the fused kernels': an empty byte tensor, the device's table serves) and W's
+// spectra (their frequency order) and k's after them as wz:
 // (C + B C) M complex floats (M = fused_spectrum_length(T) >= T for the fused kernels, e.g.
 // 1.06 GiB at B = 16, C = 512, T = 16384; C M with RWKV_TIMEX_FUSED_KEEP_K=0; M = 20480 to 65536
 // for the cluster kernels; as PyTorch's FFT convolution keeps k's; (C + B C, 2, kHalvesH)
@@ -269,11 +270,14 @@ std::tuple<Tensor, Tensor, Tensor> forward_keep_cuda(Tensor w, Tensor k, double 
     Tensor out = fft::tc_forward(wc, kc, eps, stream, &wz, &wexp);
     return {out, wexp, wz};
   }
-  if (algo == fft::Kernel::kFftCluster || algo == fft::Kernel::kFftFused) {
+  if (algo == fft::Kernel::kFftFused) {  // kz empty: the backward reads the device's table
+    Tensor wz;
+    Tensor out = fft::fused_forward(wc, kc, eps, stream, &wz);
+    return {out, fused_ops::empty({0}, torch::headeronly::ScalarType::Byte, k), wz};
+  }
+  if (algo == fft::Kernel::kFftCluster) {
     Tensor wz, tw;
-    Tensor out = algo == fft::Kernel::kFftFused
-                     ? fft::fused_forward(wc, kc, eps, stream, &wz, &tw)
-                     : fft::cluster_forward(wc, kc, eps, stream, &wz, &tw);
+    Tensor out = fft::cluster_forward(wc, kc, eps, stream, &wz, &tw);
     return {out, tw, wz};
   }
   std::tuple<Tensor, Tensor> keep;

@@ -12,17 +12,18 @@
 // splits + s (b in [s B / splits, (s + 1) B / splits)). splits = 1 where the channels fill the
 // resident CTAs: a CTA loops over its items (i, i + gridDim.x, ...) and ends each channel with
 // grad_w's inverse. splits > 1 where they do not (few channels, several b): one item per CTA,
-// whose partial sum of G conj(K) stays in scratch, and a second launch (reduce) sums a
-// channel's partials in s order and does the inverse. Row ranges (where items would leave the
+// whose partial sum of G conj(K) stays in scratch. Row ranges (where items would leave the
 // busiest CTA many more rows than equal ranges: backward_plan): CTA i takes rows [i R / n,
 // (i + 1) R / n) of the R = B C rows in channel-major order (r = c B + b), finishes the
 // channels that lie whole in its range and leaves the sums of the one or two it shares in
-// scratch for the reduce launch, which adds them in CTA order. Every sum runs in a fixed order
-// (b within an item or range, then s or CTA), so the result is deterministic; each scratch
-// entry is written and read only by the thread that owns its frequency pair (split_pairs), no
-// atomics. The scratch
-// stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132 SMs),
-// as much again for the running sums where B > 1.
+// scratch. A shared channel's grad_w is made by the CTA that leaves its last partial sum (an
+// arrival count per channel): it adds the partials in s or CTA order and runs the inverse, in
+// the same launch (a second launch for those sums ran on few CTAs an SM after the first had
+// drained, 17 us of 68 at (3, 384, 2250) float16 on the H200). Every sum runs in a fixed order
+// (b within an item or range, then s or CTA), so the result is deterministic; a running sum's
+// entry is written and read only by the thread that owns its frequency pair (split_pairs). The
+// scratch stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132
+// SMs), as much again for the running sums where B > 1.
 #pragma once
 
 #include "rwkv/timex_fft_kernels.cuh"
@@ -36,68 +37,110 @@ TIMEX_FFT_HD inline int64_t range_of_row(int64_t r, int64_t R, int64_t n) {
   return ((r + 1) * n + R - 1) / R - 1;
 }
 
+// Whether the calling CTA is the last of `parts` to leave its partial sum of a channel in acc
+// (count: the channel's arrivals, zeroed before the launch); then it adds them up. Every
+// thread's stores to acc are made visible to the whole GPU before thread 0 counts this CTA in,
+// and the last one's reads (load_l2) come after its count.
+TIMEX_FFT_DEVICE bool last_to_arrive(int* count, int parts) {
+  __shared__ int last;
+#ifndef TIMEX_EMULATE
+  __threadfence();
+#endif
+  TIMEX_FFT_SYNC();
+  if (threadIdx.x == 0) {
+#ifndef TIMEX_EMULATE
+    last = atomicAdd(count, 1) == parts - 1;
+    __threadfence();
+#else
+    last = (*count)++ == parts - 1;  // the emulation runs one CTA at a time
+#endif
+  }
+  TIMEX_FFT_SYNC();
+  return last != 0;
+}
+
+// *p from L2, past the SM's L1 (whose copy of a line that another CTA wrote may be older).
+TIMEX_FFT_DEVICE cf32 load_l2(const cf32* p) {
+#ifndef TIMEX_EMULATE
+  const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
+  return {v.x, v.y};
+#else
+  return *p;
+#endif
+}
+
+// The partial sums of channel c that the CTAs sharing it left in acc_all: how many, and where
+// the s-th is (items: slot c splits + s; row ranges: CTA i0 + s's slot 1 where its range
+// starts before the channel, else slot 0). rows_ctas, splits as backward_kernel's.
+struct SharedChannel {
+  const cf32* sums;
+  int64_t c, B, R, rows_ctas, splits, m, i0 = 0, parts;
+  TIMEX_FFT_HD SharedChannel(const cf32* sums_, int c_, int B_, int C, int rows_ctas_,
+                             int splits_, int M)
+      : sums(sums_), c(c_), B(B_), R(int64_t{B_} * C), rows_ctas(rows_ctas_), splits(splits_),
+        m(M), parts(splits_) {
+    if (rows_ctas > 0) {
+      i0 = range_of_row(c * B, R, rows_ctas);
+      parts = range_of_row(c * B + B - 1, R, rows_ctas) - i0 + 1;
+    }
+  }
+  TIMEX_FFT_HD const cf32* part(int64_t s) const {
+    if (rows_ctas == 0) return sums + (c * splits + s) * m;
+    const int64_t i = i0 + s;
+    const bool tail = s == 0 && range_first_row(i, R, rows_ctas) != c * B;
+    return sums + (2 * i + (tail ? 1 : 0)) * m;
+  }
+};
+
+// grad_w of channel c from its partial sums (SharedChannel), added in s order: the same bits
+// whichever CTA arrives last.
+template <typename scalar_t, class Sh, bool STAGED>
+TIMEX_FFT_DEVICE void finish_shared_channel(cf32* sm, const cf32* tw, const SharedChannel& ch,
+                                            scalar_t* grad_w, int T) {
+  const cf32* first = ch.part(0);
+  for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
+    const int j = f == 0 ? 0 : Sh::M - f;
+    cf32 af = load_l2(first + f), aj = load_l2(first + j);
+    for (int64_t s = 1; s < ch.parts; ++s) {
+      const cf32* p = ch.part(s);
+      af = af + load_l2(p + f);
+      aj = aj + load_l2(p + j);
+    }
+    merge<Sh, STAGED>(sm, tw, f, j, af, aj);
+  }
+  TIMEX_FFT_SYNC();
+  scalar_t* o = grad_w + ch.c * T;
+  fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
+                                  RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
+}
+
 // spec (C, M): W^ from spectrum_kernel. gs: M complex floats per CTA (G of the current row;
 // not read where kspec is given). acc: the running sums, M complex floats each: per CTA (splits
-// = 1; not read at B = 1 unless kspec is given), per item (splits > 1: the partial sums that the
-// reduce launch reads, one CTA per channel) or two per CTA (rows_ctas > 0: the row-range plan;
-// slot 0 the sum of the channel that the CTA's range starts in the middle of or ends before it
-// ends, slot 1 that of the channel it ends in the middle of and of the whole channels between,
-// which it finishes itself; the reduce launch sums the split channels' slots in CTA order).
-// kspec: null, or the rows' K (B C rows of M, conv_kernel's xspec): then acc += G conj(K) runs
-// in G's split, with K read instead of made, and a row takes 2 transforms (grad_w's merge, at
-// the channel's end, reads acc); the same bits. streaming: the rows of g and k, grad_k's writes
-// and kspec's reads with the cache-streaming hints (load_once, timex_fft_kernels.cuh). STAGED as
-// there.
+// = 1; not read at B = 1 unless kspec is given), per item (splits > 1) or two per CTA (rows_ctas
+// > 0: the row-range plan; slot 0 the sum of the channel that the CTA's range starts in the
+// middle of or ends before it ends, slot 1 that of the channel it ends in the middle of and of
+// the whole channels between, which it finishes itself). counts: C ints, zero at the launch,
+// where a channel's rows are shared (splits > 1 or rows_ctas > 0; else unread): the CTA that
+// leaves a shared channel's last partial sum adds them up and runs grad_w's inverse
+// (finish_shared_channel). kspec: null, or the rows' K (B C rows of M, conv_kernel's xspec):
+// then acc += G conj(K) runs in G's split, with K read instead of made, and a row takes 2
+// transforms (grad_w's merge, at the channel's end, reads acc); the same bits. streaming: the
+// rows of g and k, grad_k's writes and kspec's reads with the cache-streaming hints
+// (load_once, timex_fft_kernels.cuh). STAGED as there.
 template <typename scalar_t, class Sh, bool STAGED>
 TIMEX_FFT_KERNEL_CAPPED(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
                 scalar_t* __restrict__ grad_w, int B, int C, int T, int splits, int rows_ctas,
-                bool reduce, cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
+                int* __restrict__ counts, cf32* __restrict__ gs_all, cf32* __restrict__ acc_all,
                 const cf32* __restrict__ tw, const cf32* __restrict__ kspec, bool streaming) {
   TIMEX_FFT_SHARED(raw);
   cf32* sm = reinterpret_cast<cf32*>(raw);
   const int64_t R = int64_t{B} * C;
-  if (reduce) {  // grad_w of channel blockIdx.x from its partial sums, in a fixed order
-    const cf32* sums = acc_all;
-    wait_for_spectra(sums);  // where launched as a dependent of the main launch
-    const int c = static_cast<int>(blockIdx.x);
-    // The partial sums' count and where the s-th is.
-    int64_t i0 = 0, parts = splits;
-    if (rows_ctas > 0) {
-      i0 = range_of_row(int64_t{c} * B, R, rows_ctas);
-      parts = range_of_row(int64_t{c} * B + B - 1, R, rows_ctas) - i0 + 1;
-      if (parts == 1) return;  // the channel lies in one range: its CTA finished it
-    }
-    const auto part = [&](int64_t s) {
-      if (rows_ctas == 0) return sums + (int64_t{c} * splits + s) * Sh::M;
-      // CTA i0 + s's slot 1 where its range starts before the channel, else slot 0.
-      const int64_t i = i0 + s;
-      const bool tail = s == 0 && range_first_row(i, R, rows_ctas) != int64_t{c} * B;
-      return sums + (2 * i + (tail ? 1 : 0)) * Sh::M;
-    };
-    const cf32* first = part(0);
-    for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
-      const int j = f == 0 ? 0 : Sh::M - f;
-      cf32 af = first[f], aj = first[j];
-      for (int64_t s = 1; s < parts; ++s) {
-        const cf32* p = part(s);
-        af = af + p[f];
-        aj = aj + p[j];
-      }
-      merge<Sh, STAGED>(sm, tw, f, j, af, aj);
-    }
-    TIMEX_FFT_SYNC();
-    scalar_t* o = grad_w + int64_t{c} * T;
-    fft<Sh, true, false, 1, STAGED>(sm, tw, SmemLoad{sm},
-                                    RowStore<scalar_t>{o, T, true, pairs_aligned(o, T), 0.f});
-    return;
-  }
-  launch_dependents();  // the reduce launch waits for this grid before its reads
   cf32* gs = gs_all + int64_t{blockIdx.x} * Sh::M;
   // The CTA's work as segments: rows b in [b0, b1) of channel c, their running sum in acc;
   // finish: [b0, b1) is the whole channel, whose grad_w this CTA then makes (else the sum stays
-  // in acc for the reduce launch). Row-range plan: rows [r0, r1) in channel-major order; else
+  // in acc, for the CTA that arrives last at the channel). Row-range plan: rows [r0, r1) in channel-major order; else
   // items i = c splits + s (b in [s B / splits, (s + 1) B / splits)), i = blockIdx.x, + gridDim.x,
   // ...
   const int64_t r0 = range_first_row(blockIdx.x, R, gridDim.x);
@@ -201,9 +244,14 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
             }
           });
     }
-    if (finish) {
+    if (!finish) {  // a part of a shared channel: its sum stays in acc
+      const SharedChannel ch(acc_all, c, B, C, rows_ctas, splits, Sh::M);
+      if (last_to_arrive(counts + c, static_cast<int>(ch.parts))) {
+        finish_shared_channel<scalar_t, Sh, STAGED>(sm, tw, ch, grad_w, T);
+      }
+    } else {
       TIMEX_FFT_SYNC();
-      if (kspec != nullptr) {  // the channel's sum, from acc (as the reduce launch merges it)
+      if (kspec != nullptr) {  // the channel's sum, from acc (as finish_shared_channel merges it)
         for (int f = static_cast<int>(threadIdx.x); f <= Sh::M / 2; f += Sh::THREADS) {
           const int j = f == 0 ? 0 : Sh::M - f;
           merge<Sh, STAGED>(sm, tw, f, j, acc[f], acc[j]);
@@ -219,14 +267,16 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 
 #ifndef TIMEX_EMULATE
 
-// How launch_backward runs: ctas of the first launch, splits or rows (see the top of the file),
-// and the scratch it needs (scratch_bytes: gs per CTA unless K is kept, then acc per CTA, per
-// item or two per CTA).
+// How launch_backward runs: ctas of the launch, splits or rows (see the top of the file), and
+// the scratch it needs (scratch_bytes: gs per CTA unless K is kept, then acc per CTA, per item
+// or two per CTA, then the arrival counts where channels are shared).
 struct BackwardPlan {
   int ctas = 1, splits = 1;
   bool rows = false;  // the row-range plan: ctas ranges of the B C rows, splits 1
-  size_t gs_elems = 0, acc_elems = 0;
-  size_t scratch_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
+  size_t gs_elems = 0, acc_elems = 0, count_elems = 0;
+  size_t acc_offset() const { return gs_elems; }
+  size_t counts_offset_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
+  size_t scratch_bytes() const { return counts_offset_bytes() + sizeof(int) * count_elems; }
 };
 
 // Rows of length M. resident: the CTAs of backward_kernel that the device keeps at once
@@ -237,64 +287,70 @@ struct BackwardPlan {
 // time 1-6% less at (16, 1024, 1101) float16 (11 rows a CTA instead of 16: 1024 channels on
 // 1584 resident CTAs), (16, 512, 2500), (3, 400, 4097) and (16, 1024, 1100) float32; at 3/4
 // and above 1-9% more ((2, 2048, 1100): 3 rows instead of 4; (4, 1024, 1100), (8, 1024, 1300),
-// (2, 4096, 2048), (16, 512, 16384)): the reduce launch and the partial sums cost more than
-// the rows save (run 49 (c)). kept_k: the kernel reads K (kspec).
+// (2, 4096, 2048), (16, 512, 16384)) (run 49 (c)). With the shared channels summed in the
+// same launch (run 52) the ranges still took 5-15% more at those shapes, and one row per CTA
+// (B C CTAs, each row's G conj(K) through memory) 3-25% more almost everywhere: the running
+// sums that stay in L2 cost less than more CTAs at once save. kept_k: the kernel reads K
+// (kspec).
 inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
                                   bool kept_k = false, bool row_ranges = true) {
   BackwardPlan p;
+  const size_t m = static_cast<size_t>(M);
   p.splits =
       C >= resident ? 1 : static_cast<int>(std::max<int64_t>(1, std::min(B, resident / C)));
   const int64_t items = C * p.splits;
   p.ctas = static_cast<int>(std::max<int64_t>(1, std::min(items, resident)));
-  const size_t m = static_cast<size_t>(M);
   // The most rows a CTA runs in turn, by items and by ranges.
   const int64_t by_items =
       p.splits == 1 ? (C + p.ctas - 1) / p.ctas * B : (B + p.splits - 1) / p.splits;
   const int64_t ranges = std::max<int64_t>(1, std::min(B * C, resident));
-  if (row_ranges && B > 1 && 4 * ((B * C + ranges - 1) / ranges) < 3 * by_items) {
+  const int64_t by_ranges = (B * C + ranges - 1) / ranges;
+  if (row_ranges && B > 1 && 4 * by_ranges < 3 * by_items) {
     p.rows = true;
     p.splits = 1;
     p.ctas = static_cast<int>(ranges);
     p.gs_elems = kept_k ? 0 : m * p.ctas;
     p.acc_elems = 2 * m * p.ctas;
+    p.count_elems = static_cast<size_t>(C);
     return p;
   }
   p.gs_elems = kept_k ? 0 : m * p.ctas;
   p.acc_elems = p.splits > 1 ? m * items : B > 1 || kept_k ? m * p.ctas : 0;
+  p.count_elems = p.splits > 1 ? static_cast<size_t>(C) : 0;
   return p;
 }
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
-// of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null). kspec:
-// null, or k's spectra (B C, M) from launch_conv's kspec; streaming as the kernel's. after: the
-// reduce launch as a programmatic dependent of the main one (the caller checks for sm_90 and
-// newer), so that its CTAs start while the main grid's last ones run. B >= 1.
+// of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null; its arrival
+// counts zeroed here, on the stream, before the launch). kspec: null, or k's spectra (B C, M)
+// from launch_conv's kspec; streaming as the kernel's. B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,
                             int M, const BackwardPlan& plan, cf32* scratch, const cf32* tw,
                             cudaStream_t stream, const cf32* kspec = nullptr,
-                            bool streaming = true, bool after = false) {
+                            bool streaming = true) {
   if (!runs(T, M) || B < 1 || B * C > INT_MAX || C * plan.splits > INT_MAX) {
     return cudaErrorInvalidValue;
   }
   if (C == 0) return cudaSuccess;
+  int* counts = nullptr;
+  if (plan.count_elems > 0) {
+    counts = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(scratch) +
+                                    plan.counts_offset_bytes());
+    const cudaError_t err =
+        cudaMemsetAsync(counts, 0, sizeof(int) * plan.count_elems, stream);
+    if (err != cudaSuccess) return err;
+  }
   cudaError_t err = cudaErrorInvalidValue;
   with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
-    const auto kernel = backward_kernel<scalar_t, Sh, true>;
-    const int b = static_cast<int>(B), c = static_cast<int>(C), t = static_cast<int>(T);
-    cf32* acc = scratch + plan.gs_elems;
     const int rows_ctas = plan.rows ? plan.ctas : 0;
-    err = fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, Sh::SMEM, stream, g, k,
-                                      spec, grad_k, grad_w, b, c, t, plan.splits, rows_ctas,
-                                      false, scratch, acc, tw, kspec, streaming);
-    if (err == cudaSuccess && (plan.splits > 1 || plan.rows)) {
-      err = fused_ops::launch_with_smem_after(after, kernel, c, Sh::THREADS, Sh::SMEM, stream, g,
-                                              k, spec, grad_k, grad_w, b, c, t, plan.splits,
-                                              rows_ctas, true, scratch, acc, tw, kspec,
-                                              streaming);
-    }
+    err = fused_ops::launch_with_smem(backward_kernel<scalar_t, Sh, true>, plan.ctas,
+                                      Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k, grad_w,
+                                      static_cast<int>(B), static_cast<int>(C),
+                                      static_cast<int>(T), plan.splits, rows_ctas, counts,
+                                      scratch, scratch + plan.acc_offset(), tw, kspec, streaming);
   });
   return err;
 }

@@ -1,21 +1,22 @@
 // RWKV TimeX: host side of the fused on-chip FFT convolution (timex_fft_fused.h). Per call:
-// the twiddle table of the row length (twiddle_bytes(T), one small kernel: a buffer from
-// torch's caching allocator each call keeps the op free of device-global state and
-// capturable in a CUDA graph; the backward takes the forward's where the caller kept it), the
-// spectra of W = w reversed (C rows; the backward takes the forward's where the caller kept
-// them), then the forward's conv kernel (which also writes k's spectra where the caller keeps
-// them) or the backward kernel (both gradients, each g row transformed once, each k row once
-// unless its spectrum was kept: timex_fft_backward.cuh).
+// the twiddle table of the row length (twiddle_bytes(M), made by one small kernel at the
+// device's first call of that length and kept: fused_ops::device_table), the spectra of W = w
+// reversed (C rows; the backward takes the forward's where the caller kept them), then the
+// forward's conv kernel (which also writes k's spectra where the caller keeps them) or the
+// backward kernel (both gradients, each g row transformed once, each k row once unless its
+// spectrum was kept: timex_fft_backward.cuh).
 #include "rwkv/timex_fft_fused.h"
 
 #include <torch/csrc/stable/ops.h>
 
 #include <climits>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "common/alloc.h"
 #include "common/cuda_utils.cuh"
+#include "common/device_table.h"
 #include "common/dispatch.h"
 #include "rwkv/timex_fft_backward.cuh"
 
@@ -42,16 +43,18 @@ int length(int64_t T) {
 
 // The fused table of length M (the stage and split twiddles in the order the kernels' warps
 // read them: timex_fft_stages.cuh): the kept table of an earlier call for M (checked; the
-// forward hands its table to the backward, which then neither allocates nor launches for it),
-// or a new one.
+// forward hands its table to the backward), or the device's table of M, made at the first call
+// of that length and kept for the process (fused_ops::device_table).
 Tensor twiddles(int M, const Tensor& like, cudaStream_t stream, const Tensor* kept) {
   if (kept != nullptr) {
     check_kept_twiddles(*kept, static_cast<int64_t>(twiddle_bytes(M)));
     return *kept;
   }
-  Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes(M)), like);
-  FUSED_OPS_CUDA_CHECK(launch_twiddles(M, as<cf32>(tw), stream));
-  return tw;
+  return fused_ops::device_table("timex fused twiddles " + std::to_string(M), like, stream, [&] {
+    Tensor tw = bytes(static_cast<int64_t>(twiddle_bytes(M)), like);
+    FUSED_OPS_CUDA_CHECK(launch_twiddles(M, as<cf32>(tw), stream));
+    return tw;
+  });
 }
 
 // The spectra of W (w reversed in time): C rows of M complex floats (a complex tensor, so
@@ -86,15 +89,14 @@ int64_t resident_ctas(int M, const Tensor& k) {
 
 // Whether a kernel that reads what the kernel launched just before it writes starts while that
 // kernel's last CTAs run (a programmatic dependent launch: sm_90 and newer,
-// RWKV_TIMEX_FUSED_PDL=0: never): the conv kernel after the spectrum kernel, the backward's
-// reduce launch after its main one.
+// RWKV_TIMEX_FUSED_PDL=0: never): the conv kernel after the spectrum kernel.
 bool programmatic(const Tensor& k) {
   return switch_on("RWKV_TIMEX_FUSED_PDL") && fused_ops::device_properties(k).major >= 9;
 }
 
 template <typename scalar_t>
 Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep, Tensor* keep_twiddles) {
+                     Tensor* keep) {
   const int64_t B = k.size(0), C = k.size(1), T = k.size(2);
   const int M = length(T);
   const Tensor tw = twiddles(M, k, stream, nullptr);
@@ -112,7 +114,6 @@ Tensor forward_typed(const Tensor& w, const Tensor& k, double eps, cudaStream_t 
           : 0,
       programmatic(k)));
   if (keep != nullptr) *keep = spec;
-  if (keep_twiddles != nullptr) *keep_twiddles = tw;
   return out;
 }
 
@@ -138,8 +139,7 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),
       grad_k.mutable_data_ptr<scalar_t>(), grad_w.mutable_data_ptr<scalar_t>(), B, C, T, M, plan,
-      as<cf32>(scratch), as<const cf32>(tw), stream, kspec, switch_on("RWKV_TIMEX_FUSED_STREAM"),
-      programmatic(k)));
+      as<cf32>(scratch), as<const cf32>(tw), stream, kspec, switch_on("RWKV_TIMEX_FUSED_STREAM")));
   return {grad_w, grad_k};
 }
 
@@ -155,11 +155,11 @@ bool fused_supported(const Tensor& k) {
 }
 
 Tensor fused_forward(const Tensor& w, const Tensor& k, double eps, cudaStream_t stream,
-                     Tensor* keep, Tensor* keep_twiddles) {
+                     Tensor* keep) {
   Tensor out;
   FUSED_OPS_DISPATCH_FLOATING(k.scalar_type(), "timex_fused_fft_forward", [&] {
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      out = forward_typed<scalar_t>(w, k, eps, stream, keep, keep_twiddles);
+      out = forward_typed<scalar_t>(w, k, eps, stream, keep);
     }
   });
   return out;

@@ -43,16 +43,16 @@ inline void check_kept_twiddles(const fused_ops::Tensor& t, int64_t bytes) {
 // out = eps + the causal convolution; w, k contiguous, fused_supported(k). keep: where not
 // null, receives W's spectra and then k's, (C + B C, M) complex float (M =
 // fused_spectrum_length(T): the packed half spectra of timex_fft_math.cuh; W's alone, (C, M),
-// with RWKV_TIMEX_FUSED_KEEP_K=0), for fused_backward's kept; keep_twiddles: where not null, the
-// twiddle table of this length (bytes), for fused_backward's kept_twiddles.
+// with RWKV_TIMEX_FUSED_KEEP_K=0), for fused_backward's kept. The twiddle table is the
+// device's (kept for the process, never handed out: a caller could write to it).
 fused_ops::Tensor fused_forward(const fused_ops::Tensor& w, const fused_ops::Tensor& k, double eps,
-                                cudaStream_t stream, fused_ops::Tensor* keep = nullptr,
-                                fused_ops::Tensor* keep_twiddles = nullptr);
+                                cudaStream_t stream, fused_ops::Tensor* keep = nullptr);
 
 // (grad_w, grad_k); g, w, k contiguous, B >= 1, fused_supported(k). kept: the spectra from
 // fused_forward's keep for these w, k (checked by the caller; with k's rows the backward
 // transforms 2 rows instead of 3 per (b, c)), or null to compute W's;
-// kept_twiddles: the table from its keep_twiddles (its size checked here), or null to make it.
+// kept_twiddles: a twiddle table of this length (bytes, its size checked here), or null for the
+// device's.
 std::tuple<fused_ops::Tensor, fused_ops::Tensor> fused_backward(
     const fused_ops::Tensor& g, const fused_ops::Tensor& w, const fused_ops::Tensor& k,
     cudaStream_t stream, const fused_ops::Tensor* kept = nullptr,

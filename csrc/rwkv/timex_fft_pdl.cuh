@@ -1,11 +1,11 @@
 // RWKV TimeX: programmatic dependent launch (sm_90 and newer; no-ops elsewhere and in the
 // emulation) between a kernel that makes spectra and the kernel launched right after it that
 // reads them: W's spectra and the fused path's conv kernel or the tensor-core path's conv and
-// backward; the fused backward's partial sums and its reduce launch. The producer lets that
-// launch start as soon as every one of its CTAs is running (launch_dependents, at its start);
-// the consumer does what does not depend on them (loads and transforms its rows), then waits
-// (wait_for_spectra) for the producer grid to complete and its stores to be visible. A grid of
-// a few waves leaves most of an SM idle in its last; the consumer's CTAs fill it. Only a kernel
+// backward. The producer lets that launch start as soon as every one of its CTAs is running
+// (launch_dependents, at its start); the consumer does what does not depend on them (loads and
+// transforms its rows), then waits (wait_for_spectra) for the producer grid to complete and
+// its stores to be visible. A grid of a few waves leaves most of an SM idle in its last; the
+// consumer's CTAs fill it. Only a kernel
 // launched as a programmatic dependent (fused_ops::launch_with_smem_after) does this; for any
 // other launch griddepcontrol.wait returns at once (the stream's order already holds).
 #pragma once

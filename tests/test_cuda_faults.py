@@ -2,7 +2,7 @@
 
 Out of memory (CUDA). Each case is one op call on buffers of a few hundred MB, on every path
 that allocates on its own: the LLTM sequence forward and backward (persistent and fallback),
-TimeX forward and backward (fused FFT: twiddles, spectra, output, wgrad scratch; library FFT:
+TimeX forward and backward (fused FFT: spectra, output, wgrad scratch; library FFT:
 packed spectra, cuFFT's out-of-place results and workspace), the LLTM cell (small and cuBLAS
 paths), padding (the backward's split workspace). The GPU is filled with ballast tensors until
 only `leave` bytes are free, for leave = 0 and fractions of what the call needs (measured),
@@ -27,8 +27,9 @@ On the CPU (no GPU needed): an impossible allocation inside each op raises Runti
 Threads (CUDA, and the CPU): several Python threads call the ops at once, each on its own
 CUDA stream, and every result equals bit for bit the same call made alone, one after
 another: the sequence (persistent and fallback; per-call plans and cluster launch attributes),
-TimeX's fused FFT (per-call twiddle tables) and library FFT (cuFFT plans, kept spectra through
-autograd), the direct TimeX kernels, the LLTM cell (small and cuBLAS paths), padding. The
+TimeX's fused FFT (a twiddle table per device and length, made by the first call) and library
+FFT (cuFFT plans, kept spectra through autograd), the direct TimeX kernels, the LLTM cell
+(small and cuBLAS paths), padding. The
 paths are forced per phase (the environment variables are process-wide) and mixed in an
 "auto" phase where the shapes pick different paths at once.
 """

@@ -118,6 +118,35 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
     return std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0;
   };
   bool kept_same = bits(gk, gk_kept) && bits(gw, gw_kept);
+  // The running sums in shared memory (ACC_SMEM, M <= kAccSmemMaxM): the same bits as in
+  // scratch, whole channels (K kept and made), items and ranges (K kept).
+  bool smem_same = true;
+  if constexpr (M <= kAccSmemMaxM) {
+    const auto run_sm = [&](int grid, int sp, int ranges, const cf32* ks, std::vector<S>& gk_,
+                            std::vector<S>& gw_) {
+      std::fill(counts.begin(), counts.end(), 0);
+      launch(grid, Sh::THREADS, acc_smem_bytes(M), [&] {
+        backward_kernel<S, Sh, true, true>(gp, kp, spec.data(), gk_.data() + offset, gw_.data(),
+                                           B, C, T, sp, ranges, counts.data(), gs.data(),
+                                           acc.data(), fused.data(), ks, true);
+      });
+    };
+    std::vector<S> gk_s(k.size(), guard), gw_s(gw.size(), guard);
+    run_sm(ctas, 1, 0, kspec.data(), gk_s, gw_s);
+    smem_same &= bits(gk_s, gk_kept) && bits(gw_s, gw_kept);
+    run_sm(ctas, 1, 0, nullptr, gk_s, gw_s);
+    smem_same &= bits(gk_s, gk) && bits(gw_s, gw);
+    if (B > 1) {
+      std::vector<S> gk_i(k.size(), guard), gw_i(gw.size(), guard);
+      run_split(kspec.data(), gk_i, gw_i);
+      run_sm(splits * C, splits, 0, kspec.data(), gk_s, gw_s);
+      smem_same &= bits(gk_s, gk_i) && bits(gw_s, gw_i);
+      const int ranges = std::max(1, 2 * C / 3);
+      run_rows(ranges, kspec.data(), gk_i, gw_i);
+      run_sm(ranges, 1, ranges, kspec.data(), gk_s, gw_s);
+      smem_same &= bits(gk_s, gk_i) && bits(gw_s, gw_i);
+    }
+  }
   double e_split = 0;
   bool split_same = true;
   if (B > 1) {
@@ -152,16 +181,17 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   const bool same = std::memcmp(gw.data(), gw2.data(), gw.size() * sizeof(S)) == 0;
   const TimexCheck e = timex_check(in, out, gk, gw, offset, T, guard);
   const bool ok = e.out < tol && e.gk < tol && e.gw < tol && e_split < tol && e.guards &&
-                  same && plain_same && split_same && kept_same;
+                  same && plain_same && split_same && kept_same && smem_same;
   failures += !ok;
   std::printf("%s %zu-byte B=%d C=%d T=%d M=%d threads=%d offset=%d ctas=%d: out %.2e grad_k "
-              "%.2e grad_w %.2e (split over b: %.2e)%s%s%s%s%s%s\n",
+              "%.2e grad_w %.2e (split over b: %.2e)%s%s%s%s%s%s%s\n",
               ok ? "ok  " : "FAIL", sizeof(S), B, C, T, M, Sh::THREADS, offset, ctas, e.out, e.gk,
               e.gw, e_split, PLAIN ? " (plain table too)" : "",
               e.guards ? "" : " (wrote outside the output)", same ? "" : " (grad_w differs)",
               plain_same ? "" : " (the plain table's results differ)",
               split_same ? "" : " (grad_k differs with splits)",
-              kept_same ? "" : " (the backward from kept k spectra differs)");
+              kept_same ? "" : " (the backward from kept k spectra differs)",
+              smem_same ? "" : " (the sums in shared memory differ)");
   std::fflush(stdout);
 }
 

@@ -37,6 +37,11 @@ TIMEX_FFT_HD inline int64_t range_of_row(int64_t r, int64_t R, int64_t n) {
   return ((r + 1) * n + R - 1) / R - 1;
 }
 
+// The longest rows whose running sum may stay in shared memory (backward_kernel's ACC_SMEM),
+// and the dynamic shared memory it then takes: the transform's, then M complex floats.
+constexpr int kAccSmemMaxM = 4096;
+TIMEX_FFT_HD constexpr int acc_smem_bytes(int M) { return smem_bytes(M) + 8 * M; }
+
 // Whether the calling CTA is the last of `parts` to leave its partial sum of a channel in acc
 // (count: the channel's arrivals, zeroed before the launch); then it adds them up. Every
 // thread's stores to acc are made visible to the whole GPU before thread 0 counts this CTA in,
@@ -127,7 +132,7 @@ TIMEX_FFT_DEVICE void finish_shared_channel(cf32* sm, const cf32* tw, const Shar
 // transforms (grad_w's merge, at the channel's end, reads acc); the same bits. streaming: the
 // rows of g and k, grad_k's writes and kspec's reads with the cache-streaming hints
 // (load_once, timex_fft_kernels.cuh). STAGED as there.
-template <typename scalar_t, class Sh, bool STAGED>
+template <typename scalar_t, class Sh, bool STAGED, bool ACC_SMEM = false>
 TIMEX_FFT_KERNEL_CAPPED(Sh::THREADS)
 backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
                 const cf32* __restrict__ spec, scalar_t* __restrict__ grad_k,
@@ -139,16 +144,17 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
   const int64_t R = int64_t{B} * C;
   cf32* gs = gs_all + int64_t{blockIdx.x} * Sh::M;
   // The CTA's work as segments: rows b in [b0, b1) of channel c, their running sum in acc;
-  // finish: [b0, b1) is the whole channel, whose grad_w this CTA then makes (else the sum stays
-  // in acc, for the CTA that arrives last at the channel). Row-range plan: rows [r0, r1) in channel-major order; else
-  // items i = c splits + s (b in [s B / splits, (s + 1) B / splits)), i = blockIdx.x, + gridDim.x,
-  // ...
+  // finish: [b0, b1) is the whole channel, whose grad_w this CTA then makes (else the sum goes
+  // to acc_all, for the CTA that arrives last at the channel). Row-range plan: rows [r0, r1)
+  // in channel-major order; else items i = c splits + s (b in [s B / splits, (s + 1) B /
+  // splits)), i = blockIdx.x, + gridDim.x, ... ACC_SMEM: the running sum in shared memory,
+  // after the transform's M padded values, and copied to acc_all where it is a part.
   const int64_t r0 = range_first_row(blockIdx.x, R, gridDim.x);
   const int64_t r1 = range_first_row(int64_t{blockIdx.x} + 1, R, gridDim.x);
   const int64_t items = int64_t{C} * splits;
   for (int64_t pos = rows_ctas > 0 ? r0 : blockIdx.x;;) {
     int c, b0, b1;
-    cf32* acc;
+    cf32 *acc, *part;
     bool finish;
     if (rows_ctas > 0) {
       if (pos >= r1) break;
@@ -156,7 +162,7 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       b0 = static_cast<int>(pos % B);
       b1 = r1 - pos < B - b0 ? static_cast<int>(b0 + (r1 - pos)) : B;
       finish = b0 == 0 && b1 == B;
-      acc = acc_all + (2 * int64_t{blockIdx.x} + (pos == r0 && !finish ? 0 : 1)) * Sh::M;
+      part = acc_all + (2 * int64_t{blockIdx.x} + (pos == r0 && !finish ? 0 : 1)) * Sh::M;
       pos += b1 - b0;
     } else {
       if (pos >= items) break;
@@ -165,9 +171,10 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
       b0 = static_cast<int>(int64_t{s} * B / splits);
       b1 = static_cast<int>(int64_t{s + 1} * B / splits);
       finish = splits == 1;
-      acc = acc_all + (splits == 1 ? int64_t{blockIdx.x} : pos) * Sh::M;
+      part = acc_all + (splits == 1 ? int64_t{blockIdx.x} : pos) * Sh::M;
       pos += gridDim.x;
     }
+    acc = ACC_SMEM ? sm + Sh::SMEM / sizeof(cf32) : part;
     const cf32* w_hat = spec + int64_t{c} * Sh::M;
     for (int b = b0; b < b1; ++b) {
       const int64_t r = int64_t{b} * C + c;
@@ -244,7 +251,11 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
             }
           });
     }
-    if (!finish) {  // a part of a shared channel: its sum stays in acc
+    if (!finish) {  // a part of a shared channel: its sum goes to acc_all
+      if (ACC_SMEM) {
+        TIMEX_FFT_SYNC();
+        for (int f = static_cast<int>(threadIdx.x); f < Sh::M; f += Sh::THREADS) part[f] = acc[f];
+      }
       const SharedChannel ch(acc_all, c, B, C, rows_ctas, splits, Sh::M);
       if (last_to_arrive(counts + c, static_cast<int>(ch.parts))) {
         finish_shared_channel<scalar_t, Sh, STAGED>(sm, tw, ch, grad_w, T);
@@ -273,6 +284,8 @@ backward_kernel(const scalar_t* __restrict__ g, const scalar_t* __restrict__ k,
 struct BackwardPlan {
   int ctas = 1, splits = 1;
   bool rows = false;  // the row-range plan: ctas ranges of the B C rows, splits 1
+  bool acc_smem = false;  // the running sums in shared memory (backward_kernel's ACC_SMEM)
+  int64_t busiest = 0;    // the most rows a CTA runs in turn
   size_t gs_elems = 0, acc_elems = 0, count_elems = 0;
   size_t acc_offset() const { return gs_elems; }
   size_t counts_offset_bytes() const { return sizeof(cf32) * (gs_elems + acc_elems); }
@@ -309,11 +322,13 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
     p.rows = true;
     p.splits = 1;
     p.ctas = static_cast<int>(ranges);
+    p.busiest = by_ranges;
     p.gs_elems = kept_k ? 0 : m * p.ctas;
     p.acc_elems = 2 * m * p.ctas;
     p.count_elems = static_cast<size_t>(C);
     return p;
   }
+  p.busiest = by_items;
   p.gs_elems = kept_k ? 0 : m * p.ctas;
   p.acc_elems = p.splits > 1 ? m * items : B > 1 || kept_k ? m * p.ctas : 0;
   p.count_elems = p.splits > 1 ? static_cast<size_t>(C) : 0;
@@ -346,11 +361,20 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
   with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     const int rows_ctas = plan.rows ? plan.ctas : 0;
-    err = fused_ops::launch_with_smem(backward_kernel<scalar_t, Sh, true>, plan.ctas,
-                                      Sh::THREADS, Sh::SMEM, stream, g, k, spec, grad_k, grad_w,
-                                      static_cast<int>(B), static_cast<int>(C),
-                                      static_cast<int>(T), plan.splits, rows_ctas, counts,
-                                      scratch, scratch + plan.acc_offset(), tw, kspec, streaming);
+    const auto launch = [&](auto kernel, int smem) {
+      return fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, smem, stream, g, k,
+                                         spec, grad_k, grad_w, static_cast<int>(B),
+                                         static_cast<int>(C), static_cast<int>(T), plan.splits,
+                                         rows_ctas, counts, scratch, scratch + plan.acc_offset(),
+                                         tw, kspec, streaming);
+    };
+    if constexpr (Sh::M <= kAccSmemMaxM) {
+      if (plan.acc_smem) {
+        err = launch(backward_kernel<scalar_t, Sh, true, true>, acc_smem_bytes(Sh::M));
+        return;
+      }
+    }
+    err = launch(backward_kernel<scalar_t, Sh, true>, Sh::SMEM);
   });
   return err;
 }

@@ -70,16 +70,20 @@ Tensor w_spectra(const Tensor& w, int M, const Tensor& tw, cudaStream_t stream, 
   return spec;
 }
 
-// The CTAs of conv_kernel (CONV) or backward_kernel that k's device keeps resident for rows of
-// length M: the occupancy query once per dtype, length and device (a driver call that every
-// call made before).
-template <typename scalar_t, bool CONV>
+// The CTAs of conv_kernel (CONV) or backward_kernel (ACC_SMEM as its) that k's device keeps
+// resident for rows of length M: the occupancy query once per dtype, length and device (a
+// driver call that every call made before).
+template <typename scalar_t, bool CONV, bool ACC_SMEM = false>
 int64_t resident_ctas(int M, const Tensor& k) {
   static fused_ops::Memo<std::pair<int64_t, int>, int64_t> memo;
   const int device = k.get_device_index();
   return memo.get({M, device}, [&] {
-    const int per_sm = blocks_per_sm(M, [](auto sh) {
+    const int per_sm = blocks_per_sm(M, ACC_SMEM ? acc_smem_bytes(M) : smem_bytes(M),
+                                     [](auto sh) {
       using Sh = decltype(sh);
+      if constexpr (ACC_SMEM && Sh::M <= kAccSmemMaxM) {
+        return reinterpret_cast<const void*>(backward_kernel<scalar_t, Sh, true, true>);
+      }
       return CONV ? reinterpret_cast<const void*>(conv_kernel<scalar_t, Sh, true>)
                   : reinterpret_cast<const void*>(backward_kernel<scalar_t, Sh, true>);
     });
@@ -132,9 +136,19 @@ std::tuple<Tensor, Tensor> backward_typed(const Tensor& g, const Tensor& w, cons
                                                            : nullptr;
   Tensor grad_k = fused_ops::empty({B, C, T}, k.scalar_type(), k);
   Tensor grad_w = fused_ops::empty({C, T}, w.scalar_type(), w);
-  const BackwardPlan plan =
-      backward_plan(B, C, M, resident_ctas<scalar_t, false>(M, k), kspec != nullptr,
-                    switch_on("RWKV_TIMEX_FUSED_ROWS"));
+  const bool rows = switch_on("RWKV_TIMEX_FUSED_ROWS");
+  BackwardPlan plan = backward_plan(B, C, M, resident_ctas<scalar_t, false>(M, k),
+                                    kspec != nullptr, rows);
+  // The running sums in shared memory (fewer CTAs resident) where that leaves no CTA more rows.
+  if (M <= kAccSmemMaxM && (B > 1 || kspec != nullptr) &&
+      switch_on("RWKV_TIMEX_FUSED_ACC_SMEM")) {
+    BackwardPlan in_smem = backward_plan(B, C, M, resident_ctas<scalar_t, false, true>(M, k),
+                                         kspec != nullptr, rows);
+    if (in_smem.busiest <= plan.busiest) {
+      plan = in_smem;
+      plan.acc_smem = true;
+    }
+  }
   const Tensor scratch = bytes(static_cast<int64_t>(plan.scratch_bytes()), k);
   FUSED_OPS_CUDA_CHECK(launch_backward<scalar_t>(
       g.const_data_ptr<scalar_t>(), k.const_data_ptr<scalar_t>(), as<const cf32>(spec),

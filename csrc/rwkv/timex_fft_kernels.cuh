@@ -279,17 +279,17 @@ static_assert(kMinOddM == 1536 && kMaxM == 16384, "with_length's cases");
 // is >= T runs correctly), checked by runs(T, M). Requires B * C <= INT_MAX.
 // tw: the fused table of M (launch_twiddles), which every launcher's kernel reads (STAGED).
 
-// CTAs of the kernel kernel_of(Sh{}) for length M (Sh = Shape<M, kThreads>, its threads and
-// dynamic shared memory) that one SM of the current device keeps at once (the occupancy query;
-// at least 1).
+// CTAs of the kernel kernel_of(Sh{}) for length M (Sh = Shape<M, kThreads>, its threads) with
+// smem bytes of dynamic shared memory that one SM of the current device keeps at once (the
+// occupancy query; at least 1).
 template <typename KernelOf>
-int blocks_per_sm(int M, const KernelOf& kernel_of) {
+int blocks_per_sm(int M, int smem, const KernelOf& kernel_of) {
   int per_sm = 1;
   with_length(M, [&](auto m) {
     using Sh = Shape<decltype(m)::value, kThreads>;
     const void* kernel = reinterpret_cast<const void*>(kernel_of(Sh{}));
-    if (fused_ops::raise_shared_memory_limit(kernel, Sh::SMEM) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, Sh::SMEM) !=
+    if (fused_ops::raise_shared_memory_limit(kernel, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, smem) !=
             cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;

@@ -107,11 +107,11 @@ class _TimeX(torch.autograd.Function):
     wrapper costs several times the host time of a Function, which small problems are bound
     by. Where the library FFT runs (long T), the forward keeps the spectra of k and w
     (timex_forward_keep) and the backward starts from them: two FFTs of the five fewer, the
-    same bits; where the on-chip FFT kernels run, the spectra of W and k and the twiddle tables
-    (on tensor cores: W's spectra and their exponents). Its backward under create_graph=True goes through
-    timex_backward's autograd formula, so double backward works as through the op. compile,
-    export, fake tensors and functorch transforms go through the op and its registered
-    formula."""
+    same bits; where the on-chip FFT kernels run, the spectra of W and k (and fft_cluster's
+    twiddle tables; on tensor cores: W's spectra and their exponents). Its backward under
+    create_graph=True goes through timex_backward's autograd formula, so double backward works
+    as through the op. compile, export, fake tensors and functorch transforms go through the op
+    and its registered formula."""
 
     # forward(ctx, ...) rather than a separate setup_context: half the host time of apply.
     @staticmethod

@@ -18,12 +18,14 @@
 // channels that lie whole in its range and leaves the sums of the one or two it shares in
 // scratch. A shared channel's grad_w is made by the CTA that leaves its last partial sum (an
 // arrival count per channel): it adds the partials in s or CTA order and runs the inverse, in
-// the same launch (a second launch for those sums ran on few CTAs an SM after the first had
-// drained, 17 us of 68 at (3, 384, 2250) float16 on the H200). Every sum runs in a fixed order
-// (b within an item or range, then s or CTA), so the result is deterministic; a running sum's
-// entry is written and read only by the thread that owns its frequency pair (split_pairs). The
-// scratch stays in L2: M complex floats per resident CTA for G (16.5 MiB at M = 16384 on 132
-// SMs), as much again for the running sums where B > 1.
+// the same launch (instead of a second launch of C CTAs: GPU time 8% less at (3, 400, 4097)
+// and 5% at (2, 512, 5000) float16 on the H200, within 1% at (3, 384, 2250) and (8, 512, 1188),
+// where the CTAs that run two rows and then the inverse set the end as that launch did; run 52
+// (b)). Every sum runs in a fixed order (b within an item or range, then s or CTA), so the
+// result is deterministic; a running sum's entry is written and read only by the thread that
+// owns its frequency pair (split_pairs). The scratch stays in L2: M complex floats per
+// resident CTA for G (16.5 MiB at M = 16384 on 132 SMs), as much again for the running sums
+// where B > 1 (in shared memory instead where backward_plan's caller takes ACC_SMEM).
 #pragma once
 
 #include "rwkv/timex_fft_kernels.cuh"
@@ -301,10 +303,10 @@ struct BackwardPlan {
 // 1584 resident CTAs), (16, 512, 2500), (3, 400, 4097) and (16, 1024, 1100) float32; at 3/4
 // and above 1-9% more ((2, 2048, 1100): 3 rows instead of 4; (4, 1024, 1100), (8, 1024, 1300),
 // (2, 4096, 2048), (16, 512, 16384)) (run 49 (c)). With the shared channels summed in the
-// same launch (run 52) the ranges still took 5-15% more at those shapes, and one row per CTA
-// (B C CTAs, each row's G conj(K) through memory) 3-25% more almost everywhere: the running
-// sums that stay in L2 cost less than more CTAs at once save. kept_k: the kernel reads K
-// (kspec).
+// same launch (run 52 (b)) the ranges still took 1-15% more at those shapes, and one row per
+// CTA (B C CTAs, each row's G conj(K) through memory) 5-15% more at 12 of 16 shapes (3% less at
+// (3, 384, 2250) and (3, 400, 4097)): the running sums that stay in L2 cost less than more CTAs
+// at once save. kept_k: the kernel reads K (kspec).
 inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
                                   bool kept_k = false, bool row_ranges = true) {
   BackwardPlan p;

@@ -42,9 +42,9 @@ int length(int64_t T) {
 }
 
 // The fused table of length M (the stage and split twiddles in the order the kernels' warps
-// read them: timex_fft_stages.cuh): the kept table of an earlier call for M (checked; the
-// forward hands its table to the backward), or the device's table of M, made at the first call
-// of that length and kept for the process (fused_ops::device_table).
+// read them: timex_fft_stages.cuh): a table the caller passes (timex_backward_kept's kz,
+// checked), or the device's table of M, made at the first call of that length and kept for the
+// process (fused_ops::device_table).
 Tensor twiddles(int M, const Tensor& like, cudaStream_t stream, const Tensor* kept) {
   if (kept != nullptr) {
     check_kept_twiddles(*kept, static_cast<int64_t>(twiddle_bytes(M)));

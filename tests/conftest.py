@@ -80,6 +80,6 @@ def run_emulator(source, tmp_path):
                             str(binary)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     # A hang still fails, after 20 minutes. Not 5: the op path's run takes about 100 s alone on
-    # CI's two cores, and more than 300 s while .ci/run builds the CUDA 12 wheel beside it.
+    # CI's two cores, and took more than 300 s beside a wheel's build (as .ci/run once ran them).
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout

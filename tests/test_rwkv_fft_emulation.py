@@ -37,8 +37,9 @@ std::vector<cf32> tw(kTwiddles);
 // sums added by the CTA that leaves the last: grad_k the same bits, grad_w within tol. The
 // backward runs again from k's spectra as the conv kernel kept them (kspec), whole and split:
 // the same bits as from k. PLAIN: also run every kernel on the plain table tw (and the conv
-// kernel in row order, not channel-major); out, grad_k and grad_w must be the same bits.
-template <typename S, int M, int MAXT, bool PLAIN = false>
+// kernel in row order, not channel-major); out, grad_k and grad_w must be the same bits. E: the
+// values per thread that Shape asks for (8: the GPU's wide CTAs, stages of radix 8).
+template <typename S, int M, int MAXT, bool PLAIN = false, int E = 16>
 void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   if (fft_length(T) != M && fft_length(T, true, false) != M && fft_length(T, false, false) != M) {
     std::printf("FAIL: T=%d does not take M=%d\n", T, M);
@@ -57,7 +58,7 @@ void check(int B, int C, int T, double eps, int offset, int ctas, double tol) {
   std::vector<S> gk_kept(k.size(), guard), gw_kept(gw.size(), guard),
       gk_split_kept(k.size(), guard), gw_split_kept(gw.size(), guard);
   std::vector<cf32> kspec(size_t(B) * C * M);
-  using Sh = Shape<M, MAXT>;
+  using Sh = Shape<M, MAXT, E>;
   std::vector<cf32> fused(fused_table_size<Sh>());
   launch(1, 8, 0, [&] { fused_twiddle_kernel<Sh>(fused.data()); });
   // Its split part: the plain table's entries k kMaxM / M, to the bit (M a power of two).
@@ -242,6 +243,16 @@ int main() {
   check<c10::Half, 1536, kThreads>(1, 3, 1100, 0.3, 0, 3, 1e-3);
   check<c10::BFloat16, 2560, 32>(1, 3, 2049, 0.3, 1, 2, 8e-3);
   check<c10::BFloat16, 3072, 32>(1, 3, 2600, 0.3, 1, 2, 8e-3);
+  // The wide CTAs (8 values a thread, M / 8 threads) at every length they are built for
+  // (kWideMinM to kWideMaxM): radix-8 stages, a last one of radix 2 (1024), 4 (2048), 3 (1536)
+  // or 5 (2560) after them, the radix-3 and 5 stages with threads idle in their last round.
+  check<float, 512, kThreads, true, 8>(1, 3, 300, 0.5, 1, 2, 1e-6);
+  check<float, 1024, kThreads, true, 8>(3, 3, 1000, 0.1, 0, 2, 1e-6);
+  check<float, 1536, kThreads, false, 8>(2, 3, 1100, 0.1, 1, 2, 1e-6);
+  check<float, 2048, kThreads, true, 8>(2, 1, 2048, 0.1, 0, 1, 1e-6);
+  check<float, 2560, kThreads, false, 8>(3, 1, 2049, 0.1, 1, 1, 1e-6);
+  check<c10::Half, 1536, kThreads, false, 8>(1, 3, 1100, 0.3, 0, 3, 1e-3);
+  check<c10::BFloat16, 2560, kThreads, false, 8>(1, 3, 2560, 0.3, 1, 2, 8e-3);
   std::printf("%d failures\n", failures);
   return failures != 0;
 }
@@ -253,7 +264,7 @@ def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
     checks spectrum, conv and the backward kernel (one pass per channel, split over b and in
     row ranges, the shared channels summed by their last CTA) for M = 1 .. 16384 (2^k, 3 2^k
-    and 5 2^k) against float64 direct sums; grad_w twice, to the bit; the backward from k's
+    and 5 2^k; the wide CTAs' shape from 512 to 2560) against float64 direct sums; grad_w twice, to the bit; the backward from k's
     spectra as the conv kernel kept them to the bit of the one that transforms k; its running
     sums in shared memory to the bit of those in scratch; the fused twiddle table's results to
     the bit of the plain table's."""

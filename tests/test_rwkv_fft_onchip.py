@@ -15,14 +15,17 @@ from rwkv_ops.reference import timex_fftconv
 
 
 @cuda_only
-@pytest.mark.parametrize("shape", [(2, 300, 16384), (5, 60, 16384), (3, 400, 4097),
-                                   (16, 7, 1024), (1, 1, 999)])
-def test_fused_backward_work_splits(shape, monkeypatch):
+@pytest.mark.parametrize("shape, wide", [((2, 300, 16384), "auto"), ((5, 60, 16384), "auto"),
+                                         ((3, 400, 4097), "auto"), ((16, 7, 1024), "0"),
+                                         ((16, 7, 1024), "1"), ((1, 1, 999), "0"),
+                                         ((1, 1, 999), "1"), ((3, 400, 2100), "1")])
+def test_fused_backward_work_splits(shape, wide, monkeypatch):
     """The one-CTA backward kernel (csrc/rwkv/timex_fft_backward.cuh) in each of its work
     splits on the H100: more channels than resident CTAs (a CTA loops over channels), b in
     uneven ranges (5 rows in 2 items: partial sums, added by the item that ends last), one row
-    per item, ranges of rows across channels ((3, 400, 4097): 1200 rows on 396 resident CTAs),
-    B = C = 1 at odd T. float32-accurate against float64 (at most 2x the error of PyTorch's
+    per item, ranges of rows across channels ((3, 400, 4097): 1200 rows on 396 resident CTAs;
+    (3, 400, 2100) on the wide CTAs), B = C = 1 at odd T; at M = 1024 and 2560 on the wide CTAs
+    (RWKV_TIMEX_FUSED_WIDE=1) and the 16-value ones (0). float32-accurate against float64 (at most 2x the error of PyTorch's
     float32 FFT convolution, and within 2e-6), deterministic, and the eager path (the spectra
     of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0; without the
     conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel after the spectrum
@@ -30,6 +33,7 @@ def test_fused_backward_work_splits(shape, monkeypatch):
     ops, call after call (a read of spectra or sums still being written would show as a
     difference)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
+    monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", wide)
     w, k, g = make(*shape, "cuda", torch.float32)
     assert rwkv_ops.timex_algorithm(k) == "fft_fused"
     got = ours(w, k, g, 0.2)
@@ -132,6 +136,47 @@ def test_fused_kernels_odd_lengths(T, dtype, monkeypatch):
     wz = torch.ops.rwkv_ops.timex_forward_keep(w, k, 0.3)[2]  # W's spectra, then k's
     assert wz.shape == (3 * (1 + 2), fused_m(T)) and fused_m(T) % 3 * (fused_m(T) % 5) == 0
     check_on_chip(w, k, g)
+
+
+# A T for each length that the wide CTAs are built for (M = 512, 1024, 1536, 2048, 2560:
+# kWideMinM to kWideMaxM in csrc/rwkv/timex_fft_kernels.cuh), at both ends of 2560's.
+WIDE_LENGTHS = [300, 1000, 1100, 2048, 2049, 2560]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fused_wide_ctas(dtype, monkeypatch):
+    """The one-CTA kernels on the wide CTAs (RWKV_TIMEX_FUSED_WIDE=1: M / 8 threads of 8 values
+    each) and on the 16-value ones (0) at every length that the wide ones are built for: each
+    within the on-chip bar (check_on_chip: accuracy, determinism, the eager path's bits), the
+    two not the same bits in float32 (other stages, other roundings: the switch took effect).
+    auto's choice: the wide CTAs' bits with 512 channels and 1024 rows, the others' with 1024
+    channels; any other value raises ValueError naming the variable. CUDA graph capture on the
+    wide CTAs."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
+    for T in WIDE_LENGTHS:
+        w, k, g = make(2, 3, T, "cuda", dtype)
+        got = {}
+        for wide in ("1", "0"):
+            monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", wide)
+            check_on_chip(w, k, g)
+            got[wide] = ours(w, k, g, 0.3)
+        if dtype == torch.float32:
+            assert not all(torch.equal(a, b) for a, b in zip(got["1"], got["0"])), T
+    if dtype == torch.float32:
+        for shape, picked in [((2, 512, 2048), "1"), ((2, 1024, 2048), "0")]:
+            w, k, g = make(*shape, "cuda", dtype)
+            monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", picked)
+            want = ours(w, k, g, 0.3)
+            monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", "auto")
+            for a, b in zip(ours(w, k, g, 0.3), want):
+                assert torch.equal(a, b), shape
+    monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", "1")
+    check_graph_capture((2, 3, 1100), dtype)
+    monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", "yes")
+    w, k, _ = make(2, 3, 1100, "cuda", dtype)
+    with pytest.raises(ValueError, match="RWKV_TIMEX_FUSED_WIDE must be"):
+        rwkv_ops.timex(w.detach(), k.detach())
 
 
 @cuda_only

@@ -287,6 +287,7 @@ struct BackwardPlan {
   int ctas = 1, splits = 1;
   bool rows = false;  // the row-range plan: ctas ranges of the B C rows, splits 1
   bool acc_smem = false;  // the running sums in shared memory (backward_kernel's ACC_SMEM)
+  bool wide = false;      // the wide CTAs (with_shape)
   int64_t busiest = 0;    // the most rows a CTA runs in turn
   size_t gs_elems = 0, acc_elems = 0, count_elems = 0;
   size_t acc_offset() const { return gs_elems; }
@@ -339,7 +340,7 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
 // of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null; its arrival
-// counts zeroed here, on the stream, before the launch). kspec: null, or k's spectra (B C, M)
+// counts zeroed here, on the stream, before the launch; plan.wide: the CTAs' shape, as tw's). kspec: null, or k's spectra (B C, M)
 // from launch_conv's kspec; streaming as the kernel's. B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
@@ -360,8 +361,8 @@ cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* sp
     if (err != cudaSuccess) return err;
   }
   cudaError_t err = cudaErrorInvalidValue;
-  with_length(M, [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
+  with_shape(M, plan.wide, [&](auto sh) {
+    using Sh = decltype(sh);
     const int rows_ctas = plan.rows ? plan.ctas : 0;
     const auto launch = [&](auto kernel, int smem) {
       return fused_ops::launch_with_smem(kernel, plan.ctas, Sh::THREADS, smem, stream, g, k,

@@ -43,6 +43,15 @@ namespace rwkv::fft {
 // threads); no spills from M = 32 on but the backward's 4 bytes at M = 5120 (the stages are
 // calls: timex_fft_math.cuh says why).
 constexpr int kThreads = 1024;
+// The wide CTAs: M / 8 threads of 8 values (Shape's E_ = 8, stages of radix 8) instead of M / 16
+// of 16, built for kWideMinM <= M <= kWideMaxM. A row's transform then takes about 2/3 of the
+// time (four passes of radix 8 at M = 2048 instead of two of 16 and one of 8, each with half
+// the work a thread), but an SM holds fewer rows at once (at M = 2560, four CTAs of 320 threads
+// instead of eight of 160): worth it where the rows do not fill the SMs (fused_wide,
+// timex_fft_fused.cu, says where). Past 2560 the wide CTAs took 10-31% more time at every shape
+// measured (1024 and 768 threads; H200, run 53).
+constexpr int kWideMinM = 512;
+constexpr int kWideMaxM = 2560;
 
 template <typename S>
 struct alignas(2 * sizeof(S)) Two {
@@ -271,6 +280,22 @@ inline void with_length(int M, const F& f) {
 }
 static_assert(kMinOddM == 1536 && kMaxM == 16384, "with_length's cases");
 
+// f(Sh{}) with Sh the one-CTA kernels' shape of the run-time M (with_length): the wide CTAs
+// (Shape<M, kThreads, 8>) where `wide` and kWideMinM <= M <= kWideMaxM, else Shape<M, kThreads>.
+template <typename F>
+inline void with_shape(int M, bool wide, const F& f) {
+  with_length(M, [&](auto m) {
+    constexpr int kM = decltype(m)::value;
+    if constexpr (kM >= kWideMinM && kM <= kWideMaxM) {
+      if (wide) {
+        f(Shape<kM, kThreads, 8>{});
+        return;
+      }
+    }
+    f(Shape<kM, kThreads>{});
+  });
+}
+
 #ifndef TIMEX_EMULATE
 
 // ---- Host launchers: raw device pointers, the caller's stream and scratch. Each returns
@@ -278,15 +303,16 @@ static_assert(kMinOddM == 1536 && kMaxM == 16384, "with_length's cases");
 // without its 3 2^k or 5 2^k, to measure one against the other; any M of with_length's that
 // is >= T runs correctly), checked by runs(T, M). Requires B * C <= INT_MAX.
 // tw: the fused table of M (launch_twiddles), which every launcher's kernel reads (STAGED).
+// wide: the wide CTAs (with_shape); a call's launches and its table all take the same.
 
-// CTAs of the kernel kernel_of(Sh{}) for length M (Sh = Shape<M, kThreads>, its threads) with
-// smem bytes of dynamic shared memory that one SM of the current device keeps at once (the
+// CTAs of the kernel kernel_of(Sh{}) for length M (Sh of with_shape(M, wide), its threads)
+// with smem bytes of dynamic shared memory that one SM of the current device keeps at once (the
 // occupancy query; at least 1).
 template <typename KernelOf>
-int blocks_per_sm(int M, int smem, const KernelOf& kernel_of) {
+int blocks_per_sm(int M, bool wide, int smem, const KernelOf& kernel_of) {
   int per_sm = 1;
-  with_length(M, [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
+  with_shape(M, wide, [&](auto sh) {
+    using Sh = decltype(sh);
     const void* kernel = reinterpret_cast<const void*>(kernel_of(Sh{}));
     if (fused_ops::raise_shared_memory_limit(kernel, smem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::THREADS, smem) !=
@@ -302,18 +328,16 @@ inline bool runs(int64_t T, int M) {
   return supported(T) && T <= M && M <= kMaxM && length_ok(M) && (is_pow2(M) || M >= kMinOddM);
 }
 
-// The fused table of length M: twiddle_bytes(M) (173 KiB at M = 16384, 11 KiB at 1024).
-inline size_t twiddle_bytes(int M) {
+// The fused table of length M: twiddle_bytes(M, wide) (173 KiB at M = 16384, 11 KiB at 1024).
+inline size_t twiddle_bytes(int M, bool wide) {
   size_t n = 0;
-  with_length(M, [&](auto m) {
-    n = sizeof(cf32) * fused_table_size<Shape<decltype(m)::value, kThreads>>();
-  });
+  with_shape(M, wide, [&](auto sh) { n = sizeof(cf32) * fused_table_size<decltype(sh)>(); });
   return n;
 }
-inline cudaError_t launch_twiddles(int M, cf32* tw, cudaStream_t stream) {
+inline cudaError_t launch_twiddles(int M, bool wide, cf32* tw, cudaStream_t stream) {
   if (!runs(M, M)) return cudaErrorInvalidValue;
-  with_length(M, [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
+  with_shape(M, wide, [&](auto sh) {
+    using Sh = decltype(sh);
     fused_twiddle_kernel<Sh><<<(fused_table_size<Sh>() + 255) / 256, 256, 0, stream>>>(tw);
   });
   return cudaGetLastError();
@@ -322,13 +346,13 @@ inline cudaError_t launch_twiddles(int M, cf32* tw, cudaStream_t stream) {
 // spec (rows, M) = spectra of x (rows, T), read reversed where asked (W = w flipped: pass w
 // with reversed = true).
 template <typename scalar_t>
-cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, bool reversed,
-                            cf32* spec, const cf32* tw, cudaStream_t stream) {
+cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, bool wide,
+                            bool reversed, cf32* spec, const cf32* tw, cudaStream_t stream) {
   if (!runs(T, M) || rows > INT_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  with_length(M, [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
+  with_shape(M, wide, [&](auto sh) {
+    using Sh = decltype(sh);
     err = fused_ops::launch_with_smem(spectrum_kernel<scalar_t, Sh, true>,
                                       static_cast<int>(rows), Sh::THREADS, Sh::SMEM, stream, x,
                                       static_cast<int>(T), reversed, spec, tw);
@@ -343,14 +367,14 @@ cudaError_t launch_spectrum(const scalar_t* x, int64_t rows, int64_t T, int M, b
 // on `stream` (the caller checks for sm_90 and newer).
 template <typename scalar_t>
 cudaError_t launch_conv(const scalar_t* k, const cf32* spec, scalar_t* out, int64_t B, int64_t C,
-                        int64_t T, int M, float eps, const cf32* tw, cudaStream_t stream,
-                        cf32* kspec = nullptr, bool channel_major = true, bool streaming = true,
-                        int ahead = 0, bool after = false) {
+                        int64_t T, int M, bool wide, float eps, const cf32* tw,
+                        cudaStream_t stream, cf32* kspec = nullptr, bool channel_major = true,
+                        bool streaming = true, int ahead = 0, bool after = false) {
   if (!runs(T, M) || B * C > INT_MAX) return cudaErrorInvalidValue;
   if (B * C == 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  with_length(M, [&](auto m) {
-    using Sh = Shape<decltype(m)::value, kThreads>;
+  with_shape(M, wide, [&](auto sh) {
+    using Sh = decltype(sh);
     err = fused_ops::launch_with_smem_after(
         after, conv_kernel<scalar_t, Sh, true>, static_cast<int>(B * C), Sh::THREADS, Sh::SMEM,
         stream, k, spec, out, static_cast<int>(C), static_cast<int>(T), eps, tw, kspec,

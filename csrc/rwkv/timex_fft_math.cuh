@@ -115,20 +115,27 @@ TIMEX_FFT_HD constexpr int pad(int n) { return n + (n >> 4); }
 TIMEX_FFT_HD constexpr int smem_bytes(int M) { return 8 * (M + (M >> 4)); }
 
 // The launch shape of length M with at most MAX_THREADS threads: E = M / THREADS complex
-// values per thread (16 where M allows), radix min(E, 16). The GPU runs MAX_THREADS =
-// kThreads; the emulation test also runs fewer, the same code with more butterflies each.
-// M = F 2^k (F = 3, 5): the power-of-two part P2 = 2^k in stages of radix min(P2, 16), then
-// the factor F (stage_radix below).
-template <int M_, int MAX_THREADS>
+// values per thread, E_ where M / E_ threads fit in MAX_THREADS (16, or 8: the wide CTAs of
+// timex_fft_kernels.cuh, twice the threads, each doing half the work of a stage), else 16
+// where M allows; radix min(E, 16). The GPU runs MAX_THREADS = kThreads; the emulation test
+// also runs fewer, the same code with more butterflies each.
+// M = F 2^k (F = 3, 5): the power-of-two part P2 = 2^k in stages of radix min(P2, E, 16),
+// then the factor F (stage_radix below).
+template <int M_, int MAX_THREADS, int E_ = 16>
 struct Shape {
   static_assert(M_ >= 1 && M_ <= kMaxM && length_ok(M_), "M: 2^k, 3 2^k or 5 2^k");
+  static_assert(E_ == 8 || E_ == 16, "8 or 16 values a thread");
   static constexpr int M = M_;
-  static constexpr int THREADS = M / 16 < 1 ? 1 : (M / 16 > MAX_THREADS ? MAX_THREADS : M / 16);
+  static constexpr int THREADS = M / E_ < 1 ? 1
+                                 : M / E_ <= MAX_THREADS ? M / E_
+                                 : M / 16 > MAX_THREADS  ? MAX_THREADS
+                                                         : M / 16;
   static constexpr int E = M / THREADS;
   static constexpr int P2 = M / odd_part(M);
-  static constexpr int RADIX = is_pow2(M) ? (E < 16 ? E : 16) : (P2 < 16 ? P2 : 16);
+  static constexpr int RMAX = E < 16 ? E : 16;  // a stage's radix: at most E
+  static constexpr int RADIX = is_pow2(M) ? RMAX : (P2 < RMAX ? P2 : RMAX);
   static constexpr int SMEM = smem_bytes(M);
-  static_assert(E * THREADS == M, "THREADS divides M");
+  static_assert(E * THREADS == M && is_pow2(RADIX), "THREADS divides M");
 };
 
 // The radix of Sh's stage after NS (the product of the earlier radices): RADIX while the

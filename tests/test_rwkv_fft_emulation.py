@@ -264,8 +264,8 @@ def test_fft_kernels_emulated_on_cpu(tmp_path):
     """Compiles csrc/rwkv/timex_fft_kernels.cuh and timex_fft_backward.cuh as host C++ and
     checks spectrum, conv and the backward kernel (one pass per channel, split over b and in
     row ranges, the shared channels summed by their last CTA) for M = 1 .. 16384 (2^k, 3 2^k
-    and 5 2^k; the wide CTAs' shape from 512 to 2560) against float64 direct sums; grad_w twice, to the bit; the backward from k's
-    spectra as the conv kernel kept them to the bit of the one that transforms k; its running
-    sums in shared memory to the bit of those in scratch; the fused twiddle table's results to
-    the bit of the plain table's."""
+    and 5 2^k; the wide CTAs' shape from 512 to 2560) against float64 direct sums; grad_w
+    twice, to the bit; the backward from k's spectra as the conv kernel kept them to the bit of
+    the one that transforms k; its running sums in shared memory to the bit of those in
+    scratch; the fused twiddle table's results to the bit of the plain table's."""
     run_emulator(EMULATOR, tmp_path)

@@ -25,8 +25,9 @@ def test_fused_backward_work_splits(shape, wide, monkeypatch):
     uneven ranges (5 rows in 2 items: partial sums, added by the item that ends last), one row
     per item, ranges of rows across channels ((3, 400, 4097): 1200 rows on 396 resident CTAs;
     (3, 400, 2100) on the wide CTAs), B = C = 1 at odd T; at M = 1024 and 2560 on the wide CTAs
-    (RWKV_TIMEX_FUSED_WIDE=1) and the 16-value ones (0). float32-accurate against float64 (at most 2x the error of PyTorch's
-    float32 FFT convolution, and within 2e-6), deterministic, and the eager path (the spectra
+    (RWKV_TIMEX_FUSED_WIDE=1) and the 16-value ones (0). float32-accurate against float64 (at
+    most 2x the error of PyTorch's float32 FFT convolution, and within 2e-6), deterministic,
+    and the eager path (the spectra
     of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0; without the
     conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel after the spectrum
     kernel instead of overlapping its last CTAs, RWKV_TIMEX_FUSED_PDL=0) the same bits as the

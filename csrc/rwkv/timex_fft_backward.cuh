@@ -340,8 +340,9 @@ inline BackwardPlan backward_plan(int64_t B, int64_t C, int M, int64_t resident,
 
 // grad_k (B, C, T) and grad_w (C, T) from g, k (B, C, T) and W's spectra spec (C, M); scratch
 // of plan.scratch_bytes() with plan from backward_plan (its kept_k: kspec != null; its arrival
-// counts zeroed here, on the stream, before the launch; plan.wide: the CTAs' shape, as tw's). kspec: null, or k's spectra (B C, M)
-// from launch_conv's kspec; streaming as the kernel's. B >= 1.
+// counts zeroed here, on the stream, before the launch; plan.wide: the CTAs' shape, as tw's).
+// kspec: null, or k's spectra (B C, M) from launch_conv's kspec; streaming as the kernel's.
+// B >= 1.
 template <typename scalar_t>
 cudaError_t launch_backward(const scalar_t* g, const scalar_t* k, const cf32* spec,
                             scalar_t* grad_k, scalar_t* grad_w, int64_t B, int64_t C, int64_t T,

@@ -51,9 +51,9 @@ int length(int64_t T) {
 // (B, C, M) alone, so that a backward reads k's spectra as its forward's conv kernel made them
 // with the same shape. RWKV_TIMEX_FUSED_WIDE = 1 (wherever kWideMinM <= M <= kWideMaxM), 0
 // (never) or auto (or unset): there with at most 512 channels and 1536 rows B C. Measured
-// forward + backward, GPU busy time (H200, run 53, 40 shapes, float16 and float32): with those
-// channels and rows 3-27% less ((3, 384, 2250) float16 98.6 -> 88.5 us, (2, 512, 2048) 69.6 ->
-// 65.2, (2, 512, 1300) 57.3 -> 51.8, (2, 512, 500) float32 37.4 -> 27.4; at (4, 384, 2250)
+// forward + backward, GPU busy time (H200, run 53 (a), 40 shapes, float16 and float32): with
+// those channels and rows 3-27% less ((3, 384, 2250) float16 98.6 -> 88.5 us, (2, 512, 2048)
+// 69.6 -> 65.2, (2, 512, 1300) 57.3 -> 51.8, (2, 512, 500) float32 37.4 -> 27.4; at (4, 384, 2250)
 // 0-2% more, at (3, 512, 1200) within 1%); with 1024 channels 5-12% more ((1, 1024, 1536),
 // (1, 1024, 2500), (2, 1024, 2048)), at (3, 640, 2250) and (4, 512, 2500) 21% more, from 4096
 // rows 0-13% more: an SM holds fewer rows at once, so rows that one round of the 16-value CTAs

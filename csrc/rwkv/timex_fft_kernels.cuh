@@ -44,12 +44,12 @@ namespace rwkv::fft {
 // calls: timex_fft_math.cuh says why).
 constexpr int kThreads = 1024;
 // The wide CTAs: M / 8 threads of 8 values (Shape's E_ = 8, stages of radix 8) instead of M / 16
-// of 16, built for kWideMinM <= M <= kWideMaxM. A row's transform then takes about 2/3 of the
-// time (four passes of radix 8 at M = 2048 instead of two of 16 and one of 8, each with half
-// the work a thread), but an SM holds fewer rows at once (at M = 2560, four CTAs of 320 threads
-// instead of eight of 160): worth it where the rows do not fill the SMs (fused_wide,
-// timex_fft_fused.cu, says where). Past 2560 the wide CTAs took 10-31% more time at every shape
-// measured (1024 and 768 threads; H200, run 53).
+// of 16, built for kWideMinM <= M <= kWideMaxM. A row's transform then takes a pass more at most
+// lengths (M = 2048: radix 8, 8, 8, 4 instead of 16, 16, 8), each with half the work a thread,
+// so a row finishes sooner, but an SM holds fewer rows at once (registers and threads per SM
+// bound its CTAs): worth it where the rows do not fill the SMs (fused_wide, timex_fft_fused.cu,
+// says where). Past 2560 (384 to 768 threads) they took 10-31% more GPU time
+// at six of seven shapes measured and tied at the seventh (H200, run 53 (a)).
 constexpr int kWideMinM = 512;
 constexpr int kWideMaxM = 2560;
 

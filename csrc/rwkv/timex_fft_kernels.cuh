@@ -48,8 +48,8 @@ constexpr int kThreads = 1024;
 // lengths (M = 2048: radix 8, 8, 8, 4 instead of 16, 16, 8), each with half the work a thread,
 // so a row finishes sooner, but an SM holds fewer rows at once (registers and threads per SM
 // bound its CTAs): worth it where the rows do not fill the SMs (fused_wide, timex_fft_fused.cu,
-// says where). Past 2560 (384 to 768 threads) they took 10-31% more GPU time
-// at six of seven shapes measured and tied at the seventh (H200, run 53 (a)).
+// says where). Past 2560 (384 to 768 threads) they took 10-31% more GPU time at six of seven
+// shapes measured and tied at the seventh (H200, run 53 (a)).
 constexpr int kWideMinM = 512;
 constexpr int kWideMaxM = 2560;
 

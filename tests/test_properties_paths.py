@@ -326,8 +326,10 @@ def expected_algorithm(device, dtype, T, algo, B, C):
     fastest = "fft_fused" if fused else "fft_cluster" if cluster else "fft_library"
     if algo == "auto":
         # the half types' 1024 below B = 16 at up to 128 channels (timex_choice.h takes_direct,
-        # half_direct_max_t); timex_shape draws B, C <= 3
-        direct_max = {torch.float16: 1024, torch.bfloat16: 1024}.get(dtype, 256)
+        # half_direct_max_t; timex_shape draws B, C <= 3); float32's 256, 192 at B = 1 with up
+        # to 512 channels (f32_direct_max_t); float64's 256
+        direct_max = {torch.float16: 1024, torch.bfloat16: 1024,
+                      torch.float32: 192 if B == 1 and C <= 512 else 256}.get(dtype, 256)
         if T <= direct_max:
             return "direct"
         # bfloat16 where tc_faster(B, C, T) on the tensor-core FFT (sm_80 and newer, T <= 16384)

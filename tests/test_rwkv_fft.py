@@ -335,11 +335,14 @@ def test_cuda_half_direct_graph_capture(dtype, monkeypatch):
 
 @cuda_only
 def test_cuda_float32_crossover_by_rows(monkeypatch):
-    """auto in float32 (timex_choice.h takes_direct): the direct kernels up to T = 256 at any
-    rows (B C), the fused FFT after."""
+    """auto in float32 (timex_choice.h takes_direct, f32_direct_max_t): the direct kernels up
+    to T = 256 at any rows (B C) but one batch row of at most 512 channels (up to 192), the
+    fused FFT after."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
-    for (B, C, T), want in [((1, 256, 256), "direct"), ((1, 256, 257), "fft_fused"),
-                            ((2, 3, 641), "fft_fused"), ((1, 1, 257), "fft_fused"),
+    for (B, C, T), want in [((2, 256, 256), "direct"), ((2, 256, 257), "fft_fused"),
+                            ((1, 256, 192), "direct"), ((1, 256, 193), "fft_fused"),
+                            ((1, 512, 193), "fft_fused"), ((1, 513, 256), "direct"),
+                            ((2, 3, 641), "fft_fused"), ((1, 1, 193), "fft_fused"),
                             ((3, 7000, 256), "direct"), ((3, 7000, 257), "fft_fused")]:
         k = torch.empty(B, C, T, device="cuda")
         assert rwkv_ops.timex_algorithm(k) == want, (B, C, T)
@@ -349,23 +352,27 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 def test_cuda_half_crossover_by_channels(monkeypatch):
     """auto up to T = 1024 in the half types (timex_choice.h half_direct_max_t): the direct
     kernels with at most 128 channels; from 9 rows up to 1024 (float16 from 16 rows or up to
-    256 channels) or 896; with up to 8 rows and at most 512 channels up to 768 (512 at B = 1),
-    else up to 256 (B = 1: 128, none past 1024 channels); the fused FFT after (fft_tc's cases:
-    tests/test_rwkv_fft_tc.py)."""
+    256 channels) or 896, and at 8 rows of up to 256 channels; with up to 8 rows and at most
+    512 channels up to 768 (256 at B = 1, 640 at B = 2 and 3), else up to 256 (B = 1: 128,
+    none past 1024 channels); the fused FFT after (fft_tc's cases: tests/test_rwkv_fft_tc.py)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     f16, bf16 = torch.float16, torch.bfloat16
     for dtype, (B, C, T), want in [
             (f16, (1, 1024, 128), "direct"), (f16, (1, 1024, 129), "fft_fused"),
             (f16, (1, 2048, 64), "fft_fused"), (f16, (2, 1024, 256), "direct"),
             (f16, (4, 1024, 1024), "fft_fused"), (f16, (4, 512, 768), "direct"),
-            (f16, (4, 512, 769), "fft_fused"), (f16, (1, 512, 512), "direct"),
-            (f16, (1, 512, 513), "fft_fused"), (f16, (2, 512, 768), "direct"),
+            (f16, (4, 512, 769), "fft_fused"), (f16, (1, 512, 256), "direct"),
+            (f16, (1, 512, 257), "fft_fused"), (f16, (2, 512, 640), "direct"),
+            (f16, (2, 512, 641), "fft_fused"), (f16, (3, 256, 641), "fft_fused"),
+            (f16, (8, 256, 1024), "direct"), (f16, (8, 257, 769), "fft_fused"),
+            (f16, (7, 256, 769), "fft_fused"),
             (f16, (12, 512, 896), "direct"), (f16, (12, 512, 897), "fft_fused"),
             (f16, (12, 256, 1024), "direct"), (f16, (16, 2048, 1024), "direct"),
             (f16, (8, 256, 768), "direct"), (f16, (1, 128, 1024), "direct"),
             (f16, (2, 2048, 300), "fft_fused"), (bf16, (4, 1024, 300), "fft_fused"),
             (bf16, (1, 1024, 257), "fft_fused"), (bf16, (2, 600, 512), "fft_fused"),
-            (bf16, (3, 512, 768), "direct")]:
+            (bf16, (3, 512, 640), "direct"), (bf16, (3, 512, 641), "fft_fused"),
+            (bf16, (1, 300, 257), "fft_fused"), (bf16, (2, 512, 512), "direct")]:
         k = torch.empty(B, C, T, device="cuda", dtype=dtype)
         assert rwkv_ops.timex_algorithm(k) == want, (dtype, B, C, T)
 

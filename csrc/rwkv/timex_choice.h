@@ -27,7 +27,7 @@ using fused_ops::Tensor;
 // GPU busy time, run 50 (b); 256 to 16384 rows, T = 128 to 768): the direct kernels up to 256
 // (by 14-39% from 1024 rows, tied at 512 rows, the FFT by 13% at 256 rows), the FFT from 384
 // (by 6-66% at 384, 24-140% at 512; at (1, 256, 640), where 640 was the bound, 2.4x):
-// kF32DirectMaxT at any rows.
+// kF32DirectMaxT at any rows (but one row of up to 512 channels: f32_direct_max_t).
 // float16 and bfloat16 (bf16/fp16 tensor-core kernels, whose tiles take more of the batch at
 // once as B grows): with B = 16 and 32 the direct kernels win up to T = 1536 (there by 30% and
 // 32%), with B = 4 and 8 up to 1024 (at 1536 the FFT by 3-5%), with B = 1 and 2 and 1024
@@ -66,6 +66,12 @@ using fused_ops::Tensor;
 // direct kernels, cuFFT): the FFT from 512 on with 256 rows, from 257 on with 4096 rows and
 // more.
 constexpr int64_t kF32DirectMaxT = 256;
+// float32 with one batch row and at most kF32OneRowMaxC channels: the fused FFT from T = 193
+// (run 53 (i), H200, GPU busy time, forward + backward, the wide CTAs in: at T = 256 with 64 to
+// 512 channels the FFT 20-22% less, at 192 5-6% less, at 128 the direct kernels 20% less; with
+// B = 2 at T = 256 the direct kernels still 3-6% less, from B = 4 23-38%).
+constexpr int64_t kF32OneRowDirectMaxT = 192;
+constexpr int64_t kF32OneRowMaxC = 512;
 constexpr int64_t kHalfDirectMaxT = 1024;
 constexpr int64_t kHalfBatchedMaxT = 1408;
 constexpr int64_t kHalfBatchedMaxTc = 1280;  // bfloat16 where fft_tc runs
@@ -160,6 +166,14 @@ inline fft::Kernel fastest_fft(const Tensor& k) {
 // channels (the crossover comment above, run 50 (a), (b)): from 9 rows (tiles of 16 or 32 rows),
 // up to 8 (time folds), by channels.
 // tc_fft: bfloat16 where fft_tc runs (the FFT past T = 512 then).
+// With up to 512 channels and up to 3 rows against the fused FFT on the wide CTAs (run 53 (i),
+// H200, GPU busy time, float16; bfloat16 runs the same fused kernels at B = 1 and 3 up to T =
+// 1024): with B = 1 and C = 256 to 512 the FFT 16-40% less at T = 384 and 512, so the direct
+// kernels up to 256 (512 before); with B = 2 and 3 tied at T = 640 (B = 2; the FFT 10% less at
+// B = 3, C = 256) and the FFT 5-18% less at 768, so up to 640 (768 before). With 8 rows of 256
+// channels the direct kernels 9-13% less at T = 896 and 1024 (tied at 192 channels), so up to
+// 1024 there (768 before; not where bfloat16's FFT runs on tensor cores, not measured against
+// it); 4 to 7 rows keep 768 (at (4, 512, 768) the direct kernels 18% less).
 inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
   if (C <= 128) return 1024;  // few channels: the FFT's fixed cost per call
   if (B > 8) {
@@ -167,9 +181,17 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
     if (B < 16) return tc_fft ? 768 : 896;
     return tc_fft ? 896 : 1024;
   }
+  if (B == 8 && C <= 256 && !tc_fft) return 1024;
   if (C > 512) return B > 1 ? 256 : C > 1024 ? 0 : 128;  // B = 1: the direct tiles half empty
-  if (B == 1 || (B == 2 && tc_fft)) return 512;
+  if (B == 1) return 256;
+  if (B == 2 && tc_fft) return 512;
+  if (B <= 3) return 640;
   return 768;
+}
+
+// The longest T at which auto takes float32's direct kernels for B rows of C channels.
+inline int64_t f32_direct_max_t(int64_t B, int64_t C) {
+  return B == 1 && C <= kF32OneRowMaxC ? kF32OneRowDirectMaxT : kF32DirectMaxT;
 }
 
 // auto's choice between the direct kernels and the FFT (the crossover lengths above).
@@ -178,7 +200,7 @@ inline bool takes_direct(const Tensor& k) {
   const int64_t T = k.size(2);
   switch (k.scalar_type()) {
     case ScalarType::Float:
-      return T <= kF32DirectMaxT;
+      return T <= f32_direct_max_t(k.size(0), k.size(1));
     case ScalarType::Double: return T <= kF64DirectMaxT;
     default: {
       const bool tc_fft = k.scalar_type() == ScalarType::BFloat16 && fft::tc_supported(k);

@@ -27,12 +27,11 @@ def test_fused_backward_work_splits(shape, wide, monkeypatch):
     (3, 400, 2100) on the wide CTAs), B = C = 1 at odd T; at M = 1024 and 2560 on the wide CTAs
     (RWKV_TIMEX_FUSED_WIDE=1) and the 16-value ones (0). float32-accurate against float64 (at
     most 2x the error of PyTorch's float32 FFT convolution, and within 2e-6), deterministic,
-    and the eager path (the spectra
-    of W and k kept from the forward; of W alone with RWKV_TIMEX_FUSED_KEEP_K=0; without the
-    conv kernel's L2 prefetch, RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel after the spectrum
-    kernel instead of overlapping its last CTAs, RWKV_TIMEX_FUSED_PDL=0) the same bits as the
-    ops, call after call (a read of spectra or sums still being written would show as a
-    difference)."""
+    and the eager path (the spectra of W and k kept from the forward; of W alone with
+    RWKV_TIMEX_FUSED_KEEP_K=0; without the conv kernel's L2 prefetch,
+    RWKV_TIMEX_FUSED_PREFETCH=0; the conv kernel after the spectrum kernel instead of
+    overlapping its last CTAs, RWKV_TIMEX_FUSED_PDL=0) the same bits as the ops, call after
+    call (a read of spectra or sums still being written would show as a difference)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "fft_fused")
     monkeypatch.setenv("RWKV_TIMEX_FUSED_WIDE", wide)
     w, k, g = make(*shape, "cuda", torch.float32)

@@ -6,6 +6,7 @@ fold and diagonal-sum index arithmetic is checked without a GPU."""
 from conftest import emulation_test, run_emulator
 
 EMULATOR = r"""
+#include <algorithm>
 #include <cstdio>
 
 #include "cuda_emulation.h"
@@ -17,6 +18,7 @@ EMULATOR = r"""
 #define TIMEX_SHARED_BYTES(name) unsigned char* name = emu_smem
 #define TIMEX_SYNC() emu_barrier->arrive_and_wait()
 #include "rwkv/timex_tc_toeplitz.cuh"
+#include "rwkv/timex_tc_toeplitz_split.cuh"
 #include "rwkv/timex_tc_wgrad.cuh"
 
 using namespace rwkv::kernels;
@@ -75,6 +77,35 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
     const bool g2 = unpack(gk, offset, n, dk);
     report(what, rel_err(dk, in.gk_ref), g2);
   };
+  // The split kernel (timex_tc_toeplitz_split.cuh): every configuration HalfTiles picks for it.
+  auto split = [&](auto cfg, int groups) {
+    using Cfg = decltype(cfg);
+    groups = std::min(groups, cdiv(T, Cfg::TT));
+    const int blocks = C * cdiv(B, Cfg::BB) * groups;
+    std::vector<S> out(in.k.size(), guard), gk(in.k.size(), guard);
+    launch(blocks, Cfg::THREADS, Cfg::smem_bytes(T), [&] {
+      toeplitz_half_split_kernel<S, Cfg, true>(in.w.data(), in.kp, out.data() + offset, B, C, T,
+                                               float(eps), unit, groups);
+    });
+    launch(blocks, Cfg::THREADS, Cfg::smem_bytes(T), [&] {
+      toeplitz_half_split_kernel<S, Cfg, false>(in.w.data(), in.gp, gk.data() + offset, B, C, T,
+                                                0.f, unit, groups);
+    });
+    char what[64];
+    std::snprintf(what, sizeof what, "half tc split BB=%d J=%d groups=%d out", Cfg::BB, Cfg::J,
+                  groups);
+    const bool g1 = unpack(out, offset, n, o);
+    report(what, rel_err(o, in.out_ref), g1);
+    std::snprintf(what, sizeof what, "half tc split BB=%d J=%d groups=%d grad_k", Cfg::BB,
+                  Cfg::J, groups);
+    const bool g2 = unpack(gk, offset, n, dk);
+    report(what, rel_err(dk, in.gk_ref), g2);
+  };
+  // One block for every tile of a row group, and the tiles dealt out over 2 and 3 blocks.
+  for (int groups : {1, 2, 3}) {
+    split(ToeplitzSplitConfig<4, 8, 2, 4, 4>{}, groups);
+    split(ToeplitzSplitConfig<2, 8, 2, 4, 4>{}, groups);
+  }
   toeplitz(ToeplitzHalfConfig<4, 1, 2, 4, 128, 4>{});
   toeplitz(ToeplitzHalfConfig<4, 2, 2, 4, 128, 4>{});
   toeplitz(ToeplitzHalfConfig<4, 8, 2, 4, 256, 4>{});

@@ -103,7 +103,8 @@ void toeplitz_for_batch(const Tensor& w, const Tensor& in, Tensor& out, double e
     if (half_tensor_cores(in)) {
       half_tc_launch::toeplitz<scalar_t, CAUSAL>(
           w.const_data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(),
-          out.mutable_data_ptr<scalar_t>(), B, static_cast<int>(in.size(1)), T, eps, stream);
+          out.mutable_data_ptr<scalar_t>(), B, static_cast<int>(in.size(1)), T, eps,
+          fused_ops::device_properties(in).multiProcessorCount, stream);
       return;
     }
   }

@@ -82,6 +82,29 @@ TIMEX_DEVICE void stage_rows(int tid, int x0, int n, int unit, const RowFn& row_
   }
 }
 
+// Stages the elements [x0, x0 + len) of one row of n elements (src; all zeros where !row_ok)
+// at dst: each thread copies unit elements at x = first, first + stride, ... (first =
+// tid unit, stride = THREADS unit), with cp.async where unit > 1 (unit, len and x0 as
+// stage_rows wants them: every group of unit all inside or all outside [0, n)), else through
+// registers. The split Toeplitz kernel stages its rows once with it, without a division per
+// copy.
+TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int unit, bool row_ok,
+                            const uint16_t* src, uint16_t* dst) {
+  for (int x = first; x < len; x += stride) {
+    const bool ok = row_ok && x0 + x >= 0 && x0 + x < n;
+    const uint16_t* const s = ok ? src + x0 + x : src;
+    if (unit == 8) {
+      copy_unit<8>(dst + x, s, ok);
+    } else if (unit == 4) {
+      copy_unit<4>(dst + x, s, ok);
+    } else if (unit == 2) {
+      copy_unit<2>(dst + x, s, ok);
+    } else {
+      dst[x] = ok ? *s : uint16_t(0);
+    }
+  }
+}
+
 }  // namespace half_tc
 }  // namespace kernels
 }  // namespace rwkv

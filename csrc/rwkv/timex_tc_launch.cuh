@@ -8,7 +8,9 @@
 
 #include "common/checks.h"
 #include "common/cuda_utils.cuh"
+#include "rwkv/timex_fft_fused.h"
 #include "rwkv/timex_tc_toeplitz.cuh"
+#include "rwkv/timex_tc_toeplitz_split.cuh"
 #include "rwkv/timex_tc_wgrad.cuh"
 
 namespace rwkv {
@@ -36,6 +38,22 @@ struct HalfTiles {
     } else {
       f(ToeplitzHalfConfig<2, 8, 2, 4, 256, 4>{});
     }
+  }
+  // The split kernel (timex_tc_toeplitz_split.cuh) for up to 8 rows (the 8-fold tilings above),
+  // where the rows and window of the longest block fit 48 KiB of shared memory (T up to 3700
+  // with 3 to 8 rows, 5500 with 1 or 2) and RWKV_TIMEX_DIRECT_SPLIT is not 0. False: none.
+  template <typename F>
+  static bool toeplitz_split(int B, int T, F&& f) {
+    if (B > 8 || !rwkv::fft::switch_on("RWKV_TIMEX_DIRECT_SPLIT")) return false;
+    const auto fits = [&](auto cfg) { return decltype(cfg)::smem_bytes(T) <= 48 * 1024; };
+    if (B > 2) {
+      if (!fits(ToeplitzSplitConfig<4, 8, 2, 4, 4>{})) return false;
+      f(ToeplitzSplitConfig<4, 8, 2, 4, 4>{});
+    } else {
+      if (!fits(ToeplitzSplitConfig<2, 8, 2, 4, 4>{})) return false;
+      f(ToeplitzSplitConfig<2, 8, 2, 4, 4>{});
+    }
+    return true;
   }
   template <typename F>
   static void wgrad(F&& f) {
@@ -66,9 +84,25 @@ inline int staging_unit(const void* p, int T) {
 
 // out = eps + causal product of in (CAUSAL: the forward) or the anti-causal one (grad_k).
 // w (C, T), in and out (B, C, T), contiguous, scalar_t = c10::BFloat16 or c10::Half.
+// sms: the device's SM count (the split kernel's grid).
 template <typename scalar_t, bool CAUSAL>
 void toeplitz(const scalar_t* w, const scalar_t* in, scalar_t* out, int B, int C, int T,
-              double eps, cudaStream_t stream) {
+              double eps, int sms, cudaStream_t stream) {
+  const bool split = kernels::HalfTiles::toeplitz_split(B, T, [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    // Row groups (C cdiv(B, BB) blocks, a block running every tile of its rows) where they
+    // fill the SMs' resident blocks once, else as many blocks per row group (tiles taken in
+    // turn) as fill them, at most one per tile.
+    const int64_t row_groups = int64_t{C} * kernels::cdiv(B, Cfg::BB);
+    const int64_t resident = int64_t{Cfg::MINB} * sms;
+    const int groups = static_cast<int>(std::min<int64_t>(
+        kernels::cdiv(T, Cfg::TT), (resident + row_groups - 1) / row_groups));
+    kernels::toeplitz_half_split_kernel<scalar_t, Cfg, CAUSAL>
+        <<<blocks_of(row_groups * groups), Cfg::THREADS, Cfg::smem_bytes(T), stream>>>(
+            w, in, out, B, C, T, static_cast<float>(eps), staging_unit(in, T), groups);
+    FUSED_OPS_LAUNCH_CHECK();
+  });
+  if (split) return;
   kernels::HalfTiles::toeplitz(B, [&](auto cfg) {
     using Cfg = decltype(cfg);
     const int64_t blocks =

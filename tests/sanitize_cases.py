@@ -236,6 +236,12 @@ def rwkv_direct_cases():
     timex_case("rwkv_direct", 17, 2, 1100, "float16", None, "auto, 8-byte copies",
                expect="direct")
     timex_case("rwkv_direct", 9, 2, 1102, "bfloat16", "direct", "4-byte copies")
+    # The split Toeplitz kernel past T = 1024 (half_split_direct): 8 rows, and 5 rows of odd
+    # length (element-wise staging); 3 channels over 2 blocks per row group (few row groups).
+    timex_case("rwkv_direct", 8, 2, 1280, "float16", None, "auto, split kernel",
+               expect="direct")
+    timex_case("rwkv_direct", 5, 3, 1187, "bfloat16", None, "auto, split kernel, odd T",
+               expect="direct")
 
 
 def rwkv_fft_cases():

@@ -307,12 +307,39 @@ def test_cuda_half_direct_against_float64(dtype, shape, monkeypatch):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_cuda_half_direct_copy_units(dtype, monkeypatch):
+@pytest.mark.parametrize("shape", [(8, 3, 1188), (5, 2, 777), (1, 1, 300), (2, 3, 1025),
+                                   (6, 2, 2368), (4, 3, 2369), (2, 2, 4848), (1, 2, 4849),
+                                   (8, 600, 700)])
+def test_cuda_half_direct_split_and_chunked(dtype, shape, monkeypatch):
+    """Up to 8 rows the Toeplitz products run the split kernel where its staged rows fit 48 KiB
+    (T <= 2368 from 3 rows, 4848 up to 2; timex_tc_toeplitz_split.cuh), the chunked one past
+    it and with RWKV_TIMEX_DIRECT_SPLIT=0: both within HALF_TOL of float64 and of each other,
+    each deterministic. (8, 600, 700): a block per row group (1200 of them, more than the
+    resident blocks), else the tiles dealt over several."""
+    monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
+    w, k, g = make(*shape, "cuda", dtype)
+    want = reference(w, k, g, 0.3)
+    runs = {}
+    for split in ("1", "0"):
+        monkeypatch.setenv("RWKV_TIMEX_DIRECT_SPLIT", split)
+        runs[split] = ours(w, k, g, 0.3)
+        for name, a, b in zip(["out", "grad_w", "grad_k"], runs[split], want):
+            assert rel_err(a, b) < HALF_TOL[dtype], (split, name, shape)
+        for a, b in zip(runs[split], ours(w, k, g, 0.3)):
+            assert torch.equal(a, b), (split, shape)
+    for name, a, b in zip(["out", "grad_w", "grad_k"], runs["1"], runs["0"]):
+        assert rel_err(a, b) < HALF_TOL[dtype], (name, shape)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("B", [17, 5])
+def test_cuda_half_direct_copy_units(dtype, B, monkeypatch):
     """Forced direct: rows staged 16, 8, 4 or 2 bytes at a time (timex_tc_launch.cuh
     staging_unit: T = 1104 with the storage 0, 4, 2 or 1 elements off 16 bytes) give the same
-    bits."""
+    bits, in the chunked Toeplitz kernel (17 rows) and the split one (5)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
-    B, C, T = 17, 3, 1104
+    C, T = 3, 1104
     w, k, g = make(B, C, T, "cuda", dtype)
     want = ours(w, k, g, 0.3)
     for off in (4, 2, 1):
@@ -352,9 +379,12 @@ def test_cuda_float32_crossover_by_rows(monkeypatch):
 def test_cuda_half_crossover_by_channels(monkeypatch):
     """auto up to T = 1024 in the half types (timex_choice.h half_direct_max_t): the direct
     kernels with at most 128 channels; from 9 rows up to 1024 (float16 from 16 rows or up to
-    256 channels) or 896, and at 8 rows of up to 256 channels; with up to 8 rows and at most
+    256 channels) or 896; float16 with 4 to 8 rows of up to 256 channels and 8 rows of up to
+    512 up to 1024, with 4 to 8 rows of up to 1024 up to 768; with up to 8 rows and at most
     512 channels up to 768 (256 at B = 1, 640 at B = 2 and 3), else up to 256 (B = 1: 128,
-    none past 1024 channels); the fused FFT after (fft_tc's cases: tests/test_rwkv_fft_tc.py)."""
+    none past 1024 channels); the fused FFT after (fft_tc's cases: tests/test_rwkv_fft_tc.py).
+    Past 1024 (half_split_direct) up to 1280 with 4 to 8 rows of up to 256 channels, 8 rows of
+    up to 512 (bfloat16: 4 to 8 rows of up to 512)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     f16, bf16 = torch.float16, torch.bfloat16
     for dtype, (B, C, T), want in [
@@ -364,8 +394,16 @@ def test_cuda_half_crossover_by_channels(monkeypatch):
             (f16, (4, 512, 769), "fft_fused"), (f16, (1, 512, 256), "direct"),
             (f16, (1, 512, 257), "fft_fused"), (f16, (2, 512, 640), "direct"),
             (f16, (2, 512, 641), "fft_fused"), (f16, (3, 256, 641), "fft_fused"),
-            (f16, (8, 256, 1024), "direct"), (f16, (8, 257, 769), "fft_fused"),
-            (f16, (7, 256, 769), "fft_fused"),
+            (f16, (8, 256, 1024), "direct"), (f16, (8, 512, 1024), "direct"),
+            (f16, (8, 513, 768), "direct"), (f16, (8, 513, 769), "fft_fused"),
+            (f16, (7, 256, 1024), "direct"), (f16, (7, 257, 769), "fft_fused"),
+            (f16, (4, 1024, 768), "direct"), (f16, (4, 1025, 768), "fft_fused"),
+            (f16, (3, 1024, 768), "fft_fused"), (bf16, (8, 512, 769), "fft_tc"),
+            (f16, (8, 512, 1280), "direct"), (f16, (8, 512, 1281), "fft_fused"),
+            (f16, (8, 513, 1100), "fft_fused"), (f16, (4, 256, 1280), "direct"),
+            (f16, (4, 257, 1100), "fft_fused"), (f16, (3, 256, 1100), "fft_fused"),
+            (f16, (9, 256, 1100), "fft_fused"), (bf16, (4, 512, 1100), "direct"),
+            (bf16, (4, 513, 1100), "fft_tc"), (bf16, (8, 512, 1281), "fft_tc"),
             (f16, (12, 512, 896), "direct"), (f16, (12, 512, 897), "fft_fused"),
             (f16, (12, 256, 1024), "direct"), (f16, (16, 2048, 1024), "direct"),
             (f16, (8, 256, 768), "direct"), (f16, (1, 128, 1024), "direct"),
@@ -380,17 +418,19 @@ def test_cuda_half_crossover_by_channels(monkeypatch):
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
-    """auto at 3 channels: the tensor-core direct kernels up to T = 1024, or from B = 16 on at
-    T a multiple of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores;
-    timex_choice.h takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512
-    channels), the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8
-    (B = 2 past T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's
-    bound on each side."""
+    """auto at 3 channels: the tensor-core direct kernels up to T = 1024, with 4 to 8 rows up to
+    1280 (the split Toeplitz kernel: half_split_direct), or from B = 16 on at T a multiple of 8
+    up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores; timex_choice.h
+    takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512 channels), the
+    FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8 (B = 2 past T =
+    1536) the tensor-core FFT (fastest_fft); both agree within the dtype's bound on each
+    side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     batched_fft = "fft_tc" if dtype == torch.bfloat16 else "fft_fused"
     for B, T, algo in ((2, 1024, "direct"), (1, 1025, "fft_fused"), (2, 1025, "fft_fused"),
-                       (4, 1025, "fft_fused"), (2, 1537, batched_fft), (7, 1025, "fft_fused"),
-                       (8, 1025, batched_fft), (16, 1280, "direct"),
+                       (3, 1025, "fft_fused"), (4, 1025, "direct"), (2, 1537, batched_fft),
+                       (7, 1187, "direct"), (8, 1280, "direct"), (4, 1281, "fft_fused"),
+                       (8, 1281, batched_fft), (16, 1280, "direct"),
                        (16, 1408, "direct" if dtype == torch.float16 else batched_fft),
                        (16, 1536, batched_fft), (16, 1537, batched_fft),
                        (16, 1100, "direct"), (16, 1156, "direct" if dtype == torch.float16

@@ -79,6 +79,7 @@ constexpr int64_t kHalfBatchedMaxT4 = 1280;    // float16 at T % 8 == 4
 constexpr int64_t kHalfBatchedMaxT4Tc = 1152;  // bfloat16 where fft_tc runs, at T % 8 == 4
 constexpr int64_t kHalfBatchedMaxC4Tc = 512;   // with at most so many channels
 constexpr int64_t kHalfBatch = 16;
+constexpr int64_t kHalfSplitMaxT = 1280;  // past kHalfDirectMaxT, up to 8 rows: half_split_direct
 constexpr int64_t kF64DirectMaxT = 256;
 
 // The fused on-chip FFT kernels where they apply (one CTA per row up to T = 16384, a
@@ -174,6 +175,13 @@ inline fft::Kernel fastest_fft(const Tensor& k) {
 // channels the direct kernels 9-13% less at T = 896 and 1024 (tied at 192 channels), so up to
 // 1024 there (768 before; not where bfloat16's FFT runs on tensor cores, not measured against
 // it); 4 to 7 rows keep 768 (at (4, 512, 768) the direct kernels 18% less).
+// With 4 to 8 rows against the split Toeplitz kernel (timex_tc_toeplitz_split.cuh; run 54,
+// H200, GPU busy time, float16 against fft_fused): at (8, 512, 1024) the direct kernels 5% less
+// (the FFT 2% less before), at (4, 256, 1024) 7% (tied), at (4, 1024, 768) 12% or more (19%
+// less at (4, 512, 768)), at (8, 1024, 896) tied; the FFT 15% less at (4, 1024, 1024) and 14% at
+// (3, 512, 1024). So float16 up to 1024 from 4 rows of up to 256 channels and at 8 rows of up
+// to 512, and up to 768 with 4 to 8 rows of up to 1024 channels (256 before); bfloat16, whose
+// FFT there runs on tensor cores (9% less than float16's at (8, 512, 1024)), as it was.
 inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
   if (C <= 128) return 1024;  // few channels: the FFT's fixed cost per call
   if (B > 8) {
@@ -181,12 +189,27 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
     if (B < 16) return tc_fft ? 768 : 896;
     return tc_fft ? 896 : 1024;
   }
-  if (B == 8 && C <= 256 && !tc_fft) return 1024;
+  if (!tc_fft && B >= 4 && (C <= 256 || (B == 8 && C <= 512))) return 1024;
+  if (!tc_fft && B >= 4 && C <= 1024) return 768;
   if (C > 512) return B > 1 ? 256 : C > 1024 ? 0 : 128;  // B = 1: the direct tiles half empty
   if (B == 1) return 256;
   if (B == 2 && tc_fft) return 512;
   if (B <= 3) return 640;
   return 768;
+}
+
+// Whether auto takes the half types' direct kernels at kHalfDirectMaxT < T <= kHalfSplitMaxT for
+// B <= 8 rows of C channels: the split Toeplitz kernel against the FFT at its length M = 1536
+// (fft_fused; fft_tc for bfloat16 from 512 channels or 8 rows: tc_faster), whose time steps up
+// at T = 1025 while the direct kernels' grows as T^2 (run 54, H200, GPU busy time): float16 at
+// 8 rows of up to 512 channels 3-8% less than the FFT at T = 1100 and 1280 ((8, 512, 1188):
+// 141 against 155 us), at 4 and 8 rows of 256 channels 1-13%; at (4, 512, 1100-1280) within 2%
+// and with 1024 channels or 2 and 3 rows the FFT 5-30% less; from 1536 the FFT 11-40% less.
+// bfloat16 against its FFT: 5-13% less at (4, 512, 1100), (8, 512, 1100) and (8, 512, 1280);
+// at (4, 1024, 1100) and (2, 512, 1100) the FFT 11-12% less.
+inline bool half_split_direct(int64_t B, int64_t C, bool tc_fft) {
+  if (B < 4 || B > 8) return false;
+  return C <= 256 || (C <= 512 && (B == 8 || tc_fft));
 }
 
 // The longest T at which auto takes float32's direct kernels for B rows of C channels.
@@ -205,6 +228,7 @@ inline bool takes_direct(const Tensor& k) {
     default: {
       const bool tc_fft = k.scalar_type() == ScalarType::BFloat16 && fft::tc_supported(k);
       if (T <= kHalfDirectMaxT) return T <= half_direct_max_t(k.size(0), k.size(1), tc_fft);
+      if (T <= kHalfSplitMaxT && half_split_direct(k.size(0), k.size(1), tc_fft)) return true;
       if (k.size(0) < kHalfBatch) return false;
       if (T % 8 == 0) return T <= (tc_fft ? kHalfBatchedMaxTc : kHalfBatchedMaxT);
       if (T % 4 != 0) return false;

@@ -40,8 +40,8 @@ struct HalfTiles {
     }
   }
   // The split kernel (timex_tc_toeplitz_split.cuh) for up to 8 rows (the 8-fold tilings above),
-  // where the rows and window of the longest block fit 48 KiB of shared memory (T up to 3700
-  // with 3 to 8 rows, 5500 with 1 or 2) and RWKV_TIMEX_DIRECT_SPLIT is not 0. False: none.
+  // where the rows and window of the longest block fit 48 KiB of shared memory (T up to 2368
+  // with 3 to 8 rows, 4848 with 1 or 2) and RWKV_TIMEX_DIRECT_SPLIT is not 0. False: none.
   template <typename F>
   static bool toeplitz_split(int B, int T, F&& f) {
     if (B > 8 || !rwkv::fft::switch_on("RWKV_TIMEX_DIRECT_SPLIT")) return false;

@@ -240,7 +240,7 @@ def rwkv_direct_cases():
     # length (element-wise staging); 3 channels over 2 blocks per row group (few row groups).
     timex_case("rwkv_direct", 8, 2, 1280, "float16", None, "auto, split kernel",
                expect="direct")
-    timex_case("rwkv_direct", 5, 3, 1187, "bfloat16", None, "auto, split kernel, odd T",
+    timex_case("rwkv_direct", 5, 3, 1187, "bfloat16", "direct", "split kernel, odd T",
                expect="direct")
 
 

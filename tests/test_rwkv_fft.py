@@ -380,11 +380,13 @@ def test_cuda_half_crossover_by_channels(monkeypatch):
     """auto up to T = 1024 in the half types (timex_choice.h half_direct_max_t): the direct
     kernels with at most 128 channels; from 9 rows up to 1024 (float16 from 16 rows or up to
     256 channels) or 896; float16 with 4 to 8 rows of up to 256 channels and 8 rows of up to
-    512 up to 1024, with 4 to 8 rows of up to 1024 up to 768; with up to 8 rows and at most
+    512 up to 1024, with 4 to 8 rows of up to 1024 up to 768 (8 rows of up to 256 channels at
+    any T, the others at even T); with up to 8 rows and at most
     512 channels up to 768 (256 at B = 1, 640 at B = 2 and 3), else up to 256 (B = 1: 128,
     none past 1024 channels); the fused FFT after (fft_tc's cases: tests/test_rwkv_fft_tc.py).
     Past 1024 (half_split_direct) up to 1280 with 4 to 8 rows of up to 256 channels, 8 rows of
-    up to 512 (bfloat16: 4 to 8 rows of up to 512)."""
+    up to 512 (bfloat16: 4 to 8 rows of up to 512). The extensions of this kernel's range
+    (run 54) hold at even T only: odd rows are staged element by element."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     f16, bf16 = torch.float16, torch.bfloat16
     for dtype, (B, C, T), want in [
@@ -404,6 +406,10 @@ def test_cuda_half_crossover_by_channels(monkeypatch):
             (f16, (4, 257, 1100), "fft_fused"), (f16, (3, 256, 1100), "fft_fused"),
             (f16, (9, 256, 1100), "fft_fused"), (bf16, (4, 512, 1100), "direct"),
             (bf16, (4, 513, 1100), "fft_tc"), (bf16, (8, 512, 1281), "fft_tc"),
+            (f16, (4, 256, 1021), "fft_fused"), (f16, (8, 512, 1023), "fft_fused"),
+            (f16, (8, 256, 1023), "direct"), (f16, (4, 1024, 767), "fft_fused"),
+            (f16, (8, 512, 1187), "fft_fused"), (bf16, (4, 512, 1257), "fft_tc"),
+            (f16, (6, 256, 1252), "direct"),
             (f16, (12, 512, 896), "direct"), (f16, (12, 512, 897), "fft_fused"),
             (f16, (12, 256, 1024), "direct"), (f16, (16, 2048, 1024), "direct"),
             (f16, (8, 256, 768), "direct"), (f16, (1, 128, 1024), "direct"),
@@ -418,18 +424,19 @@ def test_cuda_half_crossover_by_channels(monkeypatch):
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_crossover(dtype, monkeypatch):
-    """auto at 3 channels: the tensor-core direct kernels up to T = 1024, with 4 to 8 rows up to
-    1280 (the split Toeplitz kernel: half_split_direct), or from B = 16 on at T a multiple of 8
-    up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores; timex_choice.h
-    takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512 channels), the
-    FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8 (B = 2 past T =
-    1536) the tensor-core FFT (fastest_fft); both agree within the dtype's bound on each
-    side."""
+    """auto at 3 channels: the tensor-core direct kernels up to T = 1024, with 4 to 8 rows at
+    even T up to 1280 (the split Toeplitz kernel: half_split_direct), or from B = 16 on at T a
+    multiple of 8 up to 1408 (1280 in bfloat16, whose FFT there runs on tensor cores;
+    timex_choice.h takes_direct) and at T a multiple of 4 up to 1280 (bfloat16: 1152, up to 512
+    channels), the FFT after: the fused kernels, in bfloat16 (at these 3 channels) from B = 8
+    (B = 2 past T = 1536) the tensor-core FFT (fastest_fft); both agree within the dtype's
+    bound on each side."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     batched_fft = "fft_tc" if dtype == torch.bfloat16 else "fft_fused"
     for B, T, algo in ((2, 1024, "direct"), (1, 1025, "fft_fused"), (2, 1025, "fft_fused"),
-                       (3, 1025, "fft_fused"), (4, 1025, "direct"), (2, 1537, batched_fft),
-                       (7, 1187, "direct"), (8, 1280, "direct"), (4, 1281, "fft_fused"),
+                       (3, 1026, "fft_fused"), (4, 1026, "direct"), (4, 1025, "fft_fused"),
+                       (2, 1537, batched_fft), (7, 1188, "direct"), (7, 1187, "fft_fused"),
+                       (8, 1280, "direct"), (4, 1282, "fft_fused"),
                        (8, 1281, batched_fft), (16, 1280, "direct"),
                        (16, 1408, "direct" if dtype == torch.float16 else batched_fft),
                        (16, 1536, batched_fft), (16, 1537, batched_fft),

@@ -175,22 +175,25 @@ inline fft::Kernel fastest_fft(const Tensor& k) {
 // channels the direct kernels 9-13% less at T = 896 and 1024 (tied at 192 channels), so up to
 // 1024 there (768 before; not where bfloat16's FFT runs on tensor cores, not measured against
 // it); 4 to 7 rows keep 768 (at (4, 512, 768) the direct kernels 18% less).
-// With 4 to 8 rows against the split Toeplitz kernel (timex_tc_toeplitz_split.cuh; run 54,
-// H200, GPU busy time, float16 against fft_fused): at (8, 512, 1024) the direct kernels 5% less
-// (the FFT 2% less before), at (4, 256, 1024) 7% (tied), at (4, 1024, 768) 12% or more (19%
-// less at (4, 512, 768)), at (8, 1024, 896) tied; the FFT 15% less at (4, 1024, 1024) and 14% at
-// (3, 512, 1024). So float16 up to 1024 from 4 rows of up to 256 channels and at 8 rows of up
-// to 512, and up to 768 with 4 to 8 rows of up to 1024 channels (256 before); bfloat16, whose
-// FFT there runs on tensor cores (9% less than float16's at (8, 512, 1024)), as it was.
-inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
+// With 4 to 8 rows against the split Toeplitz kernel (timex_tc_toeplitz_split.cuh; run 54 (d),
+// H200, GPU busy time, float16 against fft_fused): at (8, 512, 1024) the direct kernels 6% less
+// (the FFT 2% less before), at (4, 256, 1024) 4% (tied), at (4, 1024, 768) 17% (19% less at
+// (4, 512, 768)), at (8, 1024, 896) 2%; the FFT 9% less at (4, 1024, 1024) and 7% at (3, 512,
+// 1024). So float16 at even T up to 1024 from 4 rows of up to 256 channels and at 8 rows of up
+// to 512, and up to 768 with 4 to 8 rows of up to 1024 channels (256 before). Not at odd T,
+// whose rows the direct kernels stage element by element: the FFT 11% less at (4, 256, 1021),
+// 6% at (8, 512, 1023) (run 54 (e)). bfloat16, whose FFT there runs on tensor cores (4% less
+// than the direct kernels at (8, 512, 1024)), as it was.
+inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft, bool even_t) {
   if (C <= 128) return 1024;  // few channels: the FFT's fixed cost per call
   if (B > 8) {
     if (C <= 256) return 1024;
     if (B < 16) return tc_fft ? 768 : 896;
     return tc_fft ? 896 : 1024;
   }
-  if (!tc_fft && B >= 4 && (C <= 256 || (B == 8 && C <= 512))) return 1024;
-  if (!tc_fft && B >= 4 && C <= 1024) return 768;
+  if (even_t && !tc_fft && B >= 4 && (C <= 256 || (B == 8 && C <= 512))) return 1024;
+  if (B == 8 && C <= 256 && !tc_fft) return 1024;
+  if (even_t && !tc_fft && B >= 4 && C <= 1024) return 768;
   if (C > 512) return B > 1 ? 256 : C > 1024 ? 0 : 128;  // B = 1: the direct tiles half empty
   if (B == 1) return 256;
   if (B == 2 && tc_fft) return 512;
@@ -198,15 +201,17 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft) {
   return 768;
 }
 
-// Whether auto takes the half types' direct kernels at kHalfDirectMaxT < T <= kHalfSplitMaxT for
-// B <= 8 rows of C channels: the split Toeplitz kernel against the FFT at its length M = 1536
-// (fft_fused; fft_tc for bfloat16 from 512 channels or 8 rows: tc_faster), whose time steps up
-// at T = 1025 while the direct kernels' grows as T^2 (run 54, H200, GPU busy time): float16 at
-// 8 rows of up to 512 channels 3-8% less than the FFT at T = 1100 and 1280 ((8, 512, 1188):
-// 141 against 155 us), at 4 and 8 rows of 256 channels 1-13%; at (4, 512, 1100-1280) within 2%
-// and with 1024 channels or 2 and 3 rows the FFT 5-30% less; from 1536 the FFT 11-40% less.
-// bfloat16 against its FFT: 5-13% less at (4, 512, 1100), (8, 512, 1100) and (8, 512, 1280);
-// at (4, 1024, 1100) and (2, 512, 1100) the FFT 11-12% less.
+// Whether auto takes the half types' direct kernels at kHalfDirectMaxT < T <= kHalfSplitMaxT,
+// T even, for B <= 8 rows of C channels: the split Toeplitz kernel against the FFT at its
+// length M = 1536 (fft_fused; fft_tc for bfloat16 from 512 channels or 8 rows: tc_faster),
+// whose time steps up at T = 1025 while the direct kernels' grows as T^2 (run 54 (d), H200,
+// GPU busy time): float16 at 8 rows of 512 channels 11-15% less than the FFT at T = 1100 to
+// 1280 ((8, 512, 1188): 139 against 156 us), at 4 rows of 256 channels 14% at 1280; at (4,
+// 512, 1100-1280) within 2%, with 1024 channels 5% less at (8, 1024, 1100) (bfloat16 at (4,
+// 1024, 1100) 4% more), with 2 rows the FFT 17% less; at 1536 the FFT 9% less. bfloat16
+// against its FFT: 8-14% less at (4, 512, 1100), (8, 512, 1100) and (8, 512, 1280).
+// Odd T (rows staged element by element): the FFT 13% less at (6, 256, 1251), tied at (8,
+// 512, 1187) (run 54 (e)).
 inline bool half_split_direct(int64_t B, int64_t C, bool tc_fft) {
   if (B < 4 || B > 8) return false;
   return C <= 256 || (C <= 512 && (B == 8 || tc_fft));
@@ -227,8 +232,13 @@ inline bool takes_direct(const Tensor& k) {
     case ScalarType::Double: return T <= kF64DirectMaxT;
     default: {
       const bool tc_fft = k.scalar_type() == ScalarType::BFloat16 && fft::tc_supported(k);
-      if (T <= kHalfDirectMaxT) return T <= half_direct_max_t(k.size(0), k.size(1), tc_fft);
-      if (T <= kHalfSplitMaxT && half_split_direct(k.size(0), k.size(1), tc_fft)) return true;
+      const bool even_t = T % 2 == 0;
+      if (T <= kHalfDirectMaxT) {
+        return T <= half_direct_max_t(k.size(0), k.size(1), tc_fft, even_t);
+      }
+      if (T <= kHalfSplitMaxT && even_t && half_split_direct(k.size(0), k.size(1), tc_fft)) {
+        return true;
+      }
       if (k.size(0) < kHalfBatch) return false;
       if (T % 8 == 0) return T <= (tc_fft ? kHalfBatchedMaxTc : kHalfBatchedMaxT);
       if (T % 4 != 0) return false;

@@ -107,13 +107,22 @@ toeplitz_half_split_kernel(const scalar_t* __restrict__ w_, const scalar_t* __re
   }
   copy_commit();
   {
+    // Eight loads in flight before their stores (as stage_row's element-wise path).
     const uint16_t* const wrow = w + static_cast<int64_t>(c) * T;
     const int len = Cfg::w_len(T), base = T - 1 - yhi;
-    for (int i = tid; i <= len; i += THREADS) {
-      const int x = base + i;
-      const uint16_t v = x >= 0 && x < T ? wrow[x] : uint16_t(0);
-      if (i < len) w_smem[i] = v;
-      if (i > 0) w_smem[W0_LEN + i - 1] = v;
+    for (int i0 = tid; i0 <= len; i0 += 8 * THREADS) {
+      uint16_t v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * THREADS, x = base + i;
+        v[u] = i <= len && x >= 0 && x < T ? wrow[x] : uint16_t(0);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * THREADS;
+        if (i < len) w_smem[i] = v[u];
+        if (i > 0 && i <= len) w_smem[W0_LEN + i - 1] = v[u];
+      }
     }
   }
   copy_wait<0>();

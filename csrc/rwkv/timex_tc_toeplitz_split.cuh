@@ -46,8 +46,8 @@ struct ToeplitzSplitConfig {
   static constexpr int FRAG = MT * NT * 4;  // a lane's accumulators
   static_assert(8 * NT % J == 0 && BB >= 1 && FRAG % NWARP == 0, "tile sizes");
 
-  // A staged input row: k_len values from -LEAD, then 8 of padding (k_row / 8 odd: the 8 g x 4
-  // q words of a B load spread over the banks as in the chunked kernel).
+  // A staged input row: k_len values from -LEAD, then 8 of padding (k_row / 8 odd, the chunked
+  // kernel's row padding).
   static constexpr int k_len(int T) { return 16 * cdiv(T, 16) + 3 * LEAD + 16; }
   static constexpr int k_row(int T) { return k_len(T) + 8; }
   // W's window: the values the pairs of every tile start at and one more, copy 0 rounded up to

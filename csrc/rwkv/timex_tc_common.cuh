@@ -120,6 +120,37 @@ TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int u
   }
 }
 
+// One 16-index reduction step of the Toeplitz products (timex_tc_toeplitz.cuh's top comment;
+// the chunked and the split kernel): the A fragments of a warp's MT tiles (tile i's outputs
+// from t0 + 16 J i) at the step's first reduction index ms, from pair(y) (the 32-bit pair whose
+// first element is W[y]; a1 is the previous step's a2, carried, but at the warp's first step),
+// the B fragments of its NT column tiles at kstep + col_off[n] (the step's staged inputs), and
+// acc += A B.
+template <typename scalar_t, int MT, int NT, int J, bool CAUSAL, typename PairFn>
+TIMEX_DEVICE void toeplitz_step(float (&acc)[MT][NT][4], uint32_t (&carry)[MT], bool first,
+                                int t0, int ms, int xw, const PairFn& pair,
+                                const uint16_t* kstep, const int (&col_off)[NT]) {
+  uint32_t a[MT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int tA = t0 + 16 * J * i;
+    const int y = (CAUSAL ? tA - ms : ms - tA) + xw;
+    const int d8 = CAUSAL ? 8 : -8;  // row + 8
+    a[i][0] = pair(y);
+    a[i][1] = first ? pair(y + d8) : carry[i];
+    a[i][2] = pair(y - d8);
+    a[i][3] = a[i][0];
+    carry[i] = a[i][2];
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const uint16_t* const kp = kstep + col_off[n];
+    const uint32_t b[2] = {lds32(kp), lds32(kp + 8)};
+#pragma unroll
+    for (int i = 0; i < MT; ++i) fused_ops::mma_16816<scalar_t>(acc[i][n], a[i], b);
+  }
+}
+
 }  // namespace half_tc
 }  // namespace kernels
 }  // namespace rwkv

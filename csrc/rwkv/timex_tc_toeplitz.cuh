@@ -175,25 +175,8 @@ toeplitz_half_kernel(const scalar_t* __restrict__ w_, const scalar_t* __restrict
 #pragma unroll 1
     for (int s = s_begin; s < s_end; ++s) {
       const int ms = m0 + 16 * s;  // first reduction index of the step
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const int tA = ow0 + 16 * J * i;
-        const int y = (CAUSAL ? tA - ms : ms - tA) + xw;
-        const int d8 = CAUSAL ? 8 : -8;  // row + 8
-        a[i][0] = pair(y);
-        a[i][1] = s == s_begin ? pair(y + d8) : carry[i];
-        a[i][2] = pair(y - d8);
-        a[i][3] = a[i][0];
-        carry[i] = a[i][2];
-      }
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const uint16_t* kp = ks + col_off[n] + (ms - m0);
-        const uint32_t b[2] = {lds32(kp), lds32(kp + 8)};
-#pragma unroll
-        for (int i = 0; i < MT; ++i) fused_ops::mma_16816<scalar_t>(part[i][n], a[i], b);
-      }
+      half_tc::toeplitz_step<scalar_t, MT, NT, J, CAUSAL>(part, carry, s == s_begin, ow0, ms, xw,
+                                                          pair, ks + (ms - m0), col_off);
     }
 #pragma unroll
     for (int i = 0; i < MT; ++i) {

@@ -158,25 +158,8 @@ toeplitz_half_split_kernel(const scalar_t* __restrict__ w_, const scalar_t* __re
 #pragma unroll 1
     for (int s = s_begin; s < s_end; ++s) {
       const int ms = ms0 + 16 * s;  // first reduction index of the step
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const int tA = ot0 + 16 * J * i;
-        const int y = (CAUSAL ? tA - ms : ms - tA) + xw;
-        const int d8 = CAUSAL ? 8 : -8;  // row + 8
-        a[i][0] = pair(y);
-        a[i][1] = s == s_begin ? pair(y + d8) : carry[i];
-        a[i][2] = pair(y - d8);
-        a[i][3] = a[i][0];
-        carry[i] = a[i][2];
-      }
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const uint16_t* kp = k_smem + col_off[n] + ms;
-        const uint32_t b[2] = {lds32(kp), lds32(kp + 8)};
-#pragma unroll
-        for (int i = 0; i < MT; ++i) fused_ops::mma_16816<scalar_t>(acc[i][n], a[i], b);
-      }
+      half_tc::toeplitz_step<scalar_t, MT, NT, J, CAUSAL>(acc, carry, s == s_begin, ot0, ms, xw,
+                                                          pair, k_smem + ms, col_off);
     }
 
     // The warps' sums through shared memory: entry j of lane l of warp v at (v FRAG + j) 32 + l.

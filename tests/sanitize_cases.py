@@ -237,7 +237,7 @@ def rwkv_direct_cases():
                expect="direct")
     timex_case("rwkv_direct", 9, 2, 1102, "bfloat16", "direct", "4-byte copies")
     # The split Toeplitz kernel past T = 1024 (half_split_direct): 8 rows, and 5 rows of odd
-    # length (element-wise staging); 3 channels over 2 blocks per row group (few row groups).
+    # length (element-wise staging); few row groups, so each row's 5 tiles go to 5 blocks.
     timex_case("rwkv_direct", 8, 2, 1280, "float16", None, "auto, split kernel",
                expect="direct")
     timex_case("rwkv_direct", 5, 3, 1187, "bfloat16", "direct", "split kernel, odd T",

@@ -1,5 +1,5 @@
 """The bfloat16/float16 direct kernels on tensor cores (csrc/rwkv/timex_tc_toeplitz.cuh,
-timex_tc_wgrad.cuh: mma.sync m16n8k16, ldmatrix .trans) run on the CPU (tests/cuda_emulation.h
+timex_tc_toeplitz_split.cuh, timex_tc_wgrad.cuh: mma.sync m16n8k16, ldmatrix .trans) run on the CPU (tests/cuda_emulation.h
 emulates the warp operations with PTX's fragment layouts), so that their tiling, staging,
 fold and diagonal-sum index arithmetic is checked without a GPU."""
 
@@ -144,6 +144,6 @@ int main() {
 @emulation_test
 def test_half_tensor_core_kernels_emulated_on_cpu(tmp_path):
     """Every Toeplitz configuration that timex_tc_launch.cuh's HalfTiles picks (forward and
-    grad_k) and the grad_w kernel, against float64 on the same rounded inputs, with guard
-    elements around every output."""
+    grad_k), chunked and split (1 to 3 blocks a row group), and the grad_w kernel, against
+    float64 on the same rounded inputs, with guard elements around every output."""
     run_emulator(EMULATOR, tmp_path)

@@ -1,7 +1,7 @@
 """The bfloat16/float16 direct kernels on tensor cores (csrc/rwkv/timex_tc_toeplitz.cuh,
-timex_tc_toeplitz_split.cuh, timex_tc_wgrad.cuh: mma.sync m16n8k16, ldmatrix .trans) run on the CPU (tests/cuda_emulation.h
-emulates the warp operations with PTX's fragment layouts), so that their tiling, staging,
-fold and diagonal-sum index arithmetic is checked without a GPU."""
+timex_tc_toeplitz_split.cuh, timex_tc_wgrad.cuh: mma.sync m16n8k16, ldmatrix .trans) run on
+the CPU (tests/cuda_emulation.h emulates the warp operations with PTX's fragment layouts), so
+that their tiling, staging, fold and diagonal-sum index arithmetic is checked without a GPU."""
 
 from conftest import emulation_test, run_emulator
 

@@ -70,7 +70,7 @@ toeplitz_half_kernel(const scalar_t* __restrict__ w_, const scalar_t* __restrict
 #if defined(TIMEX_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
   constexpr int NT = Cfg::NT, J = Cfg::J, MT = Cfg::MT, UC = Cfg::UC, BB = Cfg::BB;
   constexpr int LEAD = Cfg::LEAD, TW = Cfg::TW, TT = Cfg::TT, K_ROW = Cfg::K_ROW;
-  constexpr int WL = Cfg::WL, W0_LEN = Cfg::W0_LEN, W_BUF = Cfg::W_BUF;
+  constexpr int W0_LEN = Cfg::W0_LEN, W_BUF = Cfg::W_BUF;
   constexpr int WPT = Cfg::W_PER_THREAD, THREADS = Cfg::THREADS;
   using half_tc::lds32;
   const uint16_t* const w = reinterpret_cast<const uint16_t*>(w_);

@@ -6,19 +6,14 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <tuple>
 
 #include "common/checks.h"
+#include "common/env_switch.h"
 
 namespace rwkv::fft {
 
-// A switch kept to measure a variant in one process, read at every call: on unless set to 0.
-inline bool switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
+using fused_ops::switch_on;  // the FFT paths' RWKV_TIMEX_FUSED_* and CLUSTER switches
 
 // The longest row of the one-CTA kernels (kMaxM of timex_fft_math.cuh); longer rows go to the
 // cluster kernels.

@@ -8,7 +8,7 @@
 
 #include "common/checks.h"
 #include "common/cuda_utils.cuh"
-#include "rwkv/timex_fft_fused.h"
+#include "common/env_switch.h"
 #include "rwkv/timex_tc_toeplitz.cuh"
 #include "rwkv/timex_tc_toeplitz_split.cuh"
 #include "rwkv/timex_tc_wgrad.cuh"
@@ -44,7 +44,7 @@ struct HalfTiles {
   // with 3 to 8 rows, 4848 with 1 or 2) and RWKV_TIMEX_DIRECT_SPLIT is not 0. False: none.
   template <typename F>
   static bool toeplitz_split(int B, int T, F&& f) {
-    if (B > 8 || !rwkv::fft::switch_on("RWKV_TIMEX_DIRECT_SPLIT")) return false;
+    if (B > 8 || !fused_ops::switch_on("RWKV_TIMEX_DIRECT_SPLIT")) return false;
     const auto fits = [&](auto cfg) { return decltype(cfg)::smem_bytes(T) <= 48 * 1024; };
     if (B > 2) {
       if (!fits(ToeplitzSplitConfig<4, 8, 2, 4, 4>{})) return false;

@@ -57,49 +57,56 @@ void check_half_tc(int B, int C, int T, double eps, int offset, double tol) {
                 ok ? "ok  " : "FAIL", what, sizeof(S), B, C, T, offset, unit, e,
                 guards ? "" : " (wrote outside the output)");
   };
+  // Both Toeplitz products through run(causal, out): out and grad_k against float64, each
+  // with its guards; name labels the lines.
+  auto check_toeplitz = [&](const char* name, const auto& run) {
+    std::vector<S> out(in.k.size(), guard), gk(in.k.size(), guard);
+    run(true, out);
+    run(false, gk);
+    char what[80];
+    std::snprintf(what, sizeof what, "%s out", name);
+    const bool g1 = unpack(out, offset, n, o);
+    report(what, rel_err(o, in.out_ref), g1);
+    std::snprintf(what, sizeof what, "%s grad_k", name);
+    const bool g2 = unpack(gk, offset, n, dk);
+    report(what, rel_err(dk, in.gk_ref), g2);
+  };
   auto toeplitz = [&](auto cfg) {
     using Cfg = decltype(cfg);
     const int blocks = C * cdiv(B, Cfg::BB) * cdiv(T, Cfg::TT);
-    std::vector<S> out(in.k.size(), guard), gk(in.k.size(), guard);
-    launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
-      toeplitz_half_kernel<S, Cfg, true>(in.w.data(), in.kp, out.data() + offset, B, C, T,
-                                         float(eps), unit);
+    char name[64];
+    std::snprintf(name, sizeof name, "half tc BB=%d J=%d", Cfg::BB, Cfg::J);
+    check_toeplitz(name, [&](bool causal, std::vector<S>& dst) {
+      launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
+        if (causal) {
+          toeplitz_half_kernel<S, Cfg, true>(in.w.data(), in.kp, dst.data() + offset, B, C, T,
+                                             float(eps), unit);
+        } else {
+          toeplitz_half_kernel<S, Cfg, false>(in.w.data(), in.gp, dst.data() + offset, B, C, T,
+                                              0.f, unit);
+        }
+      });
     });
-    launch(blocks, Cfg::THREADS, Cfg::SMEM_BYTES, [&] {
-      toeplitz_half_kernel<S, Cfg, false>(in.w.data(), in.gp, gk.data() + offset, B, C, T, 0.f,
-                                          unit);
-    });
-    char what[64];
-    std::snprintf(what, sizeof what, "half tc BB=%d J=%d out", Cfg::BB, Cfg::J);
-    const bool g1 = unpack(out, offset, n, o);
-    report(what, rel_err(o, in.out_ref), g1);
-    std::snprintf(what, sizeof what, "half tc BB=%d J=%d grad_k", Cfg::BB, Cfg::J);
-    const bool g2 = unpack(gk, offset, n, dk);
-    report(what, rel_err(dk, in.gk_ref), g2);
   };
   // The split kernel (timex_tc_toeplitz_split.cuh): every configuration HalfTiles picks for it.
   auto split = [&](auto cfg, int groups) {
     using Cfg = decltype(cfg);
     groups = std::min(groups, cdiv(T, Cfg::TT));
     const int blocks = C * cdiv(B, Cfg::BB) * groups;
-    std::vector<S> out(in.k.size(), guard), gk(in.k.size(), guard);
-    launch(blocks, Cfg::THREADS, Cfg::smem_bytes(T), [&] {
-      toeplitz_half_split_kernel<S, Cfg, true>(in.w.data(), in.kp, out.data() + offset, B, C, T,
-                                               float(eps), unit, groups);
-    });
-    launch(blocks, Cfg::THREADS, Cfg::smem_bytes(T), [&] {
-      toeplitz_half_split_kernel<S, Cfg, false>(in.w.data(), in.gp, gk.data() + offset, B, C, T,
-                                                0.f, unit, groups);
-    });
-    char what[64];
-    std::snprintf(what, sizeof what, "half tc split BB=%d J=%d groups=%d out", Cfg::BB, Cfg::J,
+    char name[64];
+    std::snprintf(name, sizeof name, "half tc split BB=%d J=%d groups=%d", Cfg::BB, Cfg::J,
                   groups);
-    const bool g1 = unpack(out, offset, n, o);
-    report(what, rel_err(o, in.out_ref), g1);
-    std::snprintf(what, sizeof what, "half tc split BB=%d J=%d groups=%d grad_k", Cfg::BB,
-                  Cfg::J, groups);
-    const bool g2 = unpack(gk, offset, n, dk);
-    report(what, rel_err(dk, in.gk_ref), g2);
+    check_toeplitz(name, [&](bool causal, std::vector<S>& dst) {
+      launch(blocks, Cfg::THREADS, Cfg::smem_bytes(T), [&] {
+        if (causal) {
+          toeplitz_half_split_kernel<S, Cfg, true>(in.w.data(), in.kp, dst.data() + offset, B,
+                                                   C, T, float(eps), unit, groups);
+        } else {
+          toeplitz_half_split_kernel<S, Cfg, false>(in.w.data(), in.gp, dst.data() + offset, B,
+                                                    C, T, 0.f, unit, groups);
+        }
+      });
+    });
   };
   // One block for every tile of a row group, and the tiles dealt out over 2 and 3 blocks.
   for (int groups : {1, 2, 3}) {

@@ -12,6 +12,8 @@
 #include <barrier>
 #include <cstdint>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -44,6 +46,16 @@ inline std::barrier<>* emu_barrier;
 // A cluster's CTAs run at the same time, each with its own block barrier (launch runs one
 // block at a time and uses emu_barrier).
 inline thread_local std::barrier<>* emu_block_barrier;
+
+// A GPU access of `bytes` bytes faults unless p is aligned to as many, where the CPU would
+// not notice: the kernels' emulated wide loads, stores and copies call this.
+inline void emu_require_aligned(const void* p, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
+    std::printf("FAIL misaligned %zu-byte access at %p\n", bytes, p);
+    std::fflush(stdout);
+    std::abort();
+  }
+}
 
 inline void emu_syncthreads() {
   (emu_block_barrier != nullptr ? emu_block_barrier : emu_barrier)->arrive_and_wait();

@@ -164,8 +164,8 @@ def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=Non
     """forward (eps 0.5) and backward of k (B, C, T) with RWKV_TIMEX_ALGO=algo (None: unset)
     and the variables of extra_env;
     expect: the algorithm timex_algorithm must report; keep: through timex_forward_keep and
-    timex_backward_kept; misalign: k, g (and so out, grad_k) one element past an aligned
-    start."""
+    timex_backward_kept; misalign: w, k, g (and so out, grad_k) one element past an aligned
+    start, "g": g only."""
 
     def run(gen):
         import torch
@@ -173,14 +173,14 @@ def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=Non
         w = rand(gen, C, T, dtype=dtype, scale=1 / math.sqrt(T))
         k, g = rand(gen, B, C, T, dtype=dtype), rand(gen, B, C, T, dtype=dtype)
 
-        def dev(t):
-            if not misalign:
+        def dev(t, shift=misalign is True):
+            if not shift:
                 return t.to(DEVICE)
             flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=DEVICE)
             flat[1:].copy_(t.reshape(-1).to(DEVICE))
             return flat[1:].view(t.shape)
 
-        wg, kg, gg = dev(w), dev(k), dev(g)
+        wg, kg, gg = dev(w), dev(k), dev(g, bool(misalign))
         if expect is not None and DEVICE == "cuda":
             got = rwkv_ops_algorithm(kg)
             assert got == expect, f"timex_algorithm says {got}, expected {expect}"
@@ -242,6 +242,12 @@ def rwkv_direct_cases():
                expect="direct")
     timex_case("rwkv_direct", 5, 3, 1187, "bfloat16", "direct", "split kernel, odd T",
                expect="direct")
+    # Rows at odd elements, T even: the split kernel's rows and grad_w's slots as aligned words
+    # (grad_w's from a time earlier, one slot more at T % 256 == 0); g alone off: grad_w element
+    # by element.
+    timex_case("rwkv_direct", 5, 3, 1024, "float16", "direct", "misaligned, aligned words",
+               misalign=True)
+    timex_case("rwkv_direct", 3, 3, 1187, "float16", "direct", "g misaligned", misalign="g")
 
 
 def rwkv_fft_cases():

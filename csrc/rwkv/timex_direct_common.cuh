@@ -54,6 +54,10 @@ TIMEX_DEVICE void copy_async(void* dst, const void* src, bool valid) {
                "r"(valid ? BYTES : 0)
                : "memory");
 #else
+#ifdef TIMEX_EMULATE
+  emu_require_aligned(dst, BYTES);
+  if (valid) emu_require_aligned(src, BYTES);
+#endif
   struct alignas(BYTES) Raw {
     unsigned char b[BYTES];
   };

@@ -17,6 +17,7 @@ namespace half_tc {
 // The 32 bits at p (4-byte aligned shared memory): two 16-bit elements, p[0] in the low half.
 TIMEX_DEVICE uint32_t lds32(const uint16_t* p) {
 #ifdef TIMEX_EMULATE
+  emu_require_aligned(p, 4);
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
@@ -83,30 +84,12 @@ TIMEX_DEVICE void stage_rows(int tid, int x0, int n, int unit, const RowFn& row_
 }
 
 // Stages the elements [x0, x0 + len) of one row of n elements (src; all zeros where !row_ok)
-// at dst: each thread copies unit elements at x = first, first + stride, ... (first =
-// tid unit, stride = THREADS unit), with cp.async where unit > 1 (unit, len and x0 as
-// stage_rows wants them: every group of unit all inside or all outside [0, n)), else through
-// registers. The split Toeplitz kernel stages its rows once with it, without a division per
-// copy.
+// at dst with cp.async: each thread copies unit (8, 4 or 2) elements at x = first, first +
+// stride, ... (first = tid unit, stride = THREADS unit; unit, len and x0 as stage_rows wants
+// them: every group of unit all inside or all outside [0, n)). The split Toeplitz kernel stages
+// its rows once with it, without a division per copy.
 TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int unit, bool row_ok,
                             const uint16_t* src, uint16_t* dst) {
-  if (unit == 1) {
-    // Eight loads in flight before their stores: one at a time, each waits out its load's
-    // latency (the split kernel at (6, 256, 1251) float16 took 70% longer than at 1252).
-    for (int x = first; x < len; x += 8 * stride) {
-      uint16_t v[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int xu = x + u * stride;
-        v[u] = row_ok && xu < len && x0 + xu >= 0 && x0 + xu < n ? src[x0 + xu] : uint16_t(0);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (x + u * stride < len) dst[x + u * stride] = v[u];
-      }
-    }
-    return;
-  }
   for (int x = first; x < len; x += stride) {
     const bool ok = row_ok && x0 + x >= 0 && x0 + x < n;
     const uint16_t* const s = ok ? src + x0 + x : src;
@@ -116,6 +99,96 @@ TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int u
       copy_unit<4>(dst + x, s, ok);
     } else {
       copy_unit<2>(dst + x, s, ok);
+    }
+  }
+}
+
+// The 32-bit word at p (4-byte aligned global memory); 4 and 16 bytes stored at dst (shared
+// memory aligned to as many bytes).
+TIMEX_DEVICE uint32_t ldg32(const uint16_t* p) {
+#ifdef TIMEX_EMULATE
+  emu_require_aligned(p, 4);
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#else
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+#endif
+}
+TIMEX_DEVICE void sts32(uint16_t* dst, uint32_t v) {
+#ifdef TIMEX_EMULATE
+  emu_require_aligned(dst, 4);
+  std::memcpy(dst, &v, 4);
+#else
+  *reinterpret_cast<uint32_t*>(dst) = v;
+#endif
+}
+TIMEX_DEVICE void sts128(uint16_t* dst, const uint32_t (&v)[4]) {
+#ifdef TIMEX_EMULATE
+  emu_require_aligned(dst, 16);
+  std::memcpy(dst, v, 16);
+#else
+  *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+#endif
+}
+
+// Elements [e, e + 8) of a row of n elements at src (zeros outside [0, n), all zeros where
+// !row_ok) as 4 words, element e + 2j in word j's low half, read as aligned 32-bit words
+// whatever src's alignment: the 4 words that hold them, or where src + e is not 4-byte aligned
+// the 5 around them, shifted by an element. Only words holding an element of [0, n) are read,
+// so no read leaves the row's allocation.
+TIMEX_DEVICE void load8_words(const uint16_t* src, int e, int n, bool row_ok, uint32_t (&v)[4]) {
+  // Parity of src + e in elements (src is 2-byte aligned).
+  const int odd = (static_cast<int>(reinterpret_cast<uintptr_t>(src) >> 1) + e) & 1;
+  const int f = e - odd;  // first element of the first word
+  uint32_t w[5];
+  if (row_ok && f >= 0 && f + 10 <= n) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = ldg32(src + f + 2 * j);
+    w[4] = odd ? ldg32(src + f + 8) : 0u;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 5; ++j) {
+      const int x = f + 2 * j;  // the word holds elements x and x + 1
+      w[j] = row_ok && (j < 4 || odd) && x >= -1 && x < n ? ldg32(src + x) : 0u;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = odd ? (w[j] >> 16) | (w[j + 1] << 16) : w[j];
+  if (e < 0 || e + 8 > n) {  // the words' elements outside [0, n) belong to other rows
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int x = e + 2 * j;
+      if (x < 0 || x >= n) v[j] &= 0xffff0000u;
+      if (x + 1 < 0 || x + 1 >= n) v[j] &= 0x0000ffffu;
+    }
+  }
+}
+
+// Stages elements [x0_r, x0_r + len) of ROWS rows of n elements at dst_of(r) (16-byte
+// aligned; len % 8 == 0) from rows at any alignment: row_of(r, src, x0) sets row r's first
+// element and x0 and returns false for a row of zeros (src then any pointer). The threads take
+// the (row, group of 8) pairs round-robin, FLIGHT groups' loads (load8_words) in flight before
+// their stores, one 16-byte store a group. Through registers, so complete on return.
+template <int ROWS, int THREADS, typename RowFn, typename DstFn>
+TIMEX_DEVICE void stage_rows_words(int tid, int n, int len, const RowFn& row_of,
+                                   const DstFn& dst_of) {
+  constexpr int FLIGHT = 4;
+  const int groups = len / 8, total = ROWS * groups;
+  for (int i0 = tid; i0 < total; i0 += FLIGHT * THREADS) {
+    uint32_t v[FLIGHT][4];
+#pragma unroll
+    for (int u = 0; u < FLIGHT; ++u) {
+      const int i = i0 + u * THREADS, r = i / groups;
+      const uint16_t* src = nullptr;
+      int x0 = 0;
+      const bool ok = i < total && row_of(r, src, x0);
+      load8_words(src, x0 + 8 * (i - r * groups), n, ok, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < FLIGHT; ++u) {
+      const int i = i0 + u * THREADS, r = i / groups;
+      if (i < total) sts128(dst_of(r) + 8 * (i - r * groups), v[u]);
     }
   }
 }

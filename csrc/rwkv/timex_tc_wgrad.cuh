@@ -13,9 +13,10 @@
 // needs the diagonals p < q of X_{D0+16} (they complete the lags of block D0 + 15). The
 // reduction starts at time 16 D0 (earlier times only reach smaller lags) and is staged in
 // slots of 256 times of one row (b, tc0): g's 256 times and the 512 times of k that the lag
-// blocks reach from them, SLOTS slots per stage, double-buffered with cp.async (or element
-// by element for misaligned or odd-length rows). A lag tile of 256 lags makes the reduction
-// of every tile a whole number of slots when T % 256 == 0: no zero padding past T.
+// blocks reach from them, SLOTS slots per stage, double-buffered with cp.async (4-byte words
+// for odd-length rows, element by element where g and k start at elements of unlike parity).
+// A lag tile of 256 lags makes the reduction of every tile a whole number of slots when T %
+// 256 == 0: no zero padding past T.
 //
 // One MMA's reduction index (its k, kappa = 0..15) is 16 groups of E = 4 consecutive time
 // blocks: group m of each of 4 consecutive slots (kappa = 4 * slot + m). Fragment A_e holds
@@ -66,9 +67,9 @@ struct WgradHalfConfig {
 // Offset of element x of a staged g or k segment: 8 elements of padding after every 64.
 TIMEX_DEVICE int wgrad_pos(int x) { return x + 8 * (x >> 6); }
 
-// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: the elements per copy that g's and k's
-// rows allow (8, 4, 2 or 1: stage_rows, timex_tc_common.cuh). Grid: one block per (channel,
-// lag tile), channel fastest, the heaviest (small lags) first.
+// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: elements per copy (8, 4 or 2; 1 element
+// by element), as timex_tc_launch.cuh's wgrad_unit gives it. Grid: one block per (channel, lag
+// tile), channel fastest, the heaviest (small lags) first.
 template <typename scalar_t, typename Cfg>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ k_,
@@ -93,8 +94,14 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   // share of X_{D0+16} then only completes lags past T too).
   const bool active = 16 * dw - 15 < T;
 
+  // unit 2 takes rows that start at an odd element too (T odd or g and k misaligned alike, the
+  // launcher's wgrad_unit): such a row's slots start a time earlier in g and k alike, so that
+  // every copy is an aligned word. X_d sums g[t] k[t - s] over the slots' times whatever their
+  // window, as long as it holds [t0, T): the time t0 - 1 added pairs with k before time 0 at
+  // every lag of the tile (zeros), and a row takes one slot more where that reaches T.
+  const int early = unit == 2 && ((T & 1) || (reinterpret_cast<uintptr_t>(gbits) & 2)) ? 1 : 0;
   const int t0 = 16 * D0;  // the reduction's first time
-  const int n_tch = cdiv(T - t0, G_LEN);  // slots per row
+  const int n_tch = cdiv(T - t0 + early, G_LEN);  // slots per row
   const int n_slots = B * n_tch;
   const int n_stages = cdiv(n_slots, SLOTS);
 
@@ -105,11 +112,19 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
     constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
     static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
-    auto put = [&](uint16_t* dst, const uint16_t* src, bool ok) {
-      if constexpr (UNIT > 1) {
-        half_tc::copy_unit<UNIT>(dst, ok ? src : gbits, ok);
+    // The UNIT elements of row at times t, t + 1, ... (row + t aligned to 2 UNIT bytes), zeros
+    // outside [0, T) and where !live.
+    auto put = [&](uint16_t* dst, const uint16_t* row, int t, bool live) {
+      const bool lo = live && t >= 0 && t < T;
+      if constexpr (UNIT == 1) {
+        *dst = lo ? row[t] : uint16_t(0);
       } else {
-        *dst = ok ? *src : uint16_t(0);
+        const bool hi = live && t + UNIT - 1 >= 0 && t + UNIT - 1 < T;
+        if (UNIT > 2 || lo == hi) {
+          half_tc::copy_unit<UNIT>(dst, lo ? row + t : gbits, lo);
+        } else {  // a word across the row's start or end (unit 2): one half masked
+          half_tc::sts32(dst, half_tc::ldg32(row + t) & (lo ? 0x0000ffffu : 0xffff0000u));
+        }
       }
     };
     const int s0 = st * SLOTS;
@@ -119,16 +134,18 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
     for (int u = warp; u < fill; u += Cfg::NWARP) {
       const bool live = slot < n_slots;
       const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
+      // A time earlier where the row starts at an odd element (unit 2 only, above).
+      const int sh = early & static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1);
       uint16_t* const gs = base + u * SLOT;
 #pragma unroll
       for (int i = 0; i < G_LEN / STRIDE; ++i) {
-        const int x = UNIT * lane + STRIDE * i, t = t0 + G_LEN * tch + x;
-        put(gs + wgrad_pos(x), gbits + row + t, live && t < T);
+        const int x = UNIT * lane + STRIDE * i;
+        put(gs + wgrad_pos(x), gbits + row, t0 + G_LEN * tch + x - sh, live);
       }
 #pragma unroll
       for (int i = 0; i < K_LEN / STRIDE; ++i) {
-        const int x = UNIT * lane + STRIDE * i, t = G_LEN * (tch - 1) + x;
-        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits + row + t, live && t >= 0 && t < T);
+        const int x = UNIT * lane + STRIDE * i;
+        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits + row, G_LEN * (tch - 1) + x - sh, live);
       }
       slot += Cfg::NWARP;
       for (tch += Cfg::NWARP; tch >= n_tch; tch -= n_tch) ++b;

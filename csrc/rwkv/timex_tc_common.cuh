@@ -103,8 +103,15 @@ TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int u
   }
 }
 
-// The 32-bit word at p (4-byte aligned global memory); 4 and 16 bytes stored at dst (shared
-// memory aligned to as many bytes).
+// The 16- and 32-bit words at p (global memory aligned to as many bytes); 4 and 16 bytes
+// stored at dst (shared memory aligned to as many bytes).
+TIMEX_DEVICE uint32_t ldg16(const uint16_t* p) {
+#ifdef TIMEX_EMULATE
+  return *p;
+#else
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+#endif
+}
 TIMEX_DEVICE uint32_t ldg32(const uint16_t* p) {
 #ifdef TIMEX_EMULATE
   emu_require_aligned(p, 4);
@@ -113,14 +120,6 @@ TIMEX_DEVICE uint32_t ldg32(const uint16_t* p) {
   return v;
 #else
   return __ldg(reinterpret_cast<const unsigned int*>(p));
-#endif
-}
-TIMEX_DEVICE void sts32(uint16_t* dst, uint32_t v) {
-#ifdef TIMEX_EMULATE
-  emu_require_aligned(dst, 4);
-  std::memcpy(dst, &v, 4);
-#else
-  *reinterpret_cast<uint32_t*>(dst) = v;
 #endif
 }
 TIMEX_DEVICE void sts128(uint16_t* dst, const uint32_t (&v)[4]) {
@@ -133,10 +132,10 @@ TIMEX_DEVICE void sts128(uint16_t* dst, const uint32_t (&v)[4]) {
 }
 
 // Elements [e, e + 8) of a row of n elements at src (zeros outside [0, n), all zeros where
-// !row_ok) as 4 words, element e + 2j in word j's low half, read as aligned 32-bit words
-// whatever src's alignment: the 4 words that hold them, or where src + e is not 4-byte aligned
-// the 5 around them, shifted by an element. Only words holding an element of [0, n) are read,
-// so no read leaves the row's allocation.
+// !row_ok) as 4 words, element e + 2j in word j's low half, read as aligned words whatever
+// src's alignment: the 4 32-bit words that hold them, or where src + e is not 4-byte aligned
+// the 5 around them, shifted by an element. Only elements in [0, n) are read (a word with one
+// such element as 16 bits): nothing outside the row's tensor, nothing left uninitialised.
 TIMEX_DEVICE void load8_words(const uint16_t* src, int e, int n, bool row_ok, uint32_t (&v)[4]) {
   // Parity of src + e in elements (src is 2-byte aligned).
   const int odd = (static_cast<int>(reinterpret_cast<uintptr_t>(src) >> 1) + e) & 1;
@@ -150,45 +149,36 @@ TIMEX_DEVICE void load8_words(const uint16_t* src, int e, int n, bool row_ok, ui
 #pragma unroll
     for (int j = 0; j < 5; ++j) {
       const int x = f + 2 * j;  // the word holds elements x and x + 1
-      w[j] = row_ok && (j < 4 || odd) && x >= -1 && x < n ? ldg32(src + x) : 0u;
+      const bool lo = row_ok && x >= 0 && x < n, hi = row_ok && x + 1 >= 0 && x + 1 < n;
+      w[j] = lo && hi ? ldg32(src + x) : lo ? ldg16(src + x) : hi ? ldg16(src + x + 1) << 16 : 0u;
     }
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) v[j] = odd ? (w[j] >> 16) | (w[j + 1] << 16) : w[j];
-  if (e < 0 || e + 8 > n) {  // the words' elements outside [0, n) belong to other rows
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int x = e + 2 * j;
-      if (x < 0 || x >= n) v[j] &= 0xffff0000u;
-      if (x + 1 < 0 || x + 1 >= n) v[j] &= 0x0000ffffu;
-    }
-  }
 }
 
-// Stages elements [x0_r, x0_r + len) of ROWS rows of n elements at dst_of(r) (16-byte
-// aligned; len % 8 == 0) from rows at any alignment: row_of(r, src, x0) sets row r's first
-// element and x0 and returns false for a row of zeros (src then any pointer). The threads take
-// the (row, group of 8) pairs round-robin, FLIGHT groups' loads (load8_words) in flight before
-// their stores, one 16-byte store a group. Through registers, so complete on return.
-template <int ROWS, int THREADS, typename RowFn, typename DstFn>
-TIMEX_DEVICE void stage_rows_words(int tid, int n, int len, const RowFn& row_of,
-                                   const DstFn& dst_of) {
-  constexpr int FLIGHT = 4;
-  const int groups = len / 8, total = ROWS * groups;
+// Stages `total` groups of 8 elements of rows of n elements from any alignment into shared
+// memory: group_of(i, src, e, dst) sets group i's row (src), first element (e) and
+// destination (dst, 16-byte aligned) and returns false where the row is zeros (src then any
+// pointer). The threads take the groups round-robin, FLIGHT groups' loads (load8_words) in
+// flight before their stores: through registers, so done on return.
+template <int FLIGHT, int THREADS, typename GroupFn>
+TIMEX_DEVICE void stage_words(int tid, int total, int n, const GroupFn& group_of) {
   for (int i0 = tid; i0 < total; i0 += FLIGHT * THREADS) {
     uint32_t v[FLIGHT][4];
+    uint16_t* dst[FLIGHT];
 #pragma unroll
     for (int u = 0; u < FLIGHT; ++u) {
-      const int i = i0 + u * THREADS, r = i / groups;
+      const int i = i0 + u * THREADS;
       const uint16_t* src = nullptr;
-      int x0 = 0;
-      const bool ok = i < total && row_of(r, src, x0);
-      load8_words(src, x0 + 8 * (i - r * groups), n, ok, v[u]);
+      int e = 0;
+      dst[u] = nullptr;
+      const bool ok = i < total && group_of(i, src, e, dst[u]);
+      load8_words(src, e, n, ok, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < FLIGHT; ++u) {
-      const int i = i0 + u * THREADS, r = i / groups;
-      if (i < total) sts128(dst_of(r) + 8 * (i - r * groups), v[u]);
+      if (i0 + u * THREADS < total) sts128(dst[u], v[u]);
     }
   }
 }

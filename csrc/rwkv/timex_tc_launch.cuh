@@ -82,13 +82,12 @@ inline int staging_unit(const void* p, int T) {
   return 1;
 }
 
-// The grad_w kernel's unit (timex_tc_wgrad.cuh): staging_unit of g and k, but 2 (aligned
-// words, a row starting at an odd element staged from one element earlier) where that is 1 and
-// g and k start at elements of the same parity, as their rows then do.
-inline int wgrad_unit(const void* g, const void* k, int T) {
-  const int unit = std::min(staging_unit(g, T), staging_unit(k, T));
+// The grad_w kernel's unit (timex_tc_wgrad.cuh): 8 (16-byte copies, rows off 16 bytes staged
+// from as many elements earlier) where g and k start at the same offset from 16 bytes, as
+// their rows then do; else 1 (element by element).
+inline int wgrad_unit(const void* g, const void* k) {
   const auto a = reinterpret_cast<uintptr_t>(g), b = reinterpret_cast<uintptr_t>(k);
-  return unit == 1 && a % 2 == 0 && b % 2 == 0 && (a ^ b) % 4 == 0 ? 2 : unit;
+  return a % 2 == 0 && a % 16 == b % 16 ? 8 : 1;
 }
 
 // out = eps + causal product of in (CAUSAL: the forward) or the anti-causal one (grad_k).
@@ -134,7 +133,7 @@ void wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int B, int C,
     auto kernel = kernels::wgrad_half_kernel<scalar_t, Cfg>;
     static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
     kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-        g, k, grad_w, B, C, T, wgrad_unit(g, k, T));
+        g, k, grad_w, B, C, T, wgrad_unit(g, k));
     FUSED_OPS_LAUNCH_CHECK();
   });
 }

@@ -97,10 +97,12 @@ toeplitz_half_split_kernel(const scalar_t* __restrict__ w_, const scalar_t* __re
   const int n_tiles = cdiv(T, TT);
   const int yhi = CAUSAL ? (n_tiles - 1) * TT + 16 * J * (MT - 1) + LEAD + 15 : 16 * cdiv(T, 16);
 
-  // The input rows from -LEAD: with cp.async where unit allows (a row at a time, so that no
-  // division runs per copy), else as aligned words through registers; then the window, copy 0
-  // holding W[yhi - i] = w[T - 1 - yhi + i] and copy 1 W[yhi - 1 - i]: two rows of w from T - 1
-  // - yhi and one on.
+  // The input rows from -LEAD, with cp.async where unit allows (a row at a time, so that no
+  // division runs per copy); then W's window, copy 0 holding W[yhi - i] = w[T - 1 - yhi + i]
+  // and copy 1 W[yhi - 1 - i] (two rows of w, from T - 1 - yhi and one on), and where unit is 1
+  // the input rows too, as aligned words through registers: every load of a block at T = 1188
+  // (1134 groups of 8, 4 rows and the window) in flight at once. A block's resident neighbours
+  // start staging when it does, so each round trip here is time with the SM's tensor cores idle.
   if (unit > 1) {
     for (int r = 0; r < BB; ++r) {
       const bool row_ok = b0 + r < B;
@@ -108,26 +110,33 @@ toeplitz_half_split_kernel(const scalar_t* __restrict__ w_, const scalar_t* __re
       half_tc::stage_row(tid * unit, THREADS * unit, -LEAD, T, K_LEN, unit, row_ok, src,
                          k_smem + r * K_ROW);
     }
-  } else {
-    half_tc::stage_rows_words<BB, THREADS>(
-        tid, T, K_LEN,
-        [&](int r, const uint16_t*& src, int& x0) {
-          if (b0 + r >= B) return false;
-          src = in + (static_cast<int64_t>(b0 + r) * C + c) * T;
-          x0 = -LEAD;
-          return true;
-        },
-        [&](int r) { return k_smem + r * K_ROW; });
   }
   copy_commit();
-  half_tc::stage_rows_words<2, THREADS>(
-      tid, T, Cfg::w_len(T),
-      [&](int r, const uint16_t*& src, int& x0) {
-        src = w + static_cast<int64_t>(c) * T;
-        x0 = T - 1 - yhi + r;
+  {
+    const int WG = Cfg::w_len(T) / 8, KG = K_LEN / 8;  // groups of 8 a row
+    const uint16_t* const wrow = w + static_cast<int64_t>(c) * T;
+    auto group_of = [&](int i, const uint16_t*& src, int& e, uint16_t*& dst) {
+      if (i < 2 * WG) {  // the window's copies
+        const int r = i >= WG, x = 8 * (i - r * WG);
+        src = wrow;
+        e = T - 1 - yhi + r + x;
+        dst = w_smem + r * W0_LEN + x;
         return true;
-      },
-      [&](int r) { return w_smem + r * W0_LEN; });
+      }
+      i -= 2 * WG;  // the input rows (unit 1)
+      const int r = i / KG, x = 8 * (i - r * KG);
+      dst = k_smem + r * K_ROW + x;
+      if (b0 + r >= B) return false;
+      src = in + (static_cast<int64_t>(b0 + r) * C + c) * T;
+      e = x - LEAD;
+      return true;
+    };
+    if (unit > 1) {
+      half_tc::stage_words<4, THREADS>(tid, 2 * WG, T, group_of);
+    } else {
+      half_tc::stage_words<9, THREADS>(tid, 2 * WG + BB * KG, T, group_of);
+    }
+  }
   copy_wait<0>();
   TIMEX_SYNC();
 

@@ -13,8 +13,8 @@
 // needs the diagonals p < q of X_{D0+16} (they complete the lags of block D0 + 15). The
 // reduction starts at time 16 D0 (earlier times only reach smaller lags) and is staged in
 // slots of 256 times of one row (b, tc0): g's 256 times and the 512 times of k that the lag
-// blocks reach from them, SLOTS slots per stage, double-buffered with cp.async (4-byte words
-// for odd-length rows, element by element where g and k start at elements of unlike parity).
+// blocks reach from them, SLOTS slots per stage, double-buffered with cp.async of 16 bytes
+// (element by element where g and k lie at unlike offsets from 16 bytes).
 // A lag tile of 256 lags makes the reduction of every tile a whole number of slots when T %
 // 256 == 0: no zero padding past T.
 //
@@ -67,9 +67,9 @@ struct WgradHalfConfig {
 // Offset of element x of a staged g or k segment: 8 elements of padding after every 64.
 TIMEX_DEVICE int wgrad_pos(int x) { return x + 8 * (x >> 6); }
 
-// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: elements per copy (8, 4 or 2; 1 element
-// by element), as timex_tc_launch.cuh's wgrad_unit gives it. Grid: one block per (channel, lag
-// tile), channel fastest, the heaviest (small lags) first.
+// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: 8 (16-byte copies) where g and k start
+// at the same offset from 16 bytes (timex_tc_launch.cuh's wgrad_unit), else 1. Grid: one block
+// per (channel, lag tile), channel fastest, the heaviest (small lags) first.
 template <typename scalar_t, typename Cfg>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ k_,
@@ -94,36 +94,38 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   // share of X_{D0+16} then only completes lags past T too).
   const bool active = 16 * dw - 15 < T;
 
-  // unit 2 takes rows that start at an odd element too (T odd or g and k misaligned alike, the
-  // launcher's wgrad_unit): such a row's slots start a time earlier in g and k alike, so that
-  // every copy is an aligned word. X_d sums g[t] k[t - s] over the slots' times whatever their
-  // window, as long as it holds [t0, T): the time t0 - 1 added pairs with k before time 0 at
-  // every lag of the tile (zeros), and a row takes one slot more where that reaches T.
-  const int early = unit == 2 && ((T & 1) || (reinterpret_cast<uintptr_t>(gbits) & 2)) ? 1 : 0;
+  // unit 8 (g and k start at the same offset from 16 bytes, and so their rows do): 16-byte
+  // copies, a row starting sh elements past 16 bytes staged from sh times earlier in g and k
+  // alike, so that every copy is aligned. X_d sums g[t] k[t - s] over the slots' times whatever
+  // their window, as long as it holds [t0, T): the times before t0 pair with k before time 0 at
+  // every lag of the tile (zeros), and a row takes one slot more where the window ends short of
+  // T. unit 1: element by element, from t0.
+  const int early = unit == 8 && (T % 8 != 0 || reinterpret_cast<uintptr_t>(gbits) % 16 != 0);
   const int t0 = 16 * D0;  // the reduction's first time
-  const int n_tch = cdiv(T - t0 + early, G_LEN);  // slots per row
+  const int n_tch = cdiv(T - t0 + (early ? 7 : 0), G_LEN);  // slots per row
   const int n_slots = B * n_tch;
   const int n_stages = cdiv(n_slots, SLOTS);
 
   // Slot (b, tch): g at times t0 + 256 tch + [0, 256), k from 16 (D0 + 16) times before that,
-  // at 256 (tch - 1) + [0, 512). The stage's last slots up to a multiple of 4 are zeros (an
-  // MMA takes 4 slots). Warp w stages slots w, w + NWARP, ...; its lanes take UNIT elements
-  // each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k per slot.
+  // at 256 (tch - 1) + [0, 512), both sh earlier. The stage's last slots up to a multiple of 4
+  // are zeros (an MMA takes 4 slots). Warp w stages slots w, w + NWARP, ...; its lanes take
+  // UNIT elements each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k.
   auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
     constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
     static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
-    // The UNIT elements of row at times t, t + 1, ... (row + t aligned to 2 UNIT bytes), zeros
-    // outside [0, T) and where !live.
+    // The UNIT elements of row at times t, t + 1, ... (row + t 16-byte aligned for UNIT 8),
+    // zeros outside [0, T) and where !live.
     auto put = [&](uint16_t* dst, const uint16_t* row, int t, bool live) {
-      const bool lo = live && t >= 0 && t < T;
       if constexpr (UNIT == 1) {
-        *dst = lo ? row[t] : uint16_t(0);
+        *dst = live && t >= 0 && t < T ? row[t] : uint16_t(0);
       } else {
-        const bool hi = live && t + UNIT - 1 >= 0 && t + UNIT - 1 < T;
-        if (UNIT > 2 || lo == hi) {
-          half_tc::copy_unit<UNIT>(dst, lo ? row + t : gbits, lo);
-        } else {  // a word across the row's start or end (unit 2): one half masked
-          half_tc::sts32(dst, half_tc::ldg32(row + t) & (lo ? 0x0000ffffu : 0xffff0000u));
+        const bool all = live && t >= 0 && t + UNIT <= T;
+        if (all || !live || t + UNIT <= 0 || t >= T) {
+          half_tc::copy_unit<UNIT>(dst, all ? row + t : gbits, all);
+        } else {  // across the row's start or end: its elements in [0, T) through registers
+          uint32_t v[4];
+          half_tc::load8_words(row, t, T, true, v);
+          half_tc::sts128(dst, v);
         }
       }
     };
@@ -134,8 +136,8 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
     for (int u = warp; u < fill; u += Cfg::NWARP) {
       const bool live = slot < n_slots;
       const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
-      // A time earlier where the row starts at an odd element (unit 2 only, above).
-      const int sh = early & static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1);
+      const int sh = early ? static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1) & 7
+                           : 0;
       uint16_t* const gs = base + u * SLOT;
 #pragma unroll
       for (int i = 0; i < G_LEN / STRIDE; ++i) {
@@ -153,11 +155,10 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   };
   auto stage = [&](int st, int buf) {
     uint16_t* const base = stage_smem + buf * STAGE;
-    switch (unit) {
-      case 8: stage_units(std::integral_constant<int, 8>{}, st, base); break;
-      case 4: stage_units(std::integral_constant<int, 4>{}, st, base); break;
-      case 2: stage_units(std::integral_constant<int, 2>{}, st, base); break;
-      default: stage_units(std::integral_constant<int, 1>{}, st, base); break;
+    if (unit == 8) {
+      stage_units(std::integral_constant<int, 8>{}, st, base);
+    } else {
+      stage_units(std::integral_constant<int, 1>{}, st, base);
     }
   };
 

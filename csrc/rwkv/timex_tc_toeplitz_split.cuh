@@ -50,10 +50,9 @@ struct ToeplitzSplitConfig {
   // kernel's row padding).
   static constexpr int k_len(int T) { return 16 * cdiv(T, 16) + 3 * LEAD + 16; }
   static constexpr int k_row(int T) { return k_len(T) + 8; }
-  // W's window: the values the pairs of every tile start at and one more, up to a multiple of
-  // 8 (staged 8 at a time); copy 0 rounded up to 32 mod 64 elements so that copy 1 lies 16
-  // banks on (as the chunked kernel's).
-  static constexpr int w_len(int T) { return cdiv(T, TT) * TT + 16 * J * (MT - 1) + 24; }
+  // W's window: the values the pairs of every tile start at and one more, copy 0 rounded up to
+  // 32 mod 64 elements so that copy 1 lies 16 banks on (as the chunked kernel's).
+  static constexpr int w_len(int T) { return cdiv(T, TT) * TT + 16 * J * (MT - 1) + 18; }
   static constexpr int w0_len(int T) { return w_len(T) + ((32 - w_len(T) % 64) + 64) % 64; }
   // Rows and window, then the warps' sums (16-byte aligned).
   static constexpr int red_offset(int T) {
@@ -97,44 +96,33 @@ toeplitz_half_split_kernel(const scalar_t* __restrict__ w_, const scalar_t* __re
   const int n_tiles = cdiv(T, TT);
   const int yhi = CAUSAL ? (n_tiles - 1) * TT + 16 * J * (MT - 1) + LEAD + 15 : 16 * cdiv(T, 16);
 
-  // The input rows from -LEAD, with cp.async where unit allows (a row at a time, so that no
-  // division runs per copy); then W's window, copy 0 holding W[yhi - i] = w[T - 1 - yhi + i]
-  // and copy 1 W[yhi - 1 - i] (two rows of w, from T - 1 - yhi and one on), and where unit is 1
-  // the input rows too, as aligned words through registers: every load of a block at T = 1188
-  // (1134 groups of 8, 4 rows and the window) in flight at once. A block's resident neighbours
-  // start staging when it does, so each round trip here is time with the SM's tensor cores idle.
-  if (unit > 1) {
-    for (int r = 0; r < BB; ++r) {
-      const bool row_ok = b0 + r < B;
-      const uint16_t* const src = row_ok ? in + (static_cast<int64_t>(b0 + r) * C + c) * T : in;
-      half_tc::stage_row(tid * unit, THREADS * unit, -LEAD, T, K_LEN, unit, row_ok, src,
-                         k_smem + r * K_ROW);
-    }
+  // The input rows from -LEAD (cp.async where unit allows; a row at a time, so that no
+  // division runs per copy), then the window: copy 0 holds W[yhi - i] = w[T - 1 - yhi + i],
+  // copy 1 W[yhi - 1 - i]; one load a value.
+  for (int r = 0; r < BB; ++r) {
+    const bool row_ok = b0 + r < B;
+    const uint16_t* const src = row_ok ? in + (static_cast<int64_t>(b0 + r) * C + c) * T : in;
+    half_tc::stage_row(tid * unit, THREADS * unit, -LEAD, T, K_LEN, unit, row_ok, src,
+                       k_smem + r * K_ROW);
   }
   copy_commit();
   {
-    const int WG = Cfg::w_len(T) / 8, KG = K_LEN / 8;  // groups of 8 a row
+    // Eight loads in flight before their stores (as stage_row's element-wise path).
     const uint16_t* const wrow = w + static_cast<int64_t>(c) * T;
-    auto group_of = [&](int i, const uint16_t*& src, int& e, uint16_t*& dst) {
-      if (i < 2 * WG) {  // the window's copies
-        const int r = i >= WG, x = 8 * (i - r * WG);
-        src = wrow;
-        e = T - 1 - yhi + r + x;
-        dst = w_smem + r * W0_LEN + x;
-        return true;
+    const int len = Cfg::w_len(T), base = T - 1 - yhi;
+    for (int i0 = tid; i0 <= len; i0 += 8 * THREADS) {
+      uint16_t v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * THREADS, x = base + i;
+        v[u] = i <= len && x >= 0 && x < T ? wrow[x] : uint16_t(0);
       }
-      i -= 2 * WG;  // the input rows (unit 1)
-      const int r = i / KG, x = 8 * (i - r * KG);
-      dst = k_smem + r * K_ROW + x;
-      if (b0 + r >= B) return false;
-      src = in + (static_cast<int64_t>(b0 + r) * C + c) * T;
-      e = x - LEAD;
-      return true;
-    };
-    if (unit > 1) {
-      half_tc::stage_words<4, THREADS>(tid, 2 * WG, T, group_of);
-    } else {
-      half_tc::stage_words<9, THREADS>(tid, 2 * WG + BB * KG, T, group_of);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * THREADS;
+        if (i < len) w_smem[i] = v[u];
+        if (i > 0 && i <= len) w_smem[W0_LEN + i - 1] = v[u];
+      }
     }
   }
   copy_wait<0>();

@@ -100,58 +100,69 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   // their window, as long as it holds [t0, T): the times before t0 pair with k before time 0 at
   // every lag of the tile (zeros), and a row takes one slot more where the window ends short of
   // T. unit 1: element by element, from t0.
-  const int early = unit == 8 && (T % 8 != 0 || reinterpret_cast<uintptr_t>(gbits) % 16 != 0);
+  const bool early = unit == 8 && (T % 8 != 0 || reinterpret_cast<uintptr_t>(gbits) % 16 != 0);
   const int t0 = 16 * D0;  // the reduction's first time
   const int n_tch = cdiv(T - t0 + (early ? 7 : 0), G_LEN);  // slots per row
   const int n_slots = B * n_tch;
   const int n_stages = cdiv(n_slots, SLOTS);
+  auto shift_of = [&](int64_t row) {
+    return early ? static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1) & 7 : 0;
+  };
 
   // Slot (b, tch): g at times t0 + 256 tch + [0, 256), k from 16 (D0 + 16) times before that,
   // at 256 (tch - 1) + [0, 512), both sh earlier. The stage's last slots up to a multiple of 4
   // are zeros (an MMA takes 4 slots). Warp w stages slots w, w + NWARP, ...; its lanes take
   // UNIT elements each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k.
-  auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
-    constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
-    static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
-    // The UNIT elements of row at times t, t + 1, ... (row + t 16-byte aligned for UNIT 8),
-    // zeros outside [0, T) and where !live.
-    auto put = [&](uint16_t* dst, const uint16_t* row, int t, bool live) {
-      if constexpr (UNIT == 1) {
-        *dst = live && t >= 0 && t < T ? row[t] : uint16_t(0);
-      } else {
-        const bool all = live && t >= 0 && t + UNIT <= T;
-        if (all || !live || t + UNIT <= 0 || t >= T) {
-          half_tc::copy_unit<UNIT>(dst, all ? row + t : gbits, all);
-        } else {  // across the row's start or end: its elements in [0, T) through registers
-          uint32_t v[4];
-          half_tc::load8_words(row, t, T, true, v);
-          half_tc::sts128(dst, v);
-        }
-      }
-    };
+  // visit(u, b, tch, live) runs over the warp's slots of stage st.
+  auto for_slots = [&](int st, const auto& visit) {
     const int s0 = st * SLOTS;
     const int fill = imin(SLOTS, (n_slots - s0 + 3) / 4 * 4);
     int slot = s0 + warp;
     int b = slot / n_tch, tch = slot - b * n_tch;
     for (int u = warp; u < fill; u += Cfg::NWARP) {
-      const bool live = slot < n_slots;
+      visit(u, b, tch, slot < n_slots);
+      slot += Cfg::NWARP;
+      for (tch += Cfg::NWARP; tch >= n_tch; tch -= n_tch) ++b;
+    }
+  };
+  auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
+    constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
+    static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
+    // The UNIT elements of the row at `row` elements into `tensor` at times t, t + 1, ...
+    // (16-byte aligned for UNIT 8), zeros outside [0, T) and where !live. A copy across time
+    // 0 reads the previous row's last elements, zeroed by zero_starts once landed; the row's
+    // elements only where that would read before the tensor (a misaligned one's first row).
+    auto put = [&](uint16_t* dst, const uint16_t* tensor, int64_t row, int t, bool live) {
+      if constexpr (UNIT == 1) {
+        *dst = live && t >= 0 && t < T ? tensor[row + t] : uint16_t(0);
+      } else {
+        const int end = imin(t + UNIT, T);
+        if (!live || end <= (t > 0 ? t : 0)) {
+          half_tc::copy_unit<UNIT>(dst, gbits, false);
+        } else if (row + t >= 0) {
+          copy_async_bytes<2 * UNIT>(dst, tensor + row + t, 2 * (end - t));
+        } else {
+          uint32_t v[4];
+          half_tc::load8_words(tensor + row, t, T, true, v);
+          half_tc::sts128(dst, v);
+        }
+      }
+    };
+    for_slots(st, [&](int u, int b, int tch, bool live) {
       const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
-      const int sh = early ? static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1) & 7
-                           : 0;
+      const int sh = shift_of(row);
       uint16_t* const gs = base + u * SLOT;
 #pragma unroll
       for (int i = 0; i < G_LEN / STRIDE; ++i) {
         const int x = UNIT * lane + STRIDE * i;
-        put(gs + wgrad_pos(x), gbits + row, t0 + G_LEN * tch + x - sh, live);
+        put(gs + wgrad_pos(x), gbits, row, t0 + G_LEN * tch + x - sh, live);
       }
 #pragma unroll
       for (int i = 0; i < K_LEN / STRIDE; ++i) {
         const int x = UNIT * lane + STRIDE * i;
-        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits + row, G_LEN * (tch - 1) + x - sh, live);
+        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits, row, G_LEN * (tch - 1) + x - sh, live);
       }
-      slot += Cfg::NWARP;
-      for (tch += Cfg::NWARP; tch >= n_tch; tch -= n_tch) ++b;
-    }
+    });
   };
   auto stage = [&](int st, int buf) {
     uint16_t* const base = stage_smem + buf * STAGE;
@@ -160,6 +171,21 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
     } else {
       stage_units(std::integral_constant<int, 1>{}, st, base);
     }
+  };
+  // After stage st's copies landed: the sh elements before time 0 that a copy across it
+  // brought from the previous row, zeroed by the lane that copied them (lane 0: g's x = 0 at t0
+  // = 0, tch = 0; k's x = 256 at tch = 0 and x = 0 at tch = 1).
+  auto zero_starts = [&](int st, int buf) {
+    if (!early || lane != 0) return;
+    uint16_t* const base = stage_smem + buf * STAGE;
+    for_slots(st, [&](int u, int b, int tch, bool live) {
+      const int sh = live ? shift_of((static_cast<int64_t>(b) * C + c) * T) : 0;
+      uint16_t* const gs = base + u * SLOT;
+      for (int j = 0; j < sh; ++j) {
+        if (t0 == 0 && tch == 0) gs[j] = 0;
+        if (tch <= 1) gs[Cfg::G_SEG + wgrad_pos(256 * (1 - tch) + j)] = 0;
+      }
+    });
   };
 
   // ldmatrix rows of this lane (matrix mat = lane / 8, row r8 = lane % 8). A: kappa =
@@ -187,6 +213,7 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
     if (st + 1 < n_stages) stage(st + 1, buf ^ 1);
     copy_commit();
     copy_wait<1>();
+    zero_starts(st, buf);
     TIMEX_SYNC();
     float part[ND][2][4] = {};
     float xpart[2][4] = {};

@@ -105,6 +105,7 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   const int n_tch = cdiv(T - t0 + (early ? 7 : 0), G_LEN);  // slots per row
   const int n_slots = B * n_tch;
   const int n_stages = cdiv(n_slots, SLOTS);
+  const int64_t total = static_cast<int64_t>(B) * C * T;  // g's and k's elements
   auto shift_of = [&](int64_t row) {
     return early ? static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1) & 7 : 0;
   };
@@ -128,39 +129,43 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
     constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
     static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
-    // The UNIT elements of the row at `row` elements into `tensor` at times t, t + 1, ...
-    // (16-byte aligned for UNIT 8), zeros outside [0, T) and where !live. A copy across time
-    // 0 reads the previous row's last elements, zeroed by zero_starts once landed; the row's
-    // elements only where that would read before the tensor (a misaligned one's first row).
-    auto put = [&](uint16_t* dst, const uint16_t* tensor, int64_t row, int t, bool live) {
+    // The UNIT elements at times tw + x, tw + x + 1, ... of the row at `row` elements into
+    // `tensor` (16-byte aligned for UNIT 8), zeros outside [0, T) and where !live. A copy across
+    // time 0 or T brings the neighbouring row's elements too, zeroed by zero_edges once landed
+    // (cp.async's src-size would spare that, but compute-sanitizer counts the whole copy as
+    // read); through registers where it would read outside the tensor (its first and last
+    // rows). Lean: grad_w's staging issues more instructions than its MMAs (ncu, run s29
+    // call 4).
+    auto put = [&](uint16_t* dst, const uint16_t* tensor, int64_t row, int tw, int x,
+                   bool live) {
+      const int t = tw + x;
       if constexpr (UNIT == 1) {
         *dst = live && t >= 0 && t < T ? tensor[row + t] : uint16_t(0);
       } else {
-        const int end = imin(t + UNIT, T);
-        if (!live || end <= (t > 0 ? t : 0)) {
-          half_tc::copy_unit<UNIT>(dst, gbits, false);
-        } else if (row + t >= 0) {
-          copy_async_bytes<2 * UNIT>(dst, tensor + row + t, 2 * (end - t));
-        } else {
+        const bool any = live && t + UNIT > 0 && t < T;
+        if (any && ((t < 0 && row + t < 0) || (t + UNIT > T && row + t + UNIT > total))) {
           uint32_t v[4];
           half_tc::load8_words(tensor + row, t, T, true, v);
           half_tc::sts128(dst, v);
+        } else {
+          half_tc::copy_unit<UNIT>(dst, any ? tensor + row + t : gbits, any);
         }
       }
     };
     for_slots(st, [&](int u, int b, int tch, bool live) {
       const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
       const int sh = shift_of(row);
+      const int tg = t0 + G_LEN * tch - sh, tk = G_LEN * (tch - 1) - sh;  // the windows' starts
       uint16_t* const gs = base + u * SLOT;
 #pragma unroll
       for (int i = 0; i < G_LEN / STRIDE; ++i) {
         const int x = UNIT * lane + STRIDE * i;
-        put(gs + wgrad_pos(x), gbits, row, t0 + G_LEN * tch + x - sh, live);
+        put(gs + wgrad_pos(x), gbits, row, tg, x, live);
       }
 #pragma unroll
       for (int i = 0; i < K_LEN / STRIDE; ++i) {
         const int x = UNIT * lane + STRIDE * i;
-        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits, row, G_LEN * (tch - 1) + x - sh, live);
+        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits, row, tk, x, live);
       }
     });
   };
@@ -172,18 +177,26 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
       stage_units(std::integral_constant<int, 1>{}, st, base);
     }
   };
-  // After stage st's copies landed: the sh elements before time 0 that a copy across it
-  // brought from the previous row, zeroed by the lane that copied them (lane 0: g's x = 0 at t0
-  // = 0, tch = 0; k's x = 256 at tch = 0 and x = 0 at tch = 1).
-  auto zero_starts = [&](int st, int buf) {
-    if (!early || lane != 0) return;
+  // After stage st's copies landed: the elements that a copy across time 0 or T brought from
+  // the neighbouring row, zeroed by the lane that copied them (put above).
+  auto zero_edges = [&](int st, int buf) {
+    if (!early) return;
     uint16_t* const base = stage_smem + buf * STAGE;
     for_slots(st, [&](int u, int b, int tch, bool live) {
-      const int sh = live ? shift_of((static_cast<int64_t>(b) * C + c) * T) : 0;
+      if (!live) return;
+      const int sh = shift_of((static_cast<int64_t>(b) * C + c) * T);
       uint16_t* const gs = base + u * SLOT;
-      for (int j = 0; j < sh; ++j) {
-        if (t0 == 0 && tch == 0) gs[j] = 0;
-        if (tch <= 1) gs[Cfg::G_SEG + wgrad_pos(256 * (1 - tch) + j)] = 0;
+      auto zero = [&](uint16_t* dst, int t) {
+        for (int j = 0; j < 8; ++j) {
+          if (t + j < 0 || t + j >= T) dst[j] = 0;
+        }
+      };
+      const int tg = t0 + G_LEN * tch - sh + 8 * lane, tk = G_LEN * (tch - 1) - sh + 8 * lane;
+      if (tg < 0 || tg + 8 > T) zero(gs + wgrad_pos(8 * lane), tg);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int t = tk + 256 * i;
+        if (t < 0 || t + 8 > T) zero(gs + Cfg::G_SEG + wgrad_pos(8 * lane + 256 * i), t);
       }
     });
   };
@@ -213,7 +226,7 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
     if (st + 1 < n_stages) stage(st + 1, buf ^ 1);
     copy_commit();
     copy_wait<1>();
-    zero_starts(st, buf);
+    zero_edges(st, buf);
     TIMEX_SYNC();
     float part[ND][2][4] = {};
     float xpart[2][4] = {};

@@ -337,31 +337,20 @@ def test_cuda_half_direct_split_and_chunked(dtype, shape, monkeypatch):
 def test_cuda_half_direct_copy_units(dtype, B, monkeypatch):
     """Forced direct: rows staged 16, 8, 4 or 2 bytes at a time (timex_tc_launch.cuh
     staging_unit: T = 1104 with the storage 0, 4, 2 or 1 elements off 16 bytes) give the same
-    bits, in the chunked Toeplitz kernel (17 rows) and the split one (5), but grad_w: its slots
-    start as many times earlier as the rows lie off 16 bytes (timex_tc_wgrad.cuh), other
-    roundings. With g and k at unlike offsets it goes element by element: the same bits."""
+    bits, in the chunked Toeplitz kernel (17 rows) and the split one (5)."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "direct")
     C, T = 3, 1104
     w, k, g = make(B, C, T, "cuda", dtype)
     want = ours(w, k, g, 0.3)
-
-    def shifted(x, off):
-        buf = torch.empty(x.numel() + off, device="cuda", dtype=dtype)
-        return buf[off:].view(x.shape).copy_(x.detach())
-
     for off in (4, 2, 1):
-        k_off, g_off = shifted(k, off), shifted(g, off)
+        def shifted(x):
+            buf = torch.empty(x.numel() + off, device="cuda", dtype=dtype)
+            return buf[off:].view(x.shape).copy_(x.detach())
+        k_off, g_off = shifted(k), shifted(g)
         assert k_off.data_ptr() % 16 == 2 * off % 16
         got = ours(w, k_off, g_off, 0.3)
         for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
-            if name == "grad_w":
-                assert rel_err(a, b) < HALF_TOL[dtype], off
-            else:
-                assert torch.equal(a, b), (name, off)
-        assert all(torch.equal(a, b) for a, b in zip(got, ours(w, k_off, g_off, 0.3)))
-    got = ours(w, shifted(k, 1), g, 0.3)
-    for name, a, b in zip(["out", "grad_w", "grad_k"], got, want):
-        assert torch.equal(a, b), name
+            assert torch.equal(a, b), (name, off)
 
 
 @cuda_only

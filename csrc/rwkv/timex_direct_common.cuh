@@ -65,26 +65,6 @@ TIMEX_DEVICE void copy_async(void* dst, const void* src, bool valid) {
 #endif
 }
 
-// Copies the first src_bytes (0 to BYTES) of BYTES bytes from global to shared memory and
-// writes zeros for the rest (cp.async's src-size on sm_80 and newer); only src_bytes are read.
-template <int BYTES>
-TIMEX_DEVICE void copy_async_bytes(void* dst, const void* src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(src), "n"(BYTES),
-               "r"(src_bytes)
-               : "memory");
-#else
-#ifdef TIMEX_EMULATE
-  emu_require_aligned(dst, BYTES);
-  if (src_bytes > 0) emu_require_aligned(src, BYTES);
-#endif
-  unsigned char* const d = static_cast<unsigned char*>(dst);
-  const unsigned char* const s = static_cast<const unsigned char*>(src);
-  for (int i = 0; i < BYTES; ++i) d[i] = i < src_bytes ? s[i] : 0;
-#endif
-}
-
 TIMEX_DEVICE void copy_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");

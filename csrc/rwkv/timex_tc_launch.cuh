@@ -82,14 +82,6 @@ inline int staging_unit(const void* p, int T) {
   return 1;
 }
 
-// The grad_w kernel's unit (timex_tc_wgrad.cuh): 8 (16-byte copies, rows off 16 bytes staged
-// from as many elements earlier) where g and k start at the same offset from 16 bytes, as
-// their rows then do; else 1 (element by element).
-inline int wgrad_unit(const void* g, const void* k) {
-  const auto a = reinterpret_cast<uintptr_t>(g), b = reinterpret_cast<uintptr_t>(k);
-  return a % 2 == 0 && a % 16 == b % 16 ? 8 : 1;
-}
-
 // out = eps + causal product of in (CAUSAL: the forward) or the anti-causal one (grad_k).
 // w (C, T), in and out (B, C, T), contiguous, scalar_t = c10::BFloat16 or c10::Half.
 // sms: the device's SM count (the split kernel's grid).
@@ -133,7 +125,7 @@ void wgrad(const scalar_t* g, const scalar_t* k, scalar_t* grad_w, int B, int C,
     auto kernel = kernels::wgrad_half_kernel<scalar_t, Cfg>;
     static_assert(Cfg::SMEM_BYTES <= 48 * 1024, "no opt-in shared memory needed");
     kernel<<<blocks_of(blocks), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-        g, k, grad_w, B, C, T, wgrad_unit(g, k));
+        g, k, grad_w, B, C, T, std::min(staging_unit(g, T), staging_unit(k, T)));
     FUSED_OPS_LAUNCH_CHECK();
   });
 }

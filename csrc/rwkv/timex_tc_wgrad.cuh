@@ -13,10 +13,9 @@
 // needs the diagonals p < q of X_{D0+16} (they complete the lags of block D0 + 15). The
 // reduction starts at time 16 D0 (earlier times only reach smaller lags) and is staged in
 // slots of 256 times of one row (b, tc0): g's 256 times and the 512 times of k that the lag
-// blocks reach from them, SLOTS slots per stage, double-buffered with cp.async of 16 bytes
-// (element by element where g and k lie at unlike offsets from 16 bytes).
-// A lag tile of 256 lags makes the reduction of every tile a whole number of slots when T %
-// 256 == 0: no zero padding past T.
+// blocks reach from them, SLOTS slots per stage, double-buffered with cp.async (or element
+// by element for misaligned or odd-length rows). A lag tile of 256 lags makes the reduction
+// of every tile a whole number of slots when T % 256 == 0: no zero padding past T.
 //
 // One MMA's reduction index (its k, kappa = 0..15) is 16 groups of E = 4 consecutive time
 // blocks: group m of each of 4 consecutive slots (kappa = 4 * slot + m). Fragment A_e holds
@@ -67,9 +66,9 @@ struct WgradHalfConfig {
 // Offset of element x of a staged g or k segment: 8 elements of padding after every 64.
 TIMEX_DEVICE int wgrad_pos(int x) { return x + 8 * (x >> 6); }
 
-// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: 8 (16-byte copies) where g and k start
-// at the same offset from 16 bytes (timex_tc_launch.cuh's wgrad_unit), else 1. Grid: one block
-// per (channel, lag tile), channel fastest, the heaviest (small lags) first.
+// g, k: (B, C, T); grad_w: (C, T), contiguous. unit: the elements per copy that g's and k's
+// rows allow (8, 4, 2 or 1: stage_rows, timex_tc_common.cuh). Grid: one block per (channel,
+// lag tile), channel fastest, the heaviest (small lags) first.
 template <typename scalar_t, typename Cfg>
 TIMEX_KERNEL(Cfg::THREADS, Cfg::MINB)
 wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ k_,
@@ -94,111 +93,55 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
   // share of X_{D0+16} then only completes lags past T too).
   const bool active = 16 * dw - 15 < T;
 
-  // unit 8 (g and k start at the same offset from 16 bytes, and so their rows do): 16-byte
-  // copies, a row starting sh elements past 16 bytes staged from sh times earlier in g and k
-  // alike, so that every copy is aligned. X_d sums g[t] k[t - s] over the slots' times whatever
-  // their window, as long as it holds [t0, T): the times before t0 pair with k before time 0 at
-  // every lag of the tile (zeros), and a row takes one slot more where the window ends short of
-  // T. unit 1: element by element, from t0.
-  const bool early = unit == 8 && (T % 8 != 0 || reinterpret_cast<uintptr_t>(gbits) % 16 != 0);
   const int t0 = 16 * D0;  // the reduction's first time
-  const int n_tch = cdiv(T - t0 + (early ? 7 : 0), G_LEN);  // slots per row
+  const int n_tch = cdiv(T - t0, G_LEN);  // slots per row
   const int n_slots = B * n_tch;
   const int n_stages = cdiv(n_slots, SLOTS);
-  const int64_t total = static_cast<int64_t>(B) * C * T;  // g's and k's elements
-  auto shift_of = [&](int64_t row) {
-    return early ? static_cast<int>(reinterpret_cast<uintptr_t>(gbits + row) >> 1) & 7 : 0;
-  };
 
   // Slot (b, tch): g at times t0 + 256 tch + [0, 256), k from 16 (D0 + 16) times before that,
-  // at 256 (tch - 1) + [0, 512), both sh earlier. The stage's last slots up to a multiple of 4
-  // are zeros (an MMA takes 4 slots). Warp w stages slots w, w + NWARP, ...; its lanes take
-  // UNIT elements each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k.
-  // visit(u, b, tch, live) runs over the warp's slots of stage st.
-  auto for_slots = [&](int st, const auto& visit) {
+  // at 256 (tch - 1) + [0, 512). The stage's last slots up to a multiple of 4 are zeros (an
+  // MMA takes 4 slots). Warp w stages slots w, w + NWARP, ...; its lanes take UNIT elements
+  // each, 32 UNIT apart: with UNIT = 8, one 512-byte run of g and two of k per slot.
+  auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
+    constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
+    static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
+    auto put = [&](uint16_t* dst, const uint16_t* src, bool ok) {
+      if constexpr (UNIT > 1) {
+        half_tc::copy_unit<UNIT>(dst, ok ? src : gbits, ok);
+      } else {
+        *dst = ok ? *src : uint16_t(0);
+      }
+    };
     const int s0 = st * SLOTS;
     const int fill = imin(SLOTS, (n_slots - s0 + 3) / 4 * 4);
     int slot = s0 + warp;
     int b = slot / n_tch, tch = slot - b * n_tch;
     for (int u = warp; u < fill; u += Cfg::NWARP) {
-      visit(u, b, tch, slot < n_slots);
+      const bool live = slot < n_slots;
+      const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
+      uint16_t* const gs = base + u * SLOT;
+#pragma unroll
+      for (int i = 0; i < G_LEN / STRIDE; ++i) {
+        const int x = UNIT * lane + STRIDE * i, t = t0 + G_LEN * tch + x;
+        put(gs + wgrad_pos(x), gbits + row + t, live && t < T);
+      }
+#pragma unroll
+      for (int i = 0; i < K_LEN / STRIDE; ++i) {
+        const int x = UNIT * lane + STRIDE * i, t = G_LEN * (tch - 1) + x;
+        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits + row + t, live && t >= 0 && t < T);
+      }
       slot += Cfg::NWARP;
       for (tch += Cfg::NWARP; tch >= n_tch; tch -= n_tch) ++b;
     }
   };
-  auto stage_units = [&](auto unit_c, int st, uint16_t* base) {
-    constexpr int UNIT = decltype(unit_c)::value, STRIDE = 32 * UNIT;
-    static_assert(G_LEN % STRIDE == 0 && K_LEN % STRIDE == 0, "whole runs per lane");
-    // The UNIT elements at times tw + x, tw + x + 1, ... of the row at `row` elements into
-    // `tensor` (16-byte aligned for UNIT 8), zeros outside [0, T) and where !live. A copy across
-    // time 0 or T brings the neighbouring row's elements too, zeroed by zero_edges once landed
-    // (cp.async's src-size would spare that, but compute-sanitizer counts the whole copy as
-    // read); through registers where it would read outside the tensor (its first and last
-    // rows). Lean: grad_w's staging issues more instructions than its MMAs (ncu, run s29
-    // call 4).
-    auto put = [&](uint16_t* dst, const uint16_t* tensor, int64_t row, int tw, int x,
-                   bool live) {
-      const int t = tw + x;
-      if constexpr (UNIT == 1) {
-        *dst = live && t >= 0 && t < T ? tensor[row + t] : uint16_t(0);
-      } else {
-        const bool any = live && t + UNIT > 0 && t < T;
-        if (any && ((t < 0 && row + t < 0) || (t + UNIT > T && row + t + UNIT > total))) {
-          uint32_t v[4];
-          half_tc::load8_words(tensor + row, t, T, true, v);
-          half_tc::sts128(dst, v);
-        } else {
-          half_tc::copy_unit<UNIT>(dst, any ? tensor + row + t : gbits, any);
-        }
-      }
-    };
-    for_slots(st, [&](int u, int b, int tch, bool live) {
-      const int64_t row = live ? (static_cast<int64_t>(b) * C + c) * T : 0;
-      const int sh = shift_of(row);
-      const int tg = t0 + G_LEN * tch - sh, tk = G_LEN * (tch - 1) - sh;  // the windows' starts
-      uint16_t* const gs = base + u * SLOT;
-#pragma unroll
-      for (int i = 0; i < G_LEN / STRIDE; ++i) {
-        const int x = UNIT * lane + STRIDE * i;
-        put(gs + wgrad_pos(x), gbits, row, tg, x, live);
-      }
-#pragma unroll
-      for (int i = 0; i < K_LEN / STRIDE; ++i) {
-        const int x = UNIT * lane + STRIDE * i;
-        put(gs + Cfg::G_SEG + wgrad_pos(x), kbits, row, tk, x, live);
-      }
-    });
-  };
   auto stage = [&](int st, int buf) {
     uint16_t* const base = stage_smem + buf * STAGE;
-    if (unit == 8) {
-      stage_units(std::integral_constant<int, 8>{}, st, base);
-    } else {
-      stage_units(std::integral_constant<int, 1>{}, st, base);
+    switch (unit) {
+      case 8: stage_units(std::integral_constant<int, 8>{}, st, base); break;
+      case 4: stage_units(std::integral_constant<int, 4>{}, st, base); break;
+      case 2: stage_units(std::integral_constant<int, 2>{}, st, base); break;
+      default: stage_units(std::integral_constant<int, 1>{}, st, base); break;
     }
-  };
-  // After stage st's copies landed: the elements that a copy across time 0 or T brought from
-  // the neighbouring row, zeroed by the lane that copied them (put above).
-  auto zero_edges = [&](int st, int buf) {
-    if (!early) return;
-    uint16_t* const base = stage_smem + buf * STAGE;
-    for_slots(st, [&](int u, int b, int tch, bool live) {
-      if (!live) return;
-      const int sh = shift_of((static_cast<int64_t>(b) * C + c) * T);
-      uint16_t* const gs = base + u * SLOT;
-      auto zero = [&](uint16_t* dst, int t) {
-        for (int j = 0; j < 8; ++j) {
-          if (t + j < 0 || t + j >= T) dst[j] = 0;
-        }
-      };
-      const int tg = t0 + G_LEN * tch - sh + 8 * lane, tk = G_LEN * (tch - 1) - sh + 8 * lane;
-      if (tg < 0 || tg + 8 > T) zero(gs + wgrad_pos(8 * lane), tg);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int t = tk + 256 * i;
-        if (t < 0 || t + 8 > T) zero(gs + Cfg::G_SEG + wgrad_pos(8 * lane + 256 * i), t);
-      }
-    });
   };
 
   // ldmatrix rows of this lane (matrix mat = lane / 8, row r8 = lane % 8). A: kappa =
@@ -226,7 +169,6 @@ wgrad_half_kernel(const scalar_t* __restrict__ g_, const scalar_t* __restrict__ 
     if (st + 1 < n_stages) stage(st + 1, buf ^ 1);
     copy_commit();
     copy_wait<1>();
-    zero_edges(st, buf);
     TIMEX_SYNC();
     float part[ND][2][4] = {};
     float xpart[2][4] = {};

@@ -300,7 +300,8 @@ def test_auto_choice(monkeypatch):
     only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256),
     with B = 1 past 8192 from C = 512, and up to T = 1024 past the direct kernels' reach
     (half_direct_max_t) only from T = 513, and with 4 to 8 rows past 1280 or at odd T (the
-    direct kernels up to 1280 at even T: half_split_direct); the fused kernels else, for
+    direct kernels up to 1280 at even T, at odd T from 257 to 512 channels:
+    half_split_direct); the fused kernels else, for
     float16 (their error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
@@ -372,6 +373,8 @@ def test_auto_choice(monkeypatch):
                           (2, 256, 1281, "fft_tc"), (2, 512, 1025, "fft_tc"),
                           (4, 255, 1536, "fft_fused"), (4, 512, 1100, "direct"),
                           (4, 512, 1281, "fft_tc"), (4, 1024, 1100, "fft_tc"),
+                          (4, 512, 1101, "direct"), (8, 300, 1279, "direct"),
+                          (4, 1024, 1101, "fft_tc"), (2, 512, 1101, "fft_tc"),
                           (3, 2048, 1200, "fft_fused"), (8, 256, 1300, "fft_tc"),
                           (16, 512, 1100, "direct"), (16, 513, 1100, "fft_tc"),
                           (16, 512, 1102, "fft_tc"), (4, 1024, 256, "direct"),

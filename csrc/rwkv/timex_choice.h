@@ -201,8 +201,8 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft, bool even_t)
   return 768;
 }
 
-// Whether auto takes the half types' direct kernels at kHalfDirectMaxT < T <= kHalfSplitMaxT,
-// T even, for B <= 8 rows of C channels: the split Toeplitz kernel against the FFT at its
+// Whether auto takes the half types' direct kernels at kHalfDirectMaxT < T <= kHalfSplitMaxT
+// for B <= 8 rows of C channels: the split Toeplitz kernel against the FFT at its
 // length M = 1536 (fft_fused; fft_tc for bfloat16 from 512 channels or 8 rows: tc_faster),
 // whose time steps up at T = 1025 while the direct kernels' grows as T^2 (run 54 (d), H200,
 // GPU busy time): float16 at 8 rows of 512 channels 11-15% less than the FFT at T = 1100 to
@@ -210,10 +210,16 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft, bool even_t)
 // 512, 1100-1280) within 2%, with 1024 channels 5% less at (8, 1024, 1100) (bfloat16 at (4,
 // 1024, 1100) 4% more), with 2 rows the FFT 17% less; at 1536 the FFT 9% less. bfloat16
 // against its FFT: 8-14% less at (4, 512, 1100), (8, 512, 1100) and (8, 512, 1280).
-// Odd T (rows staged element by element): the FFT 13% less at (6, 256, 1251), tied at (8,
-// 512, 1187) (run 54 (e)).
-inline bool half_split_direct(int64_t B, int64_t C, bool tc_fft) {
+// Odd T (rows staged element by element; the split kernel about 10 us slower at (8, 512,
+// 1187) than at 1188, grad_w as much, run 55): float16 against fft_fused the FFT 13-19% less
+// at (6, 256, 1251), 6% at (4, 256, 1279), 12% at (4, 512, 1101), tied at (8, 512, 1101) and
+// (8, 512, 1187) (run 54 (e), run 55 (a)); bfloat16 where fft_tc runs (tc_peer: tc_faster, from
+// 512 channels or 8 rows) the direct kernels 2-8% less at (8, 512, 1101), (4, 512, 1101), (4,
+// 512, 1257) and (8, 512, 1279) (run 55 (a), (b)). So at odd T bfloat16 from 257 to 512
+// channels against fft_tc only.
+inline bool half_split_direct(int64_t B, int64_t C, bool tc_fft, bool even_t, bool tc_peer) {
   if (B < 4 || B > 8) return false;
+  if (!even_t) return tc_peer && C > 256 && C <= 512;
   return C <= 256 || (C <= 512 && (B == 8 || tc_fft));
 }
 
@@ -236,7 +242,9 @@ inline bool takes_direct(const Tensor& k) {
       if (T <= kHalfDirectMaxT) {
         return T <= half_direct_max_t(k.size(0), k.size(1), tc_fft, even_t);
       }
-      if (T <= kHalfSplitMaxT && even_t && half_split_direct(k.size(0), k.size(1), tc_fft)) {
+      const bool tc_peer = tc_fft && tc_faster(k.size(0), k.size(1), T);
+      if (T <= kHalfSplitMaxT &&
+          half_split_direct(k.size(0), k.size(1), tc_fft, even_t, tc_peer)) {
         return true;
       }
       if (k.size(0) < kHalfBatch) return false;

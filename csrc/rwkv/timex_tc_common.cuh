@@ -10,13 +10,6 @@
 #include "common/mma_half.h"
 #include "rwkv/timex_kernels.cuh"
 
-// A device function kept out of its caller (its own register allocation).
-#ifdef TIMEX_EMULATE
-#define TIMEX_DEVICE_NOINLINE inline
-#else
-#define TIMEX_DEVICE_NOINLINE __device__ __noinline__
-#endif
-
 namespace rwkv {
 namespace kernels {
 namespace half_tc {
@@ -24,7 +17,6 @@ namespace half_tc {
 // The 32 bits at p (4-byte aligned shared memory): two 16-bit elements, p[0] in the low half.
 TIMEX_DEVICE uint32_t lds32(const uint16_t* p) {
 #ifdef TIMEX_EMULATE
-  emu_require_aligned(p, 4);
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
@@ -91,12 +83,30 @@ TIMEX_DEVICE void stage_rows(int tid, int x0, int n, int unit, const RowFn& row_
 }
 
 // Stages the elements [x0, x0 + len) of one row of n elements (src; all zeros where !row_ok)
-// at dst with cp.async: each thread copies unit (8, 4 or 2) elements at x = first, first +
-// stride, ... (first = tid unit, stride = THREADS unit; unit, len and x0 as stage_rows wants
-// them: every group of unit all inside or all outside [0, n)). The split Toeplitz kernel stages
-// its rows once with it, without a division per copy.
+// at dst: each thread copies unit elements at x = first, first + stride, ... (first =
+// tid unit, stride = THREADS unit), with cp.async where unit > 1 (unit, len and x0 as
+// stage_rows wants them: every group of unit all inside or all outside [0, n)), else through
+// registers. The split Toeplitz kernel stages its rows once with it, without a division per
+// copy.
 TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int unit, bool row_ok,
                             const uint16_t* src, uint16_t* dst) {
+  if (unit == 1) {
+    // Eight loads in flight before their stores: one at a time, each waits out its load's
+    // latency (the split kernel at (6, 256, 1251) float16 took 70% longer than at 1252).
+    for (int x = first; x < len; x += 8 * stride) {
+      uint16_t v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int xu = x + u * stride;
+        v[u] = row_ok && xu < len && x0 + xu >= 0 && x0 + xu < n ? src[x0 + xu] : uint16_t(0);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (x + u * stride < len) dst[x + u * stride] = v[u];
+      }
+    }
+    return;
+  }
   for (int x = first; x < len; x += stride) {
     const bool ok = row_ok && x0 + x >= 0 && x0 + x < n;
     const uint16_t* const s = ok ? src + x0 + x : src;
@@ -106,86 +116,6 @@ TIMEX_DEVICE void stage_row(int first, int stride, int x0, int n, int len, int u
       copy_unit<4>(dst + x, s, ok);
     } else {
       copy_unit<2>(dst + x, s, ok);
-    }
-  }
-}
-
-// The 16- and 32-bit words at p (global memory aligned to as many bytes); 4 and 16 bytes
-// stored at dst (shared memory aligned to as many bytes).
-TIMEX_DEVICE uint32_t ldg16(const uint16_t* p) {
-#ifdef TIMEX_EMULATE
-  return *p;
-#else
-  return __ldg(reinterpret_cast<const unsigned short*>(p));
-#endif
-}
-TIMEX_DEVICE uint32_t ldg32(const uint16_t* p) {
-#ifdef TIMEX_EMULATE
-  emu_require_aligned(p, 4);
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#else
-  return __ldg(reinterpret_cast<const unsigned int*>(p));
-#endif
-}
-TIMEX_DEVICE void sts128(uint16_t* dst, const uint32_t (&v)[4]) {
-#ifdef TIMEX_EMULATE
-  emu_require_aligned(dst, 16);
-  std::memcpy(dst, v, 16);
-#else
-  *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
-#endif
-}
-
-// Elements [e, e + 8) of a row of n elements at src (zeros outside [0, n), all zeros where
-// !row_ok) as 4 words, element e + 2j in word j's low half, read as aligned words whatever
-// src's alignment: the 4 32-bit words that hold them, or where src + e is not 4-byte aligned
-// the 5 around them, shifted by an element. Only elements in [0, n) are read (a word with one
-// such element as 16 bits): nothing outside the row's tensor, nothing left uninitialised.
-TIMEX_DEVICE void load8_words(const uint16_t* src, int e, int n, bool row_ok, uint32_t (&v)[4]) {
-  // Parity of src + e in elements (src is 2-byte aligned).
-  const int odd = (static_cast<int>(reinterpret_cast<uintptr_t>(src) >> 1) + e) & 1;
-  const int f = e - odd;  // first element of the first word
-  uint32_t w[5];
-  if (row_ok && f >= 0 && f + 10 <= n) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = ldg32(src + f + 2 * j);
-    w[4] = odd ? ldg32(src + f + 8) : 0u;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 5; ++j) {
-      const int x = f + 2 * j;  // the word holds elements x and x + 1
-      const bool lo = row_ok && x >= 0 && x < n, hi = row_ok && x + 1 >= 0 && x + 1 < n;
-      w[j] = lo && hi ? ldg32(src + x) : lo ? ldg16(src + x) : hi ? ldg16(src + x + 1) << 16 : 0u;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = odd ? (w[j] >> 16) | (w[j + 1] << 16) : w[j];
-}
-
-// Stages `total` groups of 8 elements of rows of n elements from any alignment into shared
-// memory: group_of(i, src, e, dst) sets group i's row (src), first element (e) and
-// destination (dst, 16-byte aligned) and returns false where the row is zeros (src then any
-// pointer). The threads take the groups round-robin, FLIGHT groups' loads (load8_words) in
-// flight before their stores: through registers, so done on return.
-template <int FLIGHT, int THREADS, typename GroupFn>
-TIMEX_DEVICE void stage_words(int tid, int total, int n, const GroupFn& group_of) {
-  for (int i0 = tid; i0 < total; i0 += FLIGHT * THREADS) {
-    uint32_t v[FLIGHT][4];
-    uint16_t* dst[FLIGHT];
-#pragma unroll
-    for (int u = 0; u < FLIGHT; ++u) {
-      const int i = i0 + u * THREADS;
-      const uint16_t* src = nullptr;
-      int e = 0;
-      dst[u] = nullptr;
-      const bool ok = i < total && group_of(i, src, e, dst[u]);
-      load8_words(src, e, n, ok, v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < FLIGHT; ++u) {
-      if (i0 + u * THREADS < total) sts128(dst[u], v[u]);
     }
   }
 }

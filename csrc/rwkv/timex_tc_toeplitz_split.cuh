@@ -36,29 +36,6 @@
 namespace rwkv {
 namespace kernels {
 
-// The split kernel's BB input rows from -lead (k_len elements each, k_row apart in k_smem)
-// where unit is 1 (odd T, misaligned tensors): as aligned words through registers
-// (stage_words), a block's loads in flight at once (776 groups of 8 at T = 1188, 4 rows).
-// Element by element (the other kernels' unit 1) the kernel took 12% longer at (8, 512, 1187)
-// than with cp.async at 1188 (94.7 against 84.6 us, forward + grad_k, H200). Not inlined: in
-// the kernel this code lengthened the MMA loop by 8 instructions (44 to 52, its registers
-// allocated anew; 5% slower at every T, run s29 call 2).
-template <int BB, int THREADS>
-TIMEX_DEVICE_NOINLINE void stage_split_rows_words(const uint16_t* in, uint16_t* k_smem, int B,
-                                                  int C, int T, int b0, int c, int lead,
-                                                  int k_len, int k_row, int tid) {
-  const int KG = k_len / 8;  // groups of 8 a row
-  half_tc::stage_words<10, THREADS>(
-      tid, BB * KG, T, [&](int i, const uint16_t*& src, int& e, uint16_t*& dst) {
-        const int r = i / KG, x = 8 * (i - r * KG);
-        dst = k_smem + r * k_row + x;
-        if (b0 + r >= B) return false;
-        src = in + (static_cast<int64_t>(b0 + r) * C + c) * T;
-        e = x - lead;
-        return true;
-      });
-}
-
 template <int NT_, int J_, int MT_, int NWARP_, int MINB_>
 struct ToeplitzSplitConfig {
   static constexpr int NT = NT_, J = J_, MT = MT_, NWARP = NWARP_, MINB = MINB_;
@@ -119,18 +96,14 @@ toeplitz_half_split_kernel(const scalar_t* __restrict__ w_, const scalar_t* __re
   const int n_tiles = cdiv(T, TT);
   const int yhi = CAUSAL ? (n_tiles - 1) * TT + 16 * J * (MT - 1) + LEAD + 15 : 16 * cdiv(T, 16);
 
-  // The input rows from -LEAD (cp.async where unit allows, a row at a time, so that no
-  // division runs per copy; else stage_split_rows_words), then the window: copy 0 holds
-  // W[yhi - i] = w[T - 1 - yhi + i], copy 1 W[yhi - 1 - i]; one load a value.
-  if (unit > 1) {
-    for (int r = 0; r < BB; ++r) {
-      const bool row_ok = b0 + r < B;
-      const uint16_t* const src = row_ok ? in + (static_cast<int64_t>(b0 + r) * C + c) * T : in;
-      half_tc::stage_row(tid * unit, THREADS * unit, -LEAD, T, K_LEN, unit, row_ok, src,
-                         k_smem + r * K_ROW);
-    }
-  } else {
-    stage_split_rows_words<BB, THREADS>(in, k_smem, B, C, T, b0, c, LEAD, K_LEN, K_ROW, tid);
+  // The input rows from -LEAD (cp.async where unit allows; a row at a time, so that no
+  // division runs per copy), then the window: copy 0 holds W[yhi - i] = w[T - 1 - yhi + i],
+  // copy 1 W[yhi - 1 - i]; one load a value.
+  for (int r = 0; r < BB; ++r) {
+    const bool row_ok = b0 + r < B;
+    const uint16_t* const src = row_ok ? in + (static_cast<int64_t>(b0 + r) * C + c) * T : in;
+    half_tc::stage_row(tid * unit, THREADS * unit, -LEAD, T, K_LEN, unit, row_ok, src,
+                       k_smem + r * K_ROW);
   }
   copy_commit();
   {

@@ -299,17 +299,18 @@ def test_auto_choice(monkeypatch):
     only for 2560 < T <= 3072, for 1024 < T <= 1536 (the fused kernels' M = 1536) below C = 512
     only from B = 8 (or B = 2 past 1280), for 3072 < T <= 4096 from B = 4 (B = 2 from C = 256),
     with B = 1 past 8192 from C = 512, and up to T = 1024 past the direct kernels' reach
-    (half_direct_max_t) only from T = 513, and with 4 to 8 rows past 1280 or at odd T (the
-    direct kernels up to 1280 at even T, at odd T from 257 to 512 channels:
-    half_split_direct); the fused kernels else, for
-    float16 (their error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
+    (half_direct_max_t) only from T = 513, and with 4 to 8 rows past 1280 or at odd T above
+    512 channels (the direct kernels up to 1280 at even T, and at odd T up to 512 channels
+    where fft_tc would run: half_split_direct); the fused kernels else, for float16 (their
+    error is the FFT conv's) and for float32; past T = 16384 not fft_tc."""
     monkeypatch.setenv("RWKV_TIMEX_ALGO", "auto")
     for dtype, B, T, want in [(torch.bfloat16, 16, 1537, "fft_tc"),
                               (torch.bfloat16, 32, 8192, "fft_tc"),
                               (torch.bfloat16, 16, 16384, "fft_tc"),
                               (torch.float16, 32, 8192, "fft_fused"),
                               (torch.bfloat16, 3, 4096, "fft_fused"),
-                              (torch.bfloat16, 8, 1025, "fft_tc"),
+                              (torch.bfloat16, 8, 1025, "direct"),
+                              (torch.bfloat16, 4, 1025, "fft_fused"),
                               (torch.bfloat16, 8, 1026, "direct"),
                               (torch.bfloat16, 8, 1282, "fft_tc"),
                               (torch.bfloat16, 8, 4096, "fft_tc"),

@@ -210,16 +210,16 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft, bool even_t)
 // 512, 1100-1280) within 2%, with 1024 channels 5% less at (8, 1024, 1100) (bfloat16 at (4,
 // 1024, 1100) 4% more), with 2 rows the FFT 17% less; at 1536 the FFT 9% less. bfloat16
 // against its FFT: 8-14% less at (4, 512, 1100), (8, 512, 1100) and (8, 512, 1280).
-// Odd T (rows staged element by element; the split kernel about 10 us slower at (8, 512,
-// 1187) than at 1188, grad_w as much, run 55): float16 against fft_fused the FFT 13-19% less
-// at (6, 256, 1251), 6% at (4, 256, 1279), 12% at (4, 512, 1101), tied at (8, 512, 1101) and
-// (8, 512, 1187) (run 54 (e), run 55 (a)); bfloat16 where fft_tc runs (tc_peer: tc_faster, from
-// 512 channels or 8 rows) the direct kernels 2-8% less at (8, 512, 1101), (4, 512, 1101), (4,
-// 512, 1257) and (8, 512, 1279) (run 55 (a), (b)). So at odd T bfloat16 from 257 to 512
-// channels against fft_tc only.
+// Odd T (rows staged element by element: at (8, 512, 1187) float16 the split kernel 94.5 us
+// against 84.4 at 1188, grad_w 60.5 against 50.9; run 55 (a)): float16 against fft_fused the
+// FFT 13% less at (6, 256, 1251) (run 54 (e)), tied at (8, 512, 1187) (156.7 against 156.5 us,
+// run 55 (c)); bfloat16 where fft_tc runs (tc_peer: tc_faster, 512 channels or 8 rows) the
+// direct kernels 3-8% less at (8, 512, 1101), (4, 512, 1101), (4, 512, 1257), (6, 512, 1187),
+// (8, 384, 1187), (8, 512, 1187) and (8, 512, 1279), 14-25% at (5, 512, 1025), (8, 256, 1101)
+// and (8, 300, 1279) (run 55 (c)). So at odd T bfloat16 up to 512 channels against fft_tc.
 inline bool half_split_direct(int64_t B, int64_t C, bool tc_fft, bool even_t, bool tc_peer) {
   if (B < 4 || B > 8) return false;
-  if (!even_t) return tc_peer && C > 256 && C <= 512;
+  if (!even_t) return tc_peer && C <= 512;
   return C <= 256 || (C <= 512 && (B == 8 || tc_fft));
 }
 

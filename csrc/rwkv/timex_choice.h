@@ -210,8 +210,8 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft, bool even_t)
 // 512, 1100-1280) within 2%, with 1024 channels 5% less at (8, 1024, 1100) (bfloat16 at (4,
 // 1024, 1100) 4% more), with 2 rows the FFT 17% less; at 1536 the FFT 9% less. bfloat16
 // against its FFT: 8-14% less at (4, 512, 1100), (8, 512, 1100) and (8, 512, 1280).
-// Odd T (rows staged element by element: at (8, 512, 1187) float16 the split kernel 94.5 us
-// against 84.4 at 1188, grad_w 60.5 against 50.9; run 55 (a)): float16 against fft_fused the
+// Odd T (rows staged element by element: at (8, 512, 1187) float16 the split kernel 94.2 us
+// against 84.5 at 1188, grad_w 60.0 against 50.5; run 55 (a)): float16 against fft_fused the
 // FFT 13% less at (6, 256, 1251) (run 54 (e)), tied at (8, 512, 1187) (156.7 against 156.5 us,
 // run 55 (c)); bfloat16 where fft_tc runs (tc_peer: tc_faster, 512 channels or 8 rows) the
 // direct kernels 3-8% less at (8, 512, 1101), (4, 512, 1101), (4, 512, 1257), (6, 512, 1187),

@@ -242,10 +242,9 @@ def rwkv_direct_cases():
                expect="direct")
     timex_case("rwkv_direct", 5, 3, 1187, "bfloat16", "direct", "split kernel, odd T",
                expect="direct")
-    # Rows at odd elements, T even: the split kernel's rows and grad_w's slots as aligned words
-    # (grad_w's from a time earlier, one slot more at T % 256 == 0); g alone off: grad_w element
-    # by element.
-    timex_case("rwkv_direct", 5, 3, 1024, "float16", "direct", "misaligned, aligned words",
+    # Every tensor one element off 16 bytes at even T (the split kernel's rows and grad_w's
+    # slots element by element), and g alone off (g and k of unlike alignment).
+    timex_case("rwkv_direct", 5, 3, 1024, "float16", "direct", "misaligned, split kernel",
                misalign=True)
     timex_case("rwkv_direct", 3, 3, 1187, "float16", "direct", "g misaligned", misalign="g")
 

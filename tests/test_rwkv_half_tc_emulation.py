@@ -137,7 +137,7 @@ int main() {
   // lag tiles with idle warps (T - 256 j < 193).
   check_half_tc<c10::BFloat16>(7, 1, 512, 0.0, 0, 1e-2);
   check_half_tc<c10::Half>(2, 1, 1064, 0.0, 8, 2e-3);
-  // Rows of even length at odd elements (the split kernel's rows as aligned words).
+  // Rows of even length at odd elements (element by element), T a multiple of 256.
   check_half_tc<c10::Half>(3, 2, 512, 0.0, 1, 2e-3);
   // 8- and 4-byte copies: T % 4 == 0 and T % 2 == 0 (or rows offset by 4 and 2 elements).
   check_half_tc<c10::Half>(17, 3, 1100, 0.2, 0, 2e-3);

@@ -60,7 +60,6 @@ TimexInputs<S> timex_inputs(Rng& rng, int B, int C, int T, double eps, int offse
   std::normal_distribution<double> normal;
   const size_t n = size_t(B) * C * T;
   TimexInputs<S> in;
-  in.w.reserve(size_t(C) * T + 1);  // the half kernels read aligned words: one element past
   in.w.resize(size_t(C) * T);
   in.k.resize(n + offset + pad);
   in.g.resize(n + offset + pad);

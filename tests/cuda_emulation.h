@@ -48,7 +48,7 @@ inline std::barrier<>* emu_barrier;
 inline thread_local std::barrier<>* emu_block_barrier;
 
 // A GPU access of `bytes` bytes faults unless p is aligned to as many, where the CPU would
-// not notice: the kernels' emulated wide loads, stores and copies call this.
+// not notice: the TimeX kernels' emulated cp.async copies call this.
 inline void emu_require_aligned(const void* p, size_t bytes) {
   if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
     std::printf("FAIL misaligned %zu-byte access at %p\n", bytes, p);

@@ -173,14 +173,15 @@ def timex_case(family, B, C, T, dtype, algo, note="", misalign=False, expect=Non
         w = rand(gen, C, T, dtype=dtype, scale=1 / math.sqrt(T))
         k, g = rand(gen, B, C, T, dtype=dtype), rand(gen, B, C, T, dtype=dtype)
 
-        def dev(t, shift=misalign is True):
+        def dev(t, shift):
             if not shift:
                 return t.to(DEVICE)
             flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=DEVICE)
             flat[1:].copy_(t.reshape(-1).to(DEVICE))
             return flat[1:].view(t.shape)
 
-        wg, kg, gg = dev(w), dev(k), dev(g, bool(misalign))
+        every = misalign is True  # else "g" or False
+        wg, kg, gg = dev(w, every), dev(k, every), dev(g, bool(misalign))
         if expect is not None and DEVICE == "cuda":
             got = rwkv_ops_algorithm(kg)
             assert got == expect, f"timex_algorithm says {got}, expected {expect}"

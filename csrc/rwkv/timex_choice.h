@@ -213,13 +213,13 @@ inline int64_t half_direct_max_t(int64_t B, int64_t C, bool tc_fft, bool even_t)
 // Odd T (rows staged element by element: at (8, 512, 1187) float16 the split kernel 94.2 us
 // against 84.5 at 1188, grad_w 60.0 against 50.5; run 55 (a)): float16 against fft_fused the
 // FFT 13% less at (6, 256, 1251) (run 54 (e)), tied at (8, 512, 1187) (156.7 against 156.5 us,
-// run 55 (c)); bfloat16 where fft_tc runs (tc_peer: tc_faster, 512 channels or 8 rows) the
+// run 55 (c)); bfloat16 where fft_tc runs (tc_faster: 512 channels or 8 rows) the
 // direct kernels 3-8% less at (8, 512, 1101), (4, 512, 1101), (4, 512, 1257), (6, 512, 1187),
 // (8, 384, 1187), (8, 512, 1187) and (8, 512, 1279), 14-25% at (5, 512, 1025), (8, 256, 1101)
 // and (8, 300, 1279) (run 55 (c)). So at odd T bfloat16 up to 512 channels against fft_tc.
-inline bool half_split_direct(int64_t B, int64_t C, bool tc_fft, bool even_t, bool tc_peer) {
+inline bool half_split_direct(int64_t B, int64_t C, int64_t T, bool tc_fft) {
   if (B < 4 || B > 8) return false;
-  if (!even_t) return tc_peer && C <= 512;
+  if (T % 2 != 0) return tc_fft && tc_faster(B, C, T) && C <= 512;
   return C <= 256 || (C <= 512 && (B == 8 || tc_fft));
 }
 
@@ -242,9 +242,7 @@ inline bool takes_direct(const Tensor& k) {
       if (T <= kHalfDirectMaxT) {
         return T <= half_direct_max_t(k.size(0), k.size(1), tc_fft, even_t);
       }
-      const bool tc_peer = tc_fft && tc_faster(k.size(0), k.size(1), T);
-      if (T <= kHalfSplitMaxT &&
-          half_split_direct(k.size(0), k.size(1), tc_fft, even_t, tc_peer)) {
+      if (T <= kHalfSplitMaxT && half_split_direct(k.size(0), k.size(1), T, tc_fft)) {
         return true;
       }
       if (k.size(0) < kHalfBatch) return false;
